@@ -1,0 +1,68 @@
+"""Two process-wide thread pools: "io" for store requests, "cpu" for codec work.
+
+Codecs in numcodecs release the GIL, so decoding in threads runs on all cores. A task already
+running on a pool that maps more work onto the same pool runs it inline (no nested deadlock).
+Pools are created lazily and re-created after ``fork`` (dask workers, multiprocessing).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_SIZES = {"io": int(os.environ.get("ZARR3_IO_THREADS", "32")), "cpu": int(os.environ.get("ZARR3_CPU_THREADS", str(os.cpu_count() or 1)))}
+_pools: dict[str, ThreadPoolExecutor] = {}
+_lock = threading.Lock()
+_local = threading.local()
+
+
+def _reset_after_fork() -> None:
+    global _lock
+    _pools.clear()
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def _pool(kind: str) -> ThreadPoolExecutor:
+    pool = _pools.get(kind)
+    if pool is None:
+        with _lock:
+            pool = _pools.get(kind)
+            if pool is None:
+                def mark() -> None:
+                    _local.kind = kind
+
+                pool = ThreadPoolExecutor(_SIZES[kind], thread_name_prefix=f"zarr3-{kind}", initializer=mark)
+                _pools[kind] = pool
+    return pool
+
+
+def thread_map(fn: Callable[[T], R], items: Iterable[T], kind: str = "cpu") -> list[R]:
+    """``[fn(x) for x in items]`` run concurrently on the ``kind`` pool, results in order.
+
+    Runs inline for zero or one item, and when called from a thread of the same pool.
+    The first exception raised by any call is re-raised after all calls finished.
+    """
+    items = list(items)
+    if len(items) <= 1 or getattr(_local, "kind", None) == kind or _SIZES[kind] <= 1:
+        return [fn(x) for x in items]
+    futures = [_pool(kind).submit(fn, x) for x in items]
+    results: list[R] = []
+    error: BaseException | None = None
+    for f in futures:
+        try:
+            results.append(f.result())
+        except BaseException as e:  # noqa: BLE001 - collect, then re-raise the first
+            if error is None:
+                error = e
+    if error is not None:
+        raise error
+    return results

@@ -1,0 +1,128 @@
+"""Codec base classes in the spec's vocabulary: array -> array, array -> bytes, bytes -> bytes.
+
+Codecs are synchronous and storage-free: they turn numpy arrays and bytes into each other and
+never touch a store. Partial decoding (sharding) receives a ``RangeReader`` callable instead.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..byte_range import ByteRange
+from ..errors import CodecError
+
+#: Reads several byte ranges of one stored value in one batched call; ``None`` when missing.
+RangeReader = Callable[[Sequence[ByteRange | None]], list[bytes | None]]
+
+Buffer = bytes | bytearray | memoryview | np.ndarray
+
+
+@dataclass(frozen=True)
+class ChunkSpec:
+    """The representation a codec sees: shape, numpy dtype and fill value of one chunk."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    fill_value: Any  # numpy scalar of ``dtype`` (or object for variable-length types)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def fill_array(self) -> np.ndarray:
+        """A new chunk filled with the fill value."""
+        return np.full(self.shape, self.fill_value, dtype=self.dtype)
+
+
+class Codec(ABC):
+    """A codec named in ``zarr.json``; subclasses set ``name`` and implement the transform."""
+
+    name: ClassVar[str]
+
+    @classmethod
+    def from_config(cls, configuration: Mapping[str, Any] | None) -> Codec:
+        """Build from the ``configuration`` object of the metadata (may be ``None``)."""
+        try:
+            return cls(**dict(configuration or {}))
+        except TypeError as e:
+            raise CodecError(f"codec {cls.name!r}: invalid configuration {configuration!r}: {e}") from e
+
+    @abstractmethod
+    def configuration(self) -> dict[str, Any] | None:
+        """The ``configuration`` object written to ``zarr.json`` (``None`` for none)."""
+
+    def to_json(self) -> dict[str, Any]:
+        config = self.configuration()
+        return {"name": self.name} if config is None else {"name": self.name, "configuration": config}
+
+    def evolve(self, spec: ChunkSpec) -> Codec:
+        """Fill in settings that depend on the chunk representation (e.g. blosc typesize)."""
+        return self
+
+    def validate(self, spec: ChunkSpec) -> None:
+        """Raise ``CodecError`` if this codec cannot handle ``spec``."""
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.to_json() == other.to_json()  # type: ignore[union-attr]
+
+    def __hash__(self) -> int:
+        return hash((self.name, repr(self.to_json())))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.configuration() or ''})"
+
+
+class ArrayArrayCodec(Codec):
+    """array -> array: changes the array (and maybe its spec), e.g. ``transpose``."""
+
+    def resolve(self, spec: ChunkSpec) -> ChunkSpec:
+        """The spec of the array this codec outputs for an input of ``spec``."""
+        return spec
+
+    @abstractmethod
+    def encode(self, chunk: np.ndarray, spec: ChunkSpec) -> np.ndarray: ...
+
+    @abstractmethod
+    def decode(self, chunk: np.ndarray, spec: ChunkSpec) -> np.ndarray:
+        """Invert ``encode``; ``spec`` is the *input* spec (the decoded array's)."""
+
+
+class ArrayBytesCodec(Codec):
+    """array -> bytes: serialises the array, e.g. ``bytes`` or ``sharding_indexed``."""
+
+    @abstractmethod
+    def encode(self, chunk: np.ndarray, spec: ChunkSpec) -> Buffer | None:
+        """Bytes for ``chunk``; ``None`` means "store nothing" (sharding: all inner chunks empty)."""
+
+    @abstractmethod
+    def decode(self, data: Buffer, spec: ChunkSpec) -> np.ndarray: ...
+
+    def encoded_size(self, spec: ChunkSpec) -> int | None:
+        """Exact encoded size for ``spec`` when it is fixed (needed for the shard index)."""
+        return None
+
+
+class BytesBytesCodec(Codec):
+    """bytes -> bytes: compressors and checksums."""
+
+    @abstractmethod
+    def encode(self, data: Buffer, spec: ChunkSpec) -> Buffer: ...
+
+    @abstractmethod
+    def decode(self, data: Buffer, spec: ChunkSpec) -> Buffer: ...
+
+    def encoded_size(self, size: int) -> int | None:
+        """Encoded size for an input of ``size`` bytes when it is fixed, else ``None``."""
+        return None
+
+
+def as_bytes_view(data: Buffer) -> memoryview:
+    """A flat, read-only, byte-typed view of any buffer without copying."""
+    if isinstance(data, np.ndarray):
+        data = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+    return memoryview(data).cast("B")

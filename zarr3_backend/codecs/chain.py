@@ -1,0 +1,123 @@
+"""A codec chain: zero or more array->array, one array->bytes, zero or more bytes->bytes codecs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import CodecError
+from .base import ArrayArrayCodec, ArrayBytesCodec, Buffer, BytesBytesCodec, ChunkSpec, Codec
+from .registry import codec_from_json
+
+CodecLike = str | Mapping[str, Any] | Codec
+
+
+@dataclass(frozen=True)
+class CodecChain:
+    """A validated chain bound to the chunk representation it encodes.
+
+    ``specs[i]`` is the representation entering array->array codec ``i``;
+    ``specs[-1]`` is what enters the array->bytes codec.
+    """
+
+    array_array: tuple[ArrayArrayCodec, ...]
+    array_bytes: ArrayBytesCodec
+    bytes_bytes: tuple[BytesBytesCodec, ...]
+    specs: tuple[ChunkSpec, ...]
+
+    @classmethod
+    def build(cls, codecs: Iterable[CodecLike], spec: ChunkSpec) -> CodecChain:
+        """Parse, order-check, evolve and validate ``codecs`` for chunks of ``spec``."""
+        parsed = [codec_from_json(c) for c in codecs]
+        aa: list[ArrayArrayCodec] = []
+        ab: ArrayBytesCodec | None = None
+        bb: list[BytesBytesCodec] = []
+        for c in parsed:
+            if isinstance(c, ArrayArrayCodec):
+                if ab is not None:
+                    raise CodecError(f"array->array codec {c.name!r} must come before the array->bytes codec")
+                aa.append(c)
+            elif isinstance(c, ArrayBytesCodec):
+                if ab is not None:
+                    raise CodecError(f"codec chain has two array->bytes codecs: {ab.name!r} and {c.name!r}")
+                ab = c
+            elif isinstance(c, BytesBytesCodec):
+                if ab is None:
+                    raise CodecError(f"bytes->bytes codec {c.name!r} must come after the array->bytes codec")
+                bb.append(c)
+            else:
+                raise CodecError(f"codec {c!r} is none of array->array, array->bytes, bytes->bytes")
+        if ab is None:
+            raise CodecError("codec chain needs exactly one array->bytes codec (e.g. 'bytes'), found none")
+        specs = [spec]
+        evolved_aa = []
+        for c in aa:
+            c = c.evolve(specs[-1])
+            c.validate(specs[-1])
+            evolved_aa.append(c)
+            specs.append(c.resolve(specs[-1]))
+        ab = ab.evolve(specs[-1])
+        ab.validate(specs[-1])
+        evolved_bb = []
+        for c in bb:
+            c = c.evolve(specs[-1])
+            c.validate(specs[-1])
+            evolved_bb.append(c)
+        return cls(tuple(evolved_aa), ab, tuple(evolved_bb), tuple(specs))
+
+    @property
+    def spec(self) -> ChunkSpec:
+        return self.specs[0]
+
+    @property
+    def codecs(self) -> tuple[Codec, ...]:
+        return (*self.array_array, self.array_bytes, *self.bytes_bytes)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [c.to_json() for c in self.codecs]
+
+    def encode(self, chunk: np.ndarray) -> Buffer | None:
+        """Encoded bytes of one chunk; ``None`` when the array->bytes codec stores nothing."""
+        for c, s in zip(self.array_array, self.specs, strict=False):
+            chunk = c.encode(chunk, s)
+        data = self.array_bytes.encode(chunk, self.specs[-1])
+        if data is None:
+            return None
+        for c in self.bytes_bytes:
+            data = c.encode(data, self.specs[-1])
+        return data
+
+    def decode(self, data: Buffer) -> np.ndarray:
+        """The chunk (of ``self.spec``) that ``data`` encodes."""
+        data = self.decode_bytes(data)
+        chunk = self.array_bytes.decode(data, self.specs[-1])
+        return self.decode_array(chunk)
+
+    def decode_bytes(self, data: Buffer) -> Buffer:
+        """Undo the bytes->bytes codecs only."""
+        for c in reversed(self.bytes_bytes):
+            data = c.decode(data, self.specs[-1])
+        return data
+
+    def decode_array(self, chunk: np.ndarray) -> np.ndarray:
+        """Undo the array->array codecs only (input: what the array->bytes codec decoded)."""
+        for c, s in zip(reversed(self.array_array), reversed(self.specs[:-1]), strict=True):
+            chunk = c.decode(chunk, s)
+        return chunk
+
+    def encoded_size(self) -> int | None:
+        """Exact size of every encoded chunk when fixed (bytes + crc32c), else ``None``."""
+        size = self.array_bytes.encoded_size(self.specs[-1])
+        for c in self.bytes_bytes:
+            if size is None:
+                return None
+            size = c.encoded_size(size)
+        return size
+
+    @property
+    def is_partial_decodable(self) -> bool:
+        """True when the array->bytes codec can read sub-regions (sharding) directly."""
+        return not self.array_array and not self.bytes_bytes and hasattr(self.array_bytes, "decode_partial")

@@ -1,0 +1,85 @@
+"""One exception hierarchy for the whole package; every message names the key or field at fault.
+
+This module is the bottom layer: every other module may import it, it imports nothing of ours.
+"""
+
+from __future__ import annotations
+
+
+class Zarr3Error(Exception):
+    """Root of every error raised on purpose by zarr3_backend."""
+
+
+# --- format: metadata, data types, codecs -------------------------------------------------------
+class MetadataError(Zarr3Error, ValueError):
+    """A zarr.json document (or a metadata argument) is invalid; the message names the field."""
+
+
+class UnknownFieldError(MetadataError):
+    """A metadata field is not understood and is not marked ``"must_understand": false``."""
+
+
+class DataTypeError(MetadataError):
+    """Unknown or unsupported data type, or a fill value that does not fit it."""
+
+
+class CodecError(Zarr3Error, ValueError):
+    """A codec is misconfigured, a codec chain has the wrong form, or encoding failed."""
+
+
+class UnknownCodecError(CodecError):
+    """No codec is registered under the name found in the metadata."""
+
+
+class CorruptionError(Zarr3Error, ValueError):
+    """Stored bytes cannot be decoded: truncated chunk or shard, index out of range, bad frame."""
+
+
+class ChecksumError(CorruptionError):
+    """A stored checksum (crc32c) does not match the bytes it guards."""
+
+
+# --- hierarchy ----------------------------------------------------------------------------------
+class NodeNotFoundError(Zarr3Error, KeyError):
+    """No array or group at the given path."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message; keep it readable
+        return str(self.args[0]) if self.args else ""
+
+
+class ArrayNotFoundError(NodeNotFoundError):
+    """No array at the given path."""
+
+
+class GroupNotFoundError(NodeNotFoundError):
+    """No group at the given path."""
+
+
+class NodeExistsError(Zarr3Error, FileExistsError):
+    """An array or group already exists where one was to be created (mode ``w-``)."""
+
+
+class ReadOnlyError(Zarr3Error, PermissionError):
+    """A write was attempted through a read-only store, array or group."""
+
+
+# --- selections and shapes ----------------------------------------------------------------------
+class SelectionError(Zarr3Error, IndexError):
+    """A selection is out of bounds or of a kind the indexer does not support."""
+
+
+class ShapeError(Zarr3Error, ValueError):
+    """Shapes disagree: a value that cannot broadcast to a selection, chunks vs shards, ..."""
+
+
+class ChunkAlignmentError(ShapeError):
+    """Dask chunks would let two write tasks touch one shard (or chunk)."""
+
+
+# --- storage ------------------------------------------------------------------------------------
+class StoreError(Zarr3Error, OSError):
+    """The storage backend failed (unreachable endpoint, denied access, timeout); names the URL."""
+
+
+class InvalidKeyError(Zarr3Error, ValueError):
+    """A store key is malformed or would escape the store root."""

@@ -1,0 +1,117 @@
+"""The Store ABC: the abstract store interface of the Zarr v3 core spec, synchronous and batched.
+
+Keys are "/"-separated strings with no leading slash (``"t2m/c/0/1/2"``, ``"zarr.json"``).
+Every method that reads many values takes them all in one call so a backend can fetch them
+concurrently. Missing keys read as ``None`` (never an exception per chunk).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+from ..byte_range import ByteRange
+from ..errors import InvalidKeyError, ReadOnlyError
+
+BytesLike = bytes | bytearray | memoryview
+
+
+def validate_key(key: str) -> str:
+    """Refuse keys that are empty, absolute, contain backslashes or ``.``/``..`` segments."""
+    if not isinstance(key, str) or not key:
+        raise InvalidKeyError(f"store key must be a non-empty string, got {key!r}")
+    if key.startswith("/") or "\\" in key or "\x00" in key:
+        raise InvalidKeyError(f"invalid store key {key!r}: absolute paths, backslashes and NUL are refused")
+    if any(part in ("", ".", "..") for part in key.split("/")):
+        raise InvalidKeyError(f"invalid store key {key!r}: empty, '.' and '..' segments are refused")
+    return key
+
+
+def validate_prefix(prefix: str) -> str:
+    """A prefix is ``""`` (the root) or a valid key optionally ending in ``/``."""
+    if prefix == "":
+        return prefix
+    validate_key(prefix.rstrip("/") or "/")
+    return prefix
+
+
+class Store(ABC):
+    """Abstract key/value store. Subclasses implement the ``_``-less abstract methods.
+
+    Batched methods have serial defaults; real stores override them to run concurrently.
+    """
+
+    def __init__(self, *, read_only: bool = False) -> None:
+        self.read_only = read_only
+
+    # ---- reading ---------------------------------------------------------------------------
+    @abstractmethod
+    def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        """The value of ``key`` (or ``byte_range`` of it); ``None`` when the key is missing."""
+
+    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        """Values of many keys in one call (concurrent where the backend allows)."""
+        return [self.get(k) for k in keys]
+
+    def get_partial_values(
+        self, key_ranges: Sequence[tuple[str, ByteRange | None]]
+    ) -> list[bytes | None]:
+        """Byte ranges of many keys in one call (concurrent where the backend allows)."""
+        return [self.get(k, r) for k, r in key_ranges]
+
+    def exists(self, key: str) -> bool:
+        return self.get(key, ByteRange(0, 0)) is not None
+
+    # ---- writing ---------------------------------------------------------------------------
+    def check_writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyError(f"store {self!r} is read-only")
+
+    @abstractmethod
+    def set(self, key: str, value: BytesLike) -> None:
+        """Store ``value`` under ``key`` atomically (readers see the old or the new value)."""
+
+    def set_many(self, items: Mapping[str, BytesLike]) -> None:
+        """Store many values in one call (concurrent where the backend allows)."""
+        for k, v in items.items():
+            self.set(k, v)
+
+    @abstractmethod
+    def erase(self, key: str) -> None:
+        """Remove ``key``; no error if it is missing."""
+
+    def erase_many(self, keys: Iterable[str]) -> None:
+        for k in keys:
+            self.erase(k)
+
+    def erase_prefix(self, prefix: str) -> None:
+        """Remove every key under ``prefix``."""
+        self.check_writable()
+        self.erase_many(list(self.list_prefix(prefix)))
+
+    # ---- listing ---------------------------------------------------------------------------
+    @abstractmethod
+    def list(self) -> Iterator[str]:
+        """Every key in the store."""
+
+    def list_prefix(self, prefix: str) -> Iterator[str]:
+        """Every key that starts with ``prefix`` (full keys)."""
+        return (k for k in self.list() if k.startswith(prefix))
+
+    def list_dir(self, prefix: str) -> Iterator[str]:
+        """Names directly under ``prefix`` (``""`` or ending in ``/``): keys and child prefixes,
+        without the prefix and without a trailing slash, each once."""
+        seen = set()
+        for k in self.list_prefix(prefix):
+            child = k[len(prefix) :].split("/", 1)[0]
+            if child not in seen:
+                seen.add(child)
+                yield child
+
+    # ---- identity --------------------------------------------------------------------------
+    def with_read_only(self, read_only: bool = True) -> Store:
+        """A store on the same data with another read-only flag."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release resources (connections, thread pools)."""
