@@ -1,0 +1,1 @@
+"""The format core: metadata, data types, chunk grid, chunk key encodings, Array and Group."""

@@ -1,0 +1,210 @@
+"""The ``numcodecs.*`` codec names zarr-python 3 writes into v3 metadata, run through numcodecs.
+
+zarr-python stores a numcodecs codec as ``{"name": "numcodecs.<id>", "configuration": {...}}``
+(the numcodecs config without its ``"id"``). Each name maps to one codec kind of the v3 spec:
+filters such as ``delta`` are array -> array, compressors and checksums are bytes -> bytes, and
+``pcodec``/``zfpy`` serialise arrays themselves (array -> bytes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numcodecs
+import numpy as np
+
+from ..errors import CodecError, CorruptionError
+from .base import ArrayArrayCodec, ArrayBytesCodec, Buffer, BytesBytesCodec, ChunkSpec, Codec, as_bytes_view
+from .registry import register_codec
+
+PREFIX = "numcodecs."
+
+#: numcodecs id -> codec kind in the v3 chain ("aa", "ab", "bb"), as zarr-python 3 classifies them.
+NUMCODECS_KINDS: dict[str, str] = {
+    # array -> array ("filters")
+    "delta": "aa",
+    "bitround": "aa",
+    "fixedscaleoffset": "aa",
+    "quantize": "aa",
+    "packbits": "aa",
+    "astype": "aa",
+    # bytes -> bytes ("compressors" and checksums)
+    "blosc": "bb",
+    "lz4": "bb",
+    "zstd": "bb",
+    "zlib": "bb",
+    "gzip": "bb",
+    "bz2": "bb",
+    "lzma": "bb",
+    "shuffle": "bb",
+    "crc32": "bb",
+    "crc32c": "bb",
+    "adler32": "bb",
+    "fletcher32": "bb",
+    "jenkins_lookup3": "bb",
+    # array -> bytes (serialisers)
+    "pcodec": "ab",
+    "zfpy": "ab",
+}
+
+#: Checksum codecs append a fixed 4-byte digest, so their encoded size is known.
+_CHECKSUMS = frozenset({"crc32", "crc32c", "adler32", "fletcher32", "jenkins_lookup3"})
+
+
+class _NumcodecsMixin:
+    """Shared state of every adapter: the numcodecs id, its config and the numcodecs object."""
+
+    codec_id: ClassVar[str]
+    name: ClassVar[str]
+
+    def __init__(self, **config: Any) -> None:
+        given_id = config.pop("id", None)
+        if given_id not in (None, self.codec_id):
+            raise CodecError(f"codec {self.name!r}: configuration 'id' is {given_id!r}, expected {self.codec_id!r}")
+        self._config = dict(config)
+        try:
+            self._codec = numcodecs.get_codec({"id": self.codec_id, **self._config})
+        except numcodecs.errors.UnknownCodecError as e:  # optional dependency missing (pcodec, zfpy)
+            raise CodecError(f"codec {self.name!r}: numcodecs cannot provide it here ({e})") from e
+        except (TypeError, ValueError) as e:
+            raise CodecError(f"codec {self.name!r}: invalid configuration {self._config!r}: {e}") from e
+
+    @classmethod
+    def from_config(cls, configuration: Mapping[str, Any] | None) -> Codec:
+        return cls(**dict(configuration or {}))
+
+    def configuration(self) -> dict[str, Any]:
+        return dict(self._config)
+
+    def _with(self, **extra: Any) -> Any:
+        """A copy with ``extra`` config keys filled in where they are missing."""
+        missing = {k: v for k, v in extra.items() if self._config.get(k) is None}
+        return type(self)(**{**self._config, **missing}) if missing else self
+
+    def _fail(self, action: str, e: Exception) -> CodecError:
+        kind = CorruptionError if action == "decode" else CodecError
+        return kind(f"codec {self.name!r}: {action} failed: {e}")
+
+
+class NumcodecsArrayArrayCodec(_NumcodecsMixin, ArrayArrayCodec):
+    """A numcodecs filter (``delta``, ``fixedscaleoffset``, ...) used as an array -> array codec."""
+
+    def evolve(self, spec: ChunkSpec) -> Codec:
+        if self.codec_id in ("fixedscaleoffset", "quantize"):
+            return self._with(dtype=spec.dtype.str)
+        if self.codec_id == "astype":
+            return self._with(decode_dtype=spec.dtype.str)
+        return self
+
+    def validate(self, spec: ChunkSpec) -> None:
+        if self.codec_id == "packbits" and spec.dtype != np.bool_:
+            raise CodecError(f"codec {self.name!r} needs a bool array, got {spec.dtype}")
+        if self.codec_id == "astype" and self._config.get("encode_dtype") is None:
+            raise CodecError(f"codec {self.name!r} needs 'encode_dtype' in its configuration")
+
+    def _out_dtype(self, spec: ChunkSpec) -> np.dtype:
+        if self.codec_id == "packbits":
+            return np.dtype("uint8")
+        if self.codec_id == "astype":
+            return np.dtype(self._config["encode_dtype"])
+        if self.codec_id in ("delta", "fixedscaleoffset") and self._config.get("astype"):
+            return np.dtype(self._config["astype"])
+        return spec.dtype
+
+    def resolve(self, spec: ChunkSpec) -> ChunkSpec:
+        if self.codec_id == "packbits":
+            n = math.prod(spec.shape)
+            return ChunkSpec((1 + math.ceil(n / 8),), np.dtype("uint8"), np.uint8(0))
+        dtype = self._out_dtype(spec)
+        if dtype == spec.dtype:
+            return spec
+        try:
+            fill = self._codec.encode(np.full(1, spec.fill_value, dtype=spec.dtype)).reshape(-1)[0]
+            fill = dtype.type(fill)
+        except Exception:  # a fill the filter cannot express: zero of the stored type
+            fill = dtype.type(0)
+        return ChunkSpec(spec.shape, dtype, fill)
+
+    def encode(self, chunk: np.ndarray, spec: ChunkSpec) -> np.ndarray:
+        out_spec = self.resolve(spec)
+        try:
+            out = np.asarray(self._codec.encode(np.ascontiguousarray(chunk)))
+            return out.astype(out_spec.dtype, copy=False).reshape(out_spec.shape)
+        except Exception as e:
+            raise self._fail("encode", e) from e
+
+    def decode(self, chunk: np.ndarray, spec: ChunkSpec) -> np.ndarray:
+        try:
+            out = np.asarray(self._codec.decode(np.ascontiguousarray(chunk)))
+            if self.codec_id == "packbits":
+                out = out[: math.prod(spec.shape)]
+            return out.astype(spec.dtype, copy=False).reshape(spec.shape)
+        except Exception as e:
+            raise self._fail("decode", e) from e
+
+
+class NumcodecsBytesBytesCodec(_NumcodecsMixin, BytesBytesCodec):
+    """A numcodecs compressor or checksum used as a bytes -> bytes codec."""
+
+    def evolve(self, spec: ChunkSpec) -> Codec:
+        if self.codec_id == "shuffle":
+            return self._with(elementsize=spec.dtype.itemsize)
+        return self
+
+    def encode(self, data: Buffer, spec: ChunkSpec) -> Buffer:
+        try:
+            out = self._codec.encode(as_bytes_view(data))
+        except Exception as e:
+            raise self._fail("encode", e) from e
+        return out.tobytes() if isinstance(out, np.ndarray) else out
+
+    def decode(self, data: Buffer, spec: ChunkSpec) -> Buffer:
+        try:
+            out = self._codec.decode(as_bytes_view(data))
+        except Exception as e:
+            raise self._fail("decode", e) from e
+        return out.tobytes() if isinstance(out, np.ndarray) else out
+
+    def encoded_size(self, size: int) -> int | None:
+        return size + 4 if self.codec_id in _CHECKSUMS else None
+
+
+class NumcodecsArrayBytesCodec(_NumcodecsMixin, ArrayBytesCodec):
+    """A numcodecs serialiser (``pcodec``, ``zfpy``) used as the array -> bytes codec."""
+
+    def encode(self, chunk: np.ndarray, spec: ChunkSpec) -> Buffer:
+        try:
+            return self._codec.encode(np.ascontiguousarray(chunk))
+        except Exception as e:
+            raise self._fail("encode", e) from e
+
+    def decode(self, data: Buffer, spec: ChunkSpec) -> np.ndarray:
+        try:
+            out = np.asarray(self._codec.decode(bytes(as_bytes_view(data))))
+            return out.astype(spec.dtype, copy=False).reshape(spec.shape)
+        except Exception as e:
+            raise self._fail("decode", e) from e
+
+
+_BASES: dict[str, type[Codec]] = {
+    "aa": NumcodecsArrayArrayCodec,
+    "bb": NumcodecsBytesBytesCodec,
+    "ab": NumcodecsArrayBytesCodec,
+}
+
+
+def _make_class(codec_id: str, kind: str) -> type[Codec]:
+    """One registered class per numcodecs id, named after it (``NumcodecsDelta``, ...)."""
+    base = _BASES[kind]
+    cls_name = "Numcodecs" + "".join(part.capitalize() for part in codec_id.split("_"))
+    cls = type(cls_name, (base,), {"codec_id": codec_id, "name": PREFIX + codec_id, "__module__": __name__})
+    cls.__doc__ = f"``{PREFIX}{codec_id}``: numcodecs' {codec_id!r} codec in a v3 codec chain."
+    return register_codec(cls)
+
+
+#: name in zarr.json ("numcodecs.delta", ...) -> registered codec class.
+NUMCODECS_CODECS: dict[str, type[Codec]] = {
+    PREFIX + codec_id: _make_class(codec_id, kind) for codec_id, kind in NUMCODECS_KINDS.items()
+}

@@ -1,0 +1,351 @@
+"""Public entry points: open_group, open_array, create_array, create_group, consolidate_metadata.
+
+Every creating call validates everything (data type, fill value, codec chain, shapes) before it
+writes a byte, so a failed call leaves the store as it was.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..codecs import Codec
+from ..errors import (
+    ArrayNotFoundError,
+    GroupNotFoundError,
+    MetadataError,
+    NodeExistsError,
+    ShapeError,
+)
+from ..stores import make_store
+from ..stores.base import Store
+from .array import Array
+from .chunk_grid import RegularChunkGrid
+from .chunk_key_encoding import DefaultChunkKeyEncoding, parse_chunk_key_encoding
+from .codec_specs import build_codecs
+from .dtypes import DataType, data_type_from_numpy, default_fill_value, parse_data_type, parse_fill_value
+from .group import Group, node_from_metadata, open_existing_group, read_node_metadata
+from .metadata import ArrayMetadata, GroupMetadata, to_bytes
+from .paths import join_prefix, metadata_key, normalize_path, parent_path
+
+MODES = ("r", "r+", "a", "w", "w-")
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+
+
+def _resolve_store(store: Any, mode: str, storage_options: dict | None) -> Store:
+    return make_store(store, mode=mode, storage_options=storage_options)
+
+
+def _as_data_type(dtype: Any) -> DataType:
+    if isinstance(dtype, DataType):
+        return dtype
+    if isinstance(dtype, str | dict):
+        try:
+            return parse_data_type(dtype)
+        except MetadataError:
+            pass
+    return data_type_from_numpy(np.dtype(dtype))
+
+
+def guess_chunks(shape: tuple[int, ...], itemsize: int, target: int = 4 * 2**20) -> tuple[int, ...]:
+    """A C-order-friendly chunk shape of about ``target`` bytes: halve the largest leading axes."""
+    chunks = [max(int(s), 1) for s in shape]
+    while math.prod(chunks) * itemsize > target:
+        i = max(range(len(chunks)), key=lambda k: (chunks[k], -k))
+        if chunks[i] == 1:
+            break
+        chunks[i] = math.ceil(chunks[i] / 2)
+    return tuple(chunks)
+
+
+def _as_shape(name: str, value: Any, ndim: int | None = None) -> tuple[int, ...]:
+    if isinstance(value, int | np.integer):
+        value = (int(value),)
+    try:
+        shape = tuple(int(v) for v in value)
+    except TypeError as e:
+        raise ShapeError(f"{name} must be a sequence of integers, got {value!r}") from e
+    if ndim is not None and len(shape) != ndim:
+        raise ShapeError(f"{name} {shape} has {len(shape)} dimensions, the array has {ndim}")
+    return shape
+
+
+def _ensure_parents(store: Store, path: str) -> dict[str, bytes]:
+    """zarr.json documents for missing ancestor groups; refuses an array ancestor."""
+    ancestors = []
+    p = parent_path(path)
+    while p is not None:
+        ancestors.append(p)
+        p = parent_path(p)
+    docs = store.get_many([metadata_key(a) for a in ancestors]) if ancestors else []
+    missing = {}
+    for a, doc in zip(ancestors, docs, strict=True):
+        if doc is None:
+            missing[metadata_key(a)] = to_bytes(GroupMetadata(attributes={}))
+            continue
+        if b'"array"' in doc:
+            from .metadata import parse_node
+
+            if isinstance(parse_node(doc, a), ArrayMetadata):
+                raise NodeExistsError(f"cannot create {path!r}: ancestor {a or '/'!r} is an array")
+    return missing
+
+
+def _clear_for_create(store: Store, path: str, overwrite: bool) -> None:
+    """Refuse (or, with overwrite, erase) whatever node is at ``path``."""
+    exists = store.exists(metadata_key(path)) or next(iter(store.list_dir(join_prefix(path))), None) is not None
+    if exists:
+        if not overwrite:
+            raise NodeExistsError(f"a node already exists at {path or '/'!r} in {store!r} (use overwrite=True or mode='w')")
+        store.erase_prefix(join_prefix(path))
+        store.erase(metadata_key(path))
+
+
+def array_metadata(
+    *,
+    shape: Any,
+    dtype: Any,
+    chunks: Any = None,
+    shards: Any = None,
+    codecs: Sequence[Any] | None = None,
+    compressors: Any = "auto",
+    filters: Any = None,
+    serializer: Any = "auto",
+    fill_value: Any = None,
+    chunk_key_encoding: Any = None,
+    dimension_names: Sequence[str | None] | None = None,
+    attributes: dict | None = None,
+    path: str = "",
+) -> ArrayMetadata:
+    """Validated metadata for a new array (pure: touches no store)."""
+    shape = _as_shape("shape", shape)
+    dt = _as_data_type(dtype)
+    if fill_value is None:
+        fill = default_fill_value(dt)
+    elif isinstance(fill_value, np.generic | np.ndarray) or not isinstance(fill_value, str | list):
+        fill = parse_fill_value(_fill_to_json_input(fill_value, dt), dt)
+    else:
+        fill = parse_fill_value(fill_value, dt)
+    if codecs is not None:
+        if shards is not None:
+            raise ShapeError("give either a full `codecs` chain or `shards`, not both (put sharding_indexed in `codecs`)")
+        grid_shape = _as_shape("chunks", chunks, len(shape)) if chunks is not None else guess_chunks(shape, dt.itemsize)
+        codec_list = list(codecs)
+    else:
+        inner = _as_shape("chunks", chunks, len(shape)) if chunks is not None else None
+        outer = _as_shape("shards", shards, len(shape)) if shards is not None else None
+        if inner is None:
+            inner = guess_chunks(outer or shape, dt.itemsize)
+        grid_shape, codec_list = build_codecs(
+            dt, inner, outer, compressors=compressors, filters=filters, serializer=serializer
+        )
+    if any(c <= 0 for c in grid_shape):
+        raise ShapeError(f"chunk shape {grid_shape} must be positive on every axis")
+    if dimension_names is not None:
+        dimension_names = tuple(dimension_names)
+    if chunk_key_encoding is None:
+        encoding = DefaultChunkKeyEncoding()
+    elif isinstance(chunk_key_encoding, str | dict):
+        encoding = parse_chunk_key_encoding(chunk_key_encoding)
+    else:
+        encoding = chunk_key_encoding
+    meta = ArrayMetadata(
+        shape=shape,
+        data_type=dt,
+        chunk_grid=RegularChunkGrid(tuple(grid_shape)),
+        chunk_key_encoding=encoding,
+        fill_value=fill,
+        codecs=tuple(codec_list),
+        attributes=dict(attributes or {}),
+        dimension_names=dimension_names,
+    )
+    # round trip through JSON: validates every field exactly as a reader will, and evolves
+    # codecs (endian, blosc typesize) so the written document is complete
+    chain = meta.codec_chain()
+    meta = meta.evolve(codecs=tuple(chain.codecs))
+    return ArrayMetadata.from_json(meta.to_json(), path)
+
+
+def _fill_to_json_input(value: Any, dt: DataType) -> Any:
+    """Turn a Python/numpy fill value into a JSON form ``parse_fill_value`` accepts."""
+    from .dtypes import fill_value_to_json
+
+    try:
+        arr = np.asarray(value)
+        if dt.numpy.kind not in "OTUS":
+            arr = arr.astype(dt.numpy, casting="unsafe" if arr.dtype.kind in "biufc" else "same_kind")
+            if dt.numpy.kind in "iub" and np.asarray(value).dtype.kind == "f" and not float(value).is_integer():
+                raise ValueError("not an integer")
+            if dt.numpy.kind in "iu" and arr != value:
+                raise ValueError("out of range")
+        return fill_value_to_json(arr[()], dt)
+    except (TypeError, ValueError, OverflowError) as e:
+        from ..errors import DataTypeError
+
+        raise DataTypeError(f"fill_value {value!r} is not valid for data type {dt.name!r}: {e}") from e
+
+
+def create_array(
+    store: Any,
+    path: str = "",
+    *,
+    shape: Any,
+    dtype: Any,
+    chunks: Any = None,
+    shards: Any = None,
+    codecs: Sequence[Any] | None = None,
+    compressors: Any = "auto",
+    filters: Any = None,
+    serializer: Any = "auto",
+    fill_value: Any = None,
+    chunk_key_encoding: Any = None,
+    dimension_names: Sequence[str | None] | None = None,
+    attributes: dict | None = None,
+    overwrite: bool = False,
+    storage_options: dict | None = None,
+    write_empty_chunks: bool = False,
+) -> Array:
+    """Create an array and write its ``zarr.json`` (and any missing parent groups).
+
+    ``chunks`` is the read chunk (the inner chunk when ``shards`` is given). With a full
+    ``codecs`` chain, ``chunks`` is the chunk grid's shape and ``shards`` must be None.
+    """
+    path = normalize_path(path)
+    store = _resolve_store(store, "w" if overwrite else "a", storage_options)
+    meta = array_metadata(
+        shape=shape, dtype=dtype, chunks=chunks, shards=shards, codecs=codecs, compressors=compressors,
+        filters=filters, serializer=serializer, fill_value=fill_value, chunk_key_encoding=chunk_key_encoding,
+        dimension_names=dimension_names, attributes=attributes, path=path,
+    )
+    doc = to_bytes(meta)
+    store.check_writable()
+    parents = _ensure_parents(store, path)
+    _clear_for_create(store, path, overwrite)
+    if parents:
+        store.set_many(parents)
+    store.set(metadata_key(path), doc)
+    return Array(store, path, meta, write_empty_chunks=write_empty_chunks)
+
+
+def create_group(
+    store: Any,
+    path: str = "",
+    *,
+    attributes: dict | None = None,
+    overwrite: bool = False,
+    storage_options: dict | None = None,
+) -> Group:
+    """Create a group and write its ``zarr.json`` (and any missing parent groups)."""
+    path = normalize_path(path)
+    store = _resolve_store(store, "w" if overwrite else "a", storage_options)
+    meta = GroupMetadata(attributes=dict(attributes or {}))
+    doc = to_bytes(meta)
+    store.check_writable()
+    parents = _ensure_parents(store, path)
+    _clear_for_create(store, path, overwrite)
+    if parents:
+        store.set_many(parents)
+    store.set(metadata_key(path), doc)
+    return Group(store, path, meta)
+
+
+def open_group(
+    store: Any = None,
+    path: str = "",
+    mode: str = "a",
+    *,
+    storage_options: dict | None = None,
+    use_consolidated: bool | None = None,
+    attributes: dict | None = None,
+) -> Group:
+    """Open (or with modes ``a``/``w``/``w-`` create) the group at ``path``.
+
+    ``use_consolidated``: None uses consolidated metadata when present, True requires it,
+    False ignores it.
+    """
+    _check_mode(mode)
+    path = normalize_path(path)
+    store = _resolve_store(store if store is not None else {}, mode, storage_options)
+    if mode in ("w", "w-"):
+        return create_group(store, path, attributes=attributes, overwrite=mode == "w")
+    try:
+        return open_existing_group(store, path, read_only=mode == "r", use_consolidated=use_consolidated)
+    except GroupNotFoundError:
+        if mode != "a" or read_node_metadata(store, path) is not None:
+            raise
+        return create_group(store, path, attributes=attributes)
+
+
+def open_array(
+    store: Any,
+    path: str = "",
+    mode: str = "r",
+    *,
+    storage_options: dict | None = None,
+    write_empty_chunks: bool = False,
+    **create_kwargs: Any,
+) -> Array:
+    """Open the array at ``path``; modes ``w``/``w-`` (and ``a`` when missing) create it from
+    ``create_kwargs`` (shape, dtype, chunks, ...)."""
+    _check_mode(mode)
+    path = normalize_path(path)
+    store = _resolve_store(store, mode, storage_options)
+    if mode in ("w", "w-") or (mode == "a" and create_kwargs and read_node_metadata(store, path) is None):
+        return create_array(store, path, overwrite=mode == "w", write_empty_chunks=write_empty_chunks, **create_kwargs)
+    if create_kwargs:
+        raise TypeError(f"open_array(mode={mode!r}) takes no creation arguments: {sorted(create_kwargs)}")
+    meta = read_node_metadata(store, path)
+    if meta is None:
+        raise ArrayNotFoundError(f"no array at {path or '/'!r} in {store!r}")
+    if not isinstance(meta, ArrayMetadata):
+        raise ArrayNotFoundError(f"{path or '/'!r} is a group, not an array")
+    return Array(store, path, meta, read_only=mode == "r", write_empty_chunks=write_empty_chunks)
+
+
+def open_node(store: Any, path: str = "", mode: str = "r", *, storage_options: dict | None = None) -> Array | Group:
+    """The array or group at ``path``."""
+    path = normalize_path(path)
+    store = _resolve_store(store, mode, storage_options)
+    meta = read_node_metadata(store, path)
+    if meta is None:
+        return open_existing_group(store, path, read_only=mode == "r", use_consolidated=None)
+    return node_from_metadata(store, path, meta, read_only=mode == "r")
+
+
+def consolidate_metadata(store: Any, path: str = "", *, storage_options: dict | None = None) -> Group:
+    """Write every descendant's ``zarr.json`` into the group's inline consolidated metadata."""
+    path = normalize_path(path)
+    store = _resolve_store(store, "r+", storage_options)
+    group = open_existing_group(store, path, read_only=False, use_consolidated=False)
+    docs = {}
+    for rel, node in group.members(max_depth=None).items():
+        doc = node.metadata.to_json()
+        if isinstance(node, Group):
+            doc["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": {}}
+        docs[rel] = doc
+    meta = GroupMetadata(
+        attributes=group.metadata.attributes,
+        consolidated_metadata={"kind": "inline", "must_understand": False, "metadata": docs},
+        extra_fields=group.metadata.extra_fields,
+    )
+    store.set(metadata_key(path), to_bytes(meta))
+    return Group(store, path, meta)
+
+
+__all__ = [
+    "Codec",
+    "consolidate_metadata",
+    "create_array",
+    "create_group",
+    "guess_chunks",
+    "open_array",
+    "open_group",
+    "open_node",
+]

@@ -1,0 +1,435 @@
+"""The Array: numpy-style reads and writes of one Zarr v3 array, one batched store call per call.
+
+A read resolves the selection to the storage units (chunks, or shards when sharded) it touches,
+fetches them in one batched store call, decodes them concurrently and scatters into one output
+array. Regions inside a shard are read through the sharding codec's partial decoder (index
+first, then only the inner chunks needed). Writes encode concurrently and store in one call;
+units equal to the fill value are erased instead of written unless ``write_empty_chunks``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, MutableMapping
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from .. import indexing
+from .._threads import thread_map
+from ..byte_range import ByteRange
+from ..codecs import CodecChain
+from ..errors import CorruptionError, ReadOnlyError, ShapeError
+from ..stores.base import Store
+from .metadata import ArrayMetadata, to_bytes
+from .paths import join_path, join_prefix, metadata_key, node_name
+
+
+class Attributes(MutableMapping):
+    """The ``attributes`` of a node; every change is written to its ``zarr.json`` at once."""
+
+    def __init__(self, node: Array | Any) -> None:
+        self._node = node
+
+    def _get(self) -> dict:
+        return self._node.metadata.attributes
+
+    def __getitem__(self, key: str) -> Any:
+        return self._get()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.update({key: value})
+
+    def __delitem__(self, key: str) -> None:
+        attrs = dict(self._get())
+        del attrs[key]
+        self._node._set_attributes(attrs)
+
+    def update(self, other: Any = (), /, **kwargs: Any) -> None:  # one write for many keys
+        attrs = dict(self._get())
+        attrs.update(other, **kwargs)
+        self._node._set_attributes(attrs)
+
+    def put(self, attrs: dict) -> None:
+        """Replace all attributes with ``attrs`` (one write)."""
+        self._node._set_attributes(dict(attrs))
+
+    def asdict(self) -> dict:
+        return dict(self._get())
+
+    def __repr__(self) -> str:
+        return repr(self._get())
+
+
+def is_fill(chunk: np.ndarray, fill_value: Any) -> bool:
+    """True when every element of ``chunk`` equals the fill value (NaN equals NaN)."""
+    if chunk.dtype.kind in "fc":
+        if np.isnan(fill_value):
+            return bool(np.isnan(chunk).all())
+        return bool((chunk == fill_value).all())
+    if chunk.dtype.kind == "V":
+        return chunk.tobytes() == bytes(fill_value.tobytes()) * chunk.size
+    return bool(np.all(chunk == fill_value))
+
+
+def _shift(sel: tuple, box: tuple[slice, ...]) -> tuple:
+    """Re-express a chunk selection relative to the start of the bounding box ``box``."""
+    out = []
+    for s, b in zip(sel, box, strict=True):
+        o = b.start
+        if isinstance(s, slice):
+            out.append(slice(s.start - o, s.stop - o, s.step))
+        else:
+            out.append(s - o)
+    return tuple(out)
+
+
+class Array:
+    """One Zarr v3 array in a store, addressed numpy-style."""
+
+    def __init__(
+        self,
+        store: Store,
+        path: str,
+        metadata: ArrayMetadata,
+        *,
+        read_only: bool = False,
+        write_empty_chunks: bool = False,
+    ) -> None:
+        self.store = store
+        self.path = path
+        self.metadata = metadata
+        self.read_only = read_only or store.read_only
+        self.write_empty_chunks = write_empty_chunks
+
+    # ---- description -----------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return node_name(self.path)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.metadata.shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.metadata.data_type.numpy
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def fill_value(self) -> Any:
+        return self.metadata.fill_value
+
+    @property
+    def dimension_names(self) -> tuple[str | None, ...] | None:
+        return self.metadata.dimension_names
+
+    @property
+    def storage_chunks(self) -> tuple[int, ...]:
+        """The shape of one stored object (shard or chunk): the unit a writer must own."""
+        return self.metadata.chunk_grid.chunk_shape
+
+    @property
+    def shards(self) -> tuple[int, ...] | None:
+        """The shard shape, or ``None`` when the array is not sharded."""
+        return self.storage_chunks if self._sharding is not None else None
+
+    @property
+    def chunks(self) -> tuple[int, ...]:
+        """The read chunk: the inner chunk shape when sharded, else the chunk grid's shape."""
+        codec = self._sharding
+        return tuple(codec.chunk_shape) if codec is not None else self.storage_chunks
+
+    @property
+    def codecs(self) -> list[dict]:
+        """The codec chain as written in ``zarr.json``."""
+        return [c.to_json() for c in self.metadata.codecs]
+
+    @property
+    def attrs(self) -> Attributes:
+        return Attributes(self)
+
+    @property
+    def nchunks(self) -> int:
+        """Number of storage units (chunks or shards) in the grid."""
+        return int(np.prod(self.metadata.chunk_grid.grid_shape(self.shape), dtype=np.int64))
+
+    def __repr__(self) -> str:
+        return f"<zarr3_backend.Array {self.path or '/'!r} shape={self.shape} dtype={self.dtype}>"
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d array")
+        return self.shape[0]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self[...]
+        return out if dtype is None else out.astype(dtype)
+
+    # ---- codec plumbing --------------------------------------------------------------------
+    @cached_property
+    def _chain(self) -> CodecChain:
+        return self.metadata.codec_chain()
+
+    @cached_property
+    def _sharding(self) -> Any:
+        """The sharding codec when the chain is exactly one sharding_indexed codec."""
+        ab = self._chain.array_bytes
+        return ab if getattr(ab, "name", None) == "sharding_indexed" else None
+
+    def _chunk_key(self, coords: tuple[int, ...]) -> str:
+        return join_path(self.path, self.metadata.chunk_key_encoding.encode_chunk_key(coords))
+
+    def _decode(self, key: str, data: Any) -> np.ndarray:
+        try:
+            return self._chain.decode(data)
+        except CorruptionError as e:
+            raise type(e)(f"chunk {key!r}: {e}") from e
+
+    def _fill_chunk(self) -> np.ndarray:
+        return self._chain.spec.fill_array()
+
+    # ---- reading ---------------------------------------------------------------------------
+    def _read(self, indexer: Any) -> np.ndarray:
+        out = np.empty(indexer.shape, dtype=self.dtype)
+        projections = list(indexer)
+        partial_ok = self._chain.is_partial_decodable
+        whole = [p for p in projections if p.is_complete or not partial_ok]
+        parts = [p for p in projections if not (p.is_complete or not partial_ok)]
+        fill = self.fill_value
+
+        if whole:
+            keys = [self._chunk_key(p.chunk_coords) for p in whole]
+            values = self.store.get_many(keys)
+
+            def decode_into(i: int) -> None:
+                p, data = whole[i], values[i]
+                if data is None:
+                    out[p.out_selection] = fill
+                else:
+                    out[p.out_selection] = self._decode(keys[i], data)[p.chunk_selection]
+
+            thread_map(decode_into, range(len(whole)), kind="cpu")
+
+        if parts:
+            codec, spec = self._chain.array_bytes, self._chain.specs[-1]
+
+            def read_part(p: indexing.ChunkProjection) -> None:
+                key = self._chunk_key(p.chunk_coords)
+                box = indexing.chunk_bounding_box(p.chunk_selection, spec.shape)
+
+                def reader(ranges: list[ByteRange | None]) -> list[bytes | None]:
+                    return self.store.get_partial_values([(key, r) for r in ranges])
+
+                try:
+                    sub = codec.decode_partial(reader, box, spec)
+                except CorruptionError as e:
+                    raise type(e)(f"shard {key!r}: {e}") from e
+                if sub is None:
+                    out[p.out_selection] = fill
+                else:
+                    out[p.out_selection] = sub[_shift(p.chunk_selection, box)]
+
+            thread_map(read_part, parts, kind="io")
+        return out
+
+    def __getitem__(self, selection: Any) -> Any:
+        if _is_fancy(selection):
+            return self.vindex[selection] if _is_bool_mask(selection, self.shape) else self.oindex[selection]
+        result = self._read(indexing.basic_indexer(selection, self.shape, self.storage_chunks))
+        return result[()] if result.ndim == 0 else result
+
+    def get_region(self, region: tuple[slice, ...]) -> np.ndarray:
+        """The values of a box of step-1 slices (what a dask task reads), in one batched call."""
+        return self._read(indexing.basic_indexer(tuple(region), self.shape, self.storage_chunks))
+
+    @property
+    def oindex(self) -> _OIndex:
+        """Orthogonal indexing: integer arrays and boolean masks apply per axis."""
+        return _OIndex(self)
+
+    @property
+    def vindex(self) -> _VIndex:
+        """Vectorized (numpy fancy) indexing: coordinate arrays broadcast together."""
+        return _VIndex(self)
+
+    # ---- writing ---------------------------------------------------------------------------
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyError(f"array {self.path or '/'!r} is read-only")
+
+    def _coerce_value(self, value: Any, shape: tuple[int, ...]) -> np.ndarray:
+        try:
+            if self.dtype.kind in "OT":
+                arr = np.asarray(value, dtype=object)
+            else:
+                arr = np.asarray(value)
+                if arr.dtype != self.dtype:
+                    arr = arr.astype(self.dtype, casting="unsafe" if arr.dtype.kind in "biufc" else "same_kind")
+            return np.broadcast_to(arr, shape)
+        except ValueError as e:
+            raise ShapeError(
+                f"array {self.path or '/'!r}: value of shape {np.shape(value)} cannot be written "
+                f"to a selection of shape {shape}"
+            ) from e
+        except TypeError as e:
+            raise ShapeError(f"array {self.path or '/'!r}: cannot store value of type {type(value).__name__}: {e}") from e
+
+    def _write(self, indexer: Any, value: Any) -> None:
+        self._check_writable()
+        value = self._coerce_value(value, indexer.shape)
+        projections = list(indexer)
+        if not projections:
+            return
+        grid = self.metadata.chunk_grid
+        unit = self.storage_chunks
+        keys = [self._chunk_key(p.chunk_coords) for p in projections]
+        stale = [i for i, p in enumerate(projections) if not p.is_complete]
+        old = dict(zip(stale, self.store.get_many([keys[i] for i in stale]), strict=True)) if stale else {}
+        fill = self.fill_value
+
+        def encode(i: int) -> Any:
+            p = projections[i]
+            if p.is_complete:
+                region = grid.chunk_region(p.chunk_coords, self.shape)
+                edge = any(r.stop - r.start != c for r, c in zip(region, unit, strict=True))
+                chunk = self._fill_chunk() if edge else np.empty(unit, dtype=self.dtype)
+            elif old[i] is None:
+                chunk = self._fill_chunk()
+            else:
+                chunk = self._decode(keys[i], old[i])
+                if not chunk.flags.writeable:
+                    chunk = chunk.copy()
+            chunk[p.chunk_selection] = value[p.out_selection]
+            if not self.write_empty_chunks and is_fill(chunk, fill):
+                return None
+            return self._chain.encode(chunk)
+
+        encoded = thread_map(encode, range(len(projections)), kind="cpu")
+        writes = {k: v for k, v in zip(keys, encoded, strict=True) if v is not None}
+        erases = [k for k, v in zip(keys, encoded, strict=True) if v is None]
+        if writes:
+            self.store.set_many(writes)
+        if erases:
+            self.store.erase_many(erases)
+
+    def __setitem__(self, selection: Any, value: Any) -> None:
+        if _is_fancy(selection):
+            if _is_bool_mask(selection, self.shape):
+                self.vindex[selection] = value
+            else:
+                self.oindex[selection] = value
+            return
+        self._write(indexing.basic_indexer(selection, self.shape, self.storage_chunks), value)
+
+    def set_region(self, region: tuple[slice, ...], value: Any) -> None:
+        """Write a box of step-1 slices; only storage units it covers partly are read first."""
+        self._write(indexing.basic_indexer(tuple(region), self.shape, self.storage_chunks), value)
+
+    # ---- metadata changes ------------------------------------------------------------------
+    def _write_metadata(self, metadata: ArrayMetadata) -> None:
+        self.store.set(metadata_key(self.path), to_bytes(metadata))
+        self.metadata = metadata
+
+    def _set_attributes(self, attrs: dict) -> None:
+        self._check_writable()
+        new = self.metadata.evolve(attributes=attrs)
+        to_bytes(new)  # validate (e.g. NaN in attributes) before anything is written
+        self._write_metadata(new)
+
+    def resize(self, *shape: Any) -> None:
+        """Change the shape; stored units wholly outside the new shape are deleted."""
+        self._check_writable()
+        new_shape = tuple(int(s) for s in (shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape))
+        if len(new_shape) != self.ndim or any(s < 0 for s in new_shape):
+            raise ShapeError(f"array {self.path or '/'!r}: cannot resize shape {self.shape} to {new_shape}")
+        grid = self.metadata.chunk_grid
+        new_grid = grid.grid_shape(new_shape)
+        old_grid = grid.grid_shape(self.shape)
+        new_meta = self.metadata.evolve(shape=new_shape)
+        if any(n < o for n, o in zip(new_grid, old_grid, strict=True)):
+            doomed = []
+            prefix = join_prefix(self.path)
+            encoding = self.metadata.chunk_key_encoding
+            for key in self.store.list_prefix(prefix):
+                rel = key[len(prefix) :]
+                if rel == "zarr.json" or "/zarr.json" in rel:
+                    continue
+                try:
+                    coords = encoding.decode_chunk_key(rel)
+                except Exception:  # not a chunk key of this array (e.g. stray file)
+                    continue
+                if len(coords) == self.ndim and any(c >= n for c, n in zip(coords, new_grid, strict=True)):
+                    doomed.append(key)
+            self._write_metadata(new_meta)
+            self.store.erase_many(doomed)
+        else:
+            self._write_metadata(new_meta)
+
+    def append(self, data: Any, axis: int = 0) -> None:
+        """Grow along ``axis`` and write ``data`` into the new part."""
+        data = np.asarray(data)
+        new_shape = list(self.shape)
+        start = new_shape[axis]
+        new_shape[axis] += data.shape[axis]
+        self.resize(tuple(new_shape))
+        region = [slice(None)] * self.ndim
+        region[axis] = slice(start, new_shape[axis])
+        self[tuple(region)] = data
+
+
+def _is_fancy(selection: Any) -> bool:
+    """True when ``selection`` holds an array or list (not plain ints/slices/Ellipsis)."""
+    sel = selection if isinstance(selection, tuple) else (selection,)
+    return any(isinstance(s, np.ndarray | list) for s in sel)
+
+
+def _is_bool_mask(selection: Any, shape: tuple[int, ...]) -> bool:
+    """A single boolean array of the array's full shape (numpy's mask indexing)."""
+    sel = selection[0] if isinstance(selection, tuple) and len(selection) == 1 else selection
+    return isinstance(sel, np.ndarray) and sel.dtype == bool and sel.shape == shape and len(shape) > 1
+
+
+class _OIndex:
+    def __init__(self, array: Array) -> None:
+        self.array = array
+
+    def __getitem__(self, selection: Any) -> np.ndarray:
+        a = self.array
+        result = a._read(indexing.orthogonal_indexer(selection, a.shape, a.storage_chunks))
+        return result[()] if result.ndim == 0 else result
+
+    def __setitem__(self, selection: Any, value: Any) -> None:
+        a = self.array
+        a._write(indexing.orthogonal_indexer(selection, a.shape, a.storage_chunks), value)
+
+
+class _VIndex:
+    def __init__(self, array: Array) -> None:
+        self.array = array
+
+    def __getitem__(self, selection: Any) -> np.ndarray:
+        a = self.array
+        return a._read(indexing.vectorized_indexer(selection, a.shape, a.storage_chunks))
+
+    def __setitem__(self, selection: Any, value: Any) -> None:
+        a = self.array
+        a._write(indexing.vectorized_indexer(selection, a.shape, a.storage_chunks), value)
+

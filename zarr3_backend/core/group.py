@@ -1,0 +1,259 @@
+"""The Group: a node holding arrays and groups; members are read with batched, concurrent gets.
+
+Listing a hierarchy fetches every ``zarr.json`` of one level in one batched store call, and uses
+the inline consolidated metadata of the root instead when it is present (no listing at all).
+Prefixes that hold nodes but no ``zarr.json`` are implicit groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import GroupNotFoundError, MetadataError, NodeExistsError, NodeNotFoundError, ReadOnlyError
+from ..stores.base import Store
+from .array import Array, Attributes
+from .metadata import ArrayMetadata, GroupMetadata, parse_node, to_bytes
+from .paths import join_path, join_prefix, metadata_key, node_name, normalize_path
+
+Node = Array | Any  # Array | Group
+
+
+def node_from_metadata(store: Store, path: str, meta: ArrayMetadata | GroupMetadata, **kwargs: Any) -> Node:
+    """Wrap parsed metadata in an Array or Group object."""
+    if isinstance(meta, ArrayMetadata):
+        return Array(store, path, meta, read_only=kwargs.get("read_only", False),
+                     write_empty_chunks=kwargs.get("write_empty_chunks", False))
+    return Group(store, path, meta, read_only=kwargs.get("read_only", False))
+
+
+def read_node_metadata(store: Store, path: str) -> ArrayMetadata | GroupMetadata | None:
+    """The parsed ``zarr.json`` at ``path``; ``None`` when there is none."""
+    data = store.get(metadata_key(path))
+    return None if data is None else parse_node(data, path)
+
+
+def is_implicit_group(store: Store, path: str) -> bool:
+    """True when ``path`` has no ``zarr.json`` but holds keys (an implicit group)."""
+    return next(iter(store.list_dir(join_prefix(path))), None) is not None
+
+
+class Group:
+    """A Zarr v3 group: attributes plus named children (arrays and groups)."""
+
+    def __init__(self, store: Store, path: str, metadata: GroupMetadata, *, read_only: bool = False) -> None:
+        self.store = store
+        self.path = path
+        self.metadata = metadata
+        self.read_only = read_only or store.read_only
+
+    @property
+    def name(self) -> str:
+        return node_name(self.path)
+
+    @property
+    def attrs(self) -> Attributes:
+        return Attributes(self)
+
+    def __repr__(self) -> str:
+        return f"<zarr3_backend.Group {self.path or '/'!r}>"
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyError(f"group {self.path or '/'!r} is read-only")
+
+    def _set_attributes(self, attrs: dict) -> None:
+        self._check_writable()
+        new = GroupMetadata(attributes=attrs, consolidated_metadata=self.metadata.consolidated_metadata,
+                            extra_fields=self.metadata.extra_fields)
+        data = to_bytes(new)
+        self.store.set(metadata_key(self.path), data)
+        self.metadata = new
+
+    # ---- consolidated metadata -------------------------------------------------------------
+    @property
+    def consolidated(self) -> dict[str, dict] | None:
+        """Relative path -> ``zarr.json`` document of every descendant, when consolidated."""
+        cm = self.metadata.consolidated_metadata
+        if not cm:
+            return None
+        return cm.get("metadata") or {}
+
+    def _child_from_consolidated(self, rel: str) -> Node | None:
+        docs = self.consolidated
+        if docs is None or rel not in docs:
+            return None
+        path = join_path(self.path, rel)
+        meta = ArrayMetadata.from_json(docs[rel], path) if docs[rel].get("node_type") == "array" else GroupMetadata.from_json(docs[rel], path)
+        if isinstance(meta, GroupMetadata):
+            # descendants of a child group are in our table too: hand them down
+            prefix = rel + "/"
+            sub = {k[len(prefix):]: v for k, v in docs.items() if k.startswith(prefix)}
+            meta = GroupMetadata(attributes=meta.attributes,
+                                 consolidated_metadata={"kind": "inline", "must_understand": False, "metadata": sub},
+                                 extra_fields=meta.extra_fields)
+        return node_from_metadata(self.store, path, meta, read_only=self.read_only)
+
+    # ---- children --------------------------------------------------------------------------
+    def __getitem__(self, name: str) -> Node:
+        rel = normalize_path(name)
+        if not rel:
+            return self
+        node = self._child_from_consolidated(rel)
+        if node is not None:
+            return node
+        path = join_path(self.path, rel)
+        meta = read_node_metadata(self.store, path)
+        if meta is not None:
+            return node_from_metadata(self.store, path, meta, read_only=self.read_only)
+        if self.consolidated is None and is_implicit_group(self.store, path):
+            return Group(self.store, path, GroupMetadata(attributes={}), read_only=self.read_only)
+        raise NodeNotFoundError(f"no array or group named {rel!r} in group {self.path or '/'!r}")
+
+    def __contains__(self, name: str) -> bool:
+        try:
+            self[name]
+        except NodeNotFoundError:
+            return False
+        return True
+
+    def get(self, name: str, default: Any = None) -> Node | None:
+        try:
+            return self[name]
+        except NodeNotFoundError:
+            return default
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.members(max_depth=1))
+
+    def __len__(self) -> int:
+        return len(self.members(max_depth=1))
+
+    def members(self, max_depth: int | None = 1) -> dict[str, Node]:
+        """Descendants by relative path, to ``max_depth`` levels (``None``: all), sorted.
+
+        With consolidated metadata no store call is made; otherwise each level costs one
+        listing per group plus one batched get of all ``zarr.json`` documents.
+        """
+        if self.consolidated is not None:
+            docs = self.consolidated
+            out = {}
+            for rel in sorted(docs):
+                if max_depth is None or rel.count("/") < max_depth:
+                    out[rel] = self._child_from_consolidated(rel)
+            return out
+        out: dict[str, Node] = {}
+        level = [("", self.path)]  # (relative path, absolute path) of groups to list
+        depth = 0
+        while level and (max_depth is None or depth < max_depth):
+            children: list[tuple[str, str]] = []
+            for rel, path in level:
+                for child in self.store.list_dir(join_prefix(path)):
+                    if child == "zarr.json" or child.startswith("."):
+                        continue  # our own document, and stray files such as "._zarr.json"
+                    children.append((join_path(rel, child), join_path(path, child)))
+            docs = self.store.get_many([metadata_key(p) for _, p in children])
+            level = []
+            maybe_implicit = []
+            for (rel, path), data in zip(children, docs, strict=True):
+                if data is None:
+                    maybe_implicit.append((rel, path))
+                    continue
+                meta = parse_node(data, path)
+                out[rel] = node_from_metadata(self.store, path, meta, read_only=self.read_only)
+                if isinstance(meta, GroupMetadata):
+                    level.append((rel, path))
+            for rel, path in maybe_implicit:
+                # a prefix with no zarr.json: an implicit group if anything is below it
+                # (a stray file is not a prefix, so list_dir below it finds nothing)
+                if is_implicit_group(self.store, path):
+                    out[rel] = Group(self.store, path, GroupMetadata(attributes={}), read_only=self.read_only)
+                    level.append((rel, path))
+            depth += 1
+        return dict(sorted(out.items()))
+
+    def arrays(self) -> Iterator[tuple[str, Array]]:
+        """Direct child arrays as (name, Array)."""
+        return ((k, v) for k, v in self.members().items() if isinstance(v, Array))
+
+    def groups(self) -> Iterator[tuple[str, Group]]:
+        """Direct child groups as (name, Group)."""
+        return ((k, v) for k, v in self.members().items() if isinstance(v, Group))
+
+    def array_keys(self) -> list[str]:
+        return [k for k, _ in self.arrays()]
+
+    def group_keys(self) -> list[str]:
+        return [k for k, _ in self.groups()]
+
+    # ---- creating children -----------------------------------------------------------------
+    def create_array(self, name: str, **kwargs: Any) -> Array:
+        """Create an array below this group; same keywords as ``zarr3_backend.create_array``."""
+        from .api import create_array
+
+        self._check_writable()
+        return create_array(self.store, join_path(self.path, normalize_path(name)), **kwargs)
+
+    def create_group(self, name: str, attributes: dict | None = None, overwrite: bool = False) -> Group:
+        """Create a group below this group."""
+        from .api import create_group
+
+        self._check_writable()
+        return create_group(self.store, join_path(self.path, normalize_path(name)),
+                            attributes=attributes, overwrite=overwrite)
+
+    def require_group(self, name: str) -> Group:
+        """The group ``name``, created if missing; an array there is an error."""
+        try:
+            node = self[name]
+        except NodeNotFoundError:
+            return self.create_group(name)
+        if not isinstance(node, Group):
+            raise NodeExistsError(f"{join_path(self.path, name)!r} is an array, not a group")
+        return node
+
+    def require_array(self, name: str, **kwargs: Any) -> Array:
+        """The array ``name`` if it exists, else a new one created with ``kwargs``."""
+        try:
+            node = self[name]
+        except NodeNotFoundError:
+            return self.create_array(name, **kwargs)
+        if not isinstance(node, Array):
+            raise NodeExistsError(f"{join_path(self.path, name)!r} is a group, not an array")
+        return node
+
+    def __delitem__(self, name: str) -> None:
+        self._check_writable()
+        path = join_path(self.path, normalize_path(name))
+        if not self.store.exists(metadata_key(path)) and not is_implicit_group(self.store, path):
+            raise NodeNotFoundError(f"no array or group named {name!r} in group {self.path or '/'!r}")
+        self.store.erase_prefix(join_prefix(path))
+
+    # ---- display ---------------------------------------------------------------------------
+    def tree(self) -> str:
+        """A readable outline of the hierarchy: groups with '/', arrays with shape and dtype."""
+        lines = [self.path or "/"]
+        members = self.members(max_depth=None)
+        for rel, node in members.items():
+            indent = "  " * (rel.count("/") + 1)
+            if isinstance(node, Array):
+                lines.append(f"{indent}{node_name(rel)} {node.shape} {node.dtype}")
+            else:
+                lines.append(f"{indent}{node_name(rel)}/")
+        return "\n".join(lines)
+
+
+def open_existing_group(store: Store, path: str, *, read_only: bool, use_consolidated: bool | None) -> Group:
+    """The group at ``path``; an implicit group when only keys below it exist."""
+    meta = read_node_metadata(store, path)
+    if meta is None:
+        if is_implicit_group(store, path):
+            return Group(store, path, GroupMetadata(attributes={}), read_only=read_only)
+        raise GroupNotFoundError(f"no group at {path or '/'!r} in {store!r}")
+    if isinstance(meta, ArrayMetadata):
+        raise GroupNotFoundError(f"{path or '/'!r} is an array, not a group")
+    if use_consolidated is False and meta.consolidated_metadata is not None:
+        meta = GroupMetadata(attributes=meta.attributes, consolidated_metadata=None, extra_fields=meta.extra_fields)
+    elif use_consolidated is True and meta.consolidated_metadata is None:
+        raise MetadataError(f"group {path or '/'!r} has no consolidated metadata (use_consolidated=True)")
+    return Group(store, path, meta, read_only=read_only)

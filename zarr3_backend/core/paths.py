@@ -1,0 +1,46 @@
+"""Node paths inside a store: "" is the root, "a/b" a nested node; keys hang below them."""
+
+from __future__ import annotations
+
+from ..errors import InvalidKeyError
+
+
+def normalize_path(path: str | None) -> str:
+    """Strip slashes and refuse ``.``/``..``/empty segments and backslashes."""
+    if path is None:
+        return ""
+    if not isinstance(path, str):
+        raise InvalidKeyError(f"node path must be a string, got {path!r}")
+    p = path.strip("/")
+    if not p:
+        return ""
+    if "\\" in p or any(part in ("", ".", "..") for part in p.split("/")):
+        raise InvalidKeyError(f"invalid node path {path!r}")
+    return p
+
+
+def join_path(*parts: str) -> str:
+    """Join path parts with "/", skipping empty ones (``join_path("", "zarr.json")``)."""
+    return "/".join(p for p in parts if p)
+
+
+def metadata_key(path: str) -> str:
+    """The key of a node's ``zarr.json``."""
+    return join_path(path, "zarr.json")
+
+
+def node_name(path: str) -> str:
+    """The last segment of a node path ("" for the root)."""
+    return path.rsplit("/", 1)[-1]
+
+
+def parent_path(path: str) -> str | None:
+    """The parent node path, or ``None`` for the root."""
+    if not path:
+        return None
+    return path.rsplit("/", 1)[0] if "/" in path else ""
+
+
+def join_prefix(path: str) -> str:
+    """The key prefix of everything below a node ("" for the root)."""
+    return path + "/" if path else ""
