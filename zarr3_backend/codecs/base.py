@@ -64,7 +64,7 @@ class Codec(ABC):
         """Fill in settings that depend on the chunk representation (e.g. blosc typesize)."""
         return self
 
-    def validate(self, spec: ChunkSpec) -> None:
+    def validate(self, spec: ChunkSpec) -> None:  # noqa: B027 - an optional hook
         """Raise ``CodecError`` if this codec cannot handle ``spec``."""
 
     def __eq__(self, other: object) -> bool:
@@ -125,4 +125,7 @@ def as_bytes_view(data: Buffer) -> memoryview:
     """A flat, read-only, byte-typed view of any buffer without copying."""
     if isinstance(data, np.ndarray):
         data = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
-    return memoryview(data).cast("B")
+    view = memoryview(data)
+    if not view.c_contiguous:  # e.g. a strided slice of a memoryview: cast() refuses those
+        view = memoryview(view.tobytes())
+    return view.cast("B")

@@ -8,6 +8,7 @@ A third-party package registers a codec with, in its pyproject.toml::
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from importlib.metadata import entry_points
 from typing import Any
@@ -18,7 +19,6 @@ from .base import Codec
 ENTRY_POINT_GROUP = "zarr3_backend.codecs"
 
 _registry: dict[str, type[Codec]] = {}
-_entry_points_loaded = False
 
 
 def register_codec(cls: type[Codec], name: str | None = None) -> type[Codec]:
@@ -27,33 +27,41 @@ def register_codec(cls: type[Codec], name: str | None = None) -> type[Codec]:
     return cls
 
 
-def _load_entry_points() -> None:
-    global _entry_points_loaded
-    if _entry_points_loaded:
-        return
-    _entry_points_loaded = True
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name not in _registry:
-            try:
-                _registry[ep.name] = ep.load()
-            except Exception as e:  # a broken plugin must not break opening unrelated data
-                raise CodecError(f"codec plugin {ep.name!r} ({ep.value}) failed to load: {e}") from e
+def _load_entry_point(ep: Any) -> type[Codec]:
+    """Import one plugin's codec class; ``CodecError`` naming the plugin if that fails."""
+    try:
+        cls = ep.load()
+    except Exception as e:
+        raise CodecError(f"codec plugin {ep.name!r} ({ep.value}) failed to load: {e}") from e
+    if not (isinstance(cls, type) and issubclass(cls, Codec)):
+        raise CodecError(f"codec plugin {ep.name!r} ({ep.value}) is not a Codec subclass: {cls!r}")
+    return cls
 
 
 def get_codec_class(name: str) -> type[Codec]:
-    """The class registered for ``name``; ``UnknownCodecError`` naming it otherwise."""
+    """The class registered for ``name``; ``UnknownCodecError`` naming it otherwise.
+
+    Plugins are imported lazily and only the one named, so a broken plugin cannot break
+    opening data that does not use it.
+    """
     cls = _registry.get(name)
     if cls is None:
-        _load_entry_points()
-        cls = _registry.get(name)
+        for ep in entry_points(group=ENTRY_POINT_GROUP, name=name):
+            cls = _registry[name] = _load_entry_point(ep)
+            break
     if cls is None:
         raise UnknownCodecError(f"unknown codec {name!r} (known: {', '.join(sorted(_registry))})")
     return cls
 
 
 def registered_codecs() -> dict[str, type[Codec]]:
-    """A copy of the registry, entry points included."""
-    _load_entry_points()
+    """A copy of the registry, entry points included (a plugin that fails to load is left out)."""
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name not in _registry:
+            try:
+                _registry[ep.name] = _load_entry_point(ep)
+            except CodecError as e:
+                warnings.warn(str(e), RuntimeWarning, stacklevel=2)
     return dict(_registry)
 
 

@@ -45,7 +45,7 @@ IndexLocation = Literal["start", "end"]
 # --- the index format: pure functions -----------------------------------------------------------
 def index_spec(grid: Sequence[int]) -> ChunkSpec:
     """The representation the index codecs encode: shape ``grid + (2,)``, uint64, fill 2^64-1."""
-    return ChunkSpec(tuple(int(g) for g in grid) + (2,), np.dtype("uint64"), np.uint64(EMPTY))
+    return ChunkSpec((*(int(g) for g in grid), 2), np.dtype("uint64"), np.uint64(EMPTY))
 
 
 def encode_index(index: np.ndarray, chain: CodecChain) -> bytes:
@@ -194,9 +194,7 @@ class TouchedChunk:
     is_complete: bool
 
 
-def touched_chunks(
-    region: Sequence[tuple[int, int]], chunk_shape: Sequence[int]
-) -> Iterator[TouchedChunk]:
+def touched_chunks(region: Sequence[tuple[int, int]], chunk_shape: Sequence[int]) -> Iterator[TouchedChunk]:
     """The inner chunks that a region of ``(start, stop)`` per axis overlaps, in C order."""
     per_axis = []
     for (start, stop), c in zip(region, chunk_shape, strict=True):
@@ -281,7 +279,9 @@ class ShardingCodec(ArrayBytesCodec):
             isinstance(chunk_shape, (str, bytes))
             or not isinstance(chunk_shape, Sequence)
             or not chunk_shape
-            or not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c > 0 for c in chunk_shape)
+            or not all(
+                isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c > 0 for c in chunk_shape
+            )
         ):
             raise CodecError(
                 f"codec 'sharding_indexed': 'chunk_shape' must be a non-empty list of positive integers, "
@@ -292,7 +292,9 @@ class ShardingCodec(ArrayBytesCodec):
                 f"codec 'sharding_indexed': 'index_location' must be 'start' or 'end', got {index_location!r}"
             )
         self.chunk_shape = tuple(int(c) for c in chunk_shape)
-        self.codecs = _parse_codecs("codecs", codecs) if codecs is not None else tuple(_default_inner_codecs())
+        self.codecs = (
+            _parse_codecs("codecs", codecs) if codecs is not None else tuple(_default_inner_codecs())
+        )
         self.index_codecs = (
             _parse_codecs("index_codecs", index_codecs)
             if index_codecs is not None
@@ -380,7 +382,7 @@ class ShardingCodec(ArrayBytesCodec):
             parts = [encode_one(c) for c in coords]
         if all(p is None for p in parts):
             return None
-        index = np.full(layout.grid + (2,), EMPTY, dtype=np.uint64)
+        index = np.full((*layout.grid, 2), EMPTY, dtype=np.uint64)
         offset = layout.index_size if layout.index_location == "start" else 0
         body: list[memoryview] = []
         for c, part in zip(coords, parts, strict=True):
@@ -406,11 +408,10 @@ class ShardingCodec(ArrayBytesCodec):
         else:
             index, lo, hi = decode_index(view[n - isz :], layout.index), 0, n - isz
         check_index(index, lo, hi)
-        present = [
-            (c, int(index[c][0]), int(index[c][1])) for c in np.ndindex(*layout.grid) if index[c][0] != EMPTY
-        ]
-        total = int(np.prod(layout.grid))
-        if len(present) < total:
+        coords = np.argwhere(index[..., 0] != EMPTY)  # C order
+        entries = index[tuple(coords.T)].tolist() if len(coords) else []
+        present = [(tuple(c), off, nb) for c, (off, nb) in zip(coords.tolist(), entries, strict=True)]
+        if len(present) < int(np.prod(layout.grid)):
             out = np.full(layout.shard_shape, spec.fill_value, dtype=spec.dtype)
         else:
             out = np.empty(layout.shard_shape, dtype=spec.dtype)
@@ -534,7 +535,9 @@ class ShardingCodec(ArrayBytesCodec):
                 decode_one(i)
 
 
-def _decode_inner(layout: ShardLayout, data: memoryview, coords: tuple[int, ...], off: int, nb: int) -> np.ndarray:
+def _decode_inner(
+    layout: ShardLayout, data: memoryview, coords: tuple[int, ...], off: int, nb: int
+) -> np.ndarray:
     """Decode one inner chunk, naming it (coordinates, offset, size) in any error."""
     where = f"inner chunk {coords} (offset={off}, nbytes={nb})"
     try:
@@ -571,7 +574,9 @@ def _offset_reader(read: RangeReader, base: int, size: int) -> RangeReader:
 def _spec_key(spec: ChunkSpec) -> tuple:
     fill = spec.fill_value
     try:
-        fill_key: Any = np.asarray(fill, dtype=spec.dtype).tobytes() if not spec.dtype.hasobject else repr(fill)
+        fill_key: Any = (
+            np.asarray(fill, dtype=spec.dtype).tobytes() if not spec.dtype.hasobject else repr(fill)
+        )
     except (TypeError, ValueError):
         fill_key = repr(fill)
     return (tuple(spec.shape), spec.dtype.str, fill_key)

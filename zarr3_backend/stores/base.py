@@ -11,9 +11,18 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from ..byte_range import ByteRange
-from ..errors import InvalidKeyError, ReadOnlyError
+from ..errors import InvalidKeyError, ReadOnlyError, Zarr3Error
 
 BytesLike = bytes | bytearray | memoryview
+
+
+class StoreArgumentError(Zarr3Error, ValueError):
+    """An argument choosing or configuring a store is invalid (type, mode, storage_options)."""
+
+
+def rebuild_store(cls: type, args: tuple, kwargs: dict) -> Store:
+    """Pickle helper: ``cls(*args, **kwargs)`` (lets ``__reduce__`` pass keyword arguments)."""
+    return cls(*args, **kwargs)
 
 
 def validate_key(key: str) -> str:
@@ -31,8 +40,14 @@ def validate_prefix(prefix: str) -> str:
     """A prefix is ``""`` (the root) or a valid key optionally ending in ``/``."""
     if prefix == "":
         return prefix
-    validate_key(prefix.rstrip("/") or "/")
+    validate_key(prefix[:-1] if prefix.endswith("/") else prefix)
     return prefix
+
+
+def dir_prefix(prefix: str) -> str:
+    """A validated directory prefix: ``""`` for the root, else ending in exactly one ``/``."""
+    validate_prefix(prefix)
+    return prefix if prefix == "" or prefix.endswith("/") else prefix + "/"
 
 
 class Store(ABC):
@@ -53,19 +68,20 @@ class Store(ABC):
         """Values of many keys in one call (concurrent where the backend allows)."""
         return [self.get(k) for k in keys]
 
-    def get_partial_values(
-        self, key_ranges: Sequence[tuple[str, ByteRange | None]]
-    ) -> list[bytes | None]:
+    def get_partial_values(self, key_ranges: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
         """Byte ranges of many keys in one call (concurrent where the backend allows)."""
         return [self.get(k, r) for k, r in key_ranges]
 
     def exists(self, key: str) -> bool:
+        """Whether ``key`` holds a value."""
         return self.get(key, ByteRange(0, 0)) is not None
 
     # ---- writing ---------------------------------------------------------------------------
-    def check_writable(self) -> None:
+    def check_writable(self, key: str | None = None) -> None:
+        """Raise ReadOnlyError (naming this store and ``key``) if the store is read-only."""
         if self.read_only:
-            raise ReadOnlyError(f"store {self!r} is read-only")
+            what = "" if key is None else f"; refusing to write or erase {key!r}"
+            raise ReadOnlyError(f"store {self!r} is read-only{what}")
 
     @abstractmethod
     def set(self, key: str, value: BytesLike) -> None:
@@ -81,12 +97,13 @@ class Store(ABC):
         """Remove ``key``; no error if it is missing."""
 
     def erase_many(self, keys: Iterable[str]) -> None:
+        """Remove many keys in one call; missing keys are ignored."""
         for k in keys:
             self.erase(k)
 
     def erase_prefix(self, prefix: str) -> None:
         """Remove every key under ``prefix``."""
-        self.check_writable()
+        self.check_writable(prefix)
         self.erase_many(list(self.list_prefix(prefix)))
 
     # ---- listing ---------------------------------------------------------------------------
@@ -101,6 +118,7 @@ class Store(ABC):
     def list_dir(self, prefix: str) -> Iterator[str]:
         """Names directly under ``prefix`` (``""`` or ending in ``/``): keys and child prefixes,
         without the prefix and without a trailing slash, each once."""
+        prefix = dir_prefix(prefix)
         seen = set()
         for k in self.list_prefix(prefix):
             child = k[len(prefix) :].split("/", 1)[0]
@@ -113,5 +131,5 @@ class Store(ABC):
         """A store on the same data with another read-only flag."""
         raise NotImplementedError
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a no-op default, not an abstract method
         """Release resources (connections, thread pools)."""

@@ -1,0 +1,282 @@
+"""Array and Group API: round trips over dtypes x codecs x key encodings, selections, modes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import zarr3_backend as z3
+from zarr3_backend.errors import (
+    ArrayNotFoundError,
+    GroupNotFoundError,
+    NodeExistsError,
+    ReadOnlyError,
+    ShapeError,
+)
+
+DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "float16", "float32", "float64", "complex64", "complex128"]
+CODECS = {
+    "raw": None,
+    "gzip": [{"name": "gzip", "configuration": {"level": 1}}],
+    "blosc": [{"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle"}}],
+    "zstd+crc": [{"name": "zstd", "configuration": {"level": 1, "checksum": False}}, {"name": "crc32c"}],
+}
+KEY_ENCODINGS = [None, {"name": "default", "configuration": {"separator": "."}},
+                 {"name": "v2", "configuration": {"separator": "."}}, {"name": "v2", "configuration": {"separator": "/"}}]
+
+
+def sample(dtype: str, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return rng.random(shape) > 0.5
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return rng.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True)
+    if dt.kind == "c":
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dt)
+    return rng.standard_normal(shape).astype(dt)
+
+
+@pytest.fixture(params=["memory", "local"])
+def store(request, tmp_path):
+    return z3.MemoryStore() if request.param == "memory" else z3.LocalStore(tmp_path / "data.zarr")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("codec", list(CODECS))
+def test_round_trip_dtype_codec(store, dtype, codec):
+    data = sample(dtype, (13, 7))
+    a = z3.create_array(store, "x", shape=data.shape, dtype=dtype, chunks=(5, 4),
+                        compressors=CODECS[codec] if codec != "raw" else None)
+    a[...] = data
+    b = z3.open_array(store, "x")
+    np.testing.assert_array_equal(b[...], data)
+    np.testing.assert_array_equal(b[3:11, 2:6], data[3:11, 2:6])
+    assert b.dtype == np.dtype(dtype)
+
+
+@pytest.mark.parametrize("encoding", KEY_ENCODINGS, ids=["default/", "default.", "v2.", "v2/"])
+def test_key_encodings_write_expected_keys(store, encoding):
+    a = z3.create_array(store, "g/x", shape=(4, 4), dtype="i4", chunks=(2, 2), chunk_key_encoding=encoding)
+    a[...] = np.arange(16).reshape(4, 4)
+    keys = set(store.list_prefix("g/x/")) - {"g/x/zarr.json"}
+    name = (encoding or {"name": "default"})["name"]
+    sep = (encoding or {}).get("configuration", {}).get("separator", "/")
+    expected = {f"g/x/{'c' + sep if name == 'default' else ''}{i}{sep}{j}" for i in range(2) for j in range(2)}
+    assert keys == expected
+    np.testing.assert_array_equal(z3.open_array(store, "g/x")[...], np.arange(16).reshape(4, 4))
+
+
+def test_partial_edge_chunks_store_full_size_with_fill(store):
+    a = z3.create_array(store, "x", shape=(5,), dtype="i2", chunks=(4,), fill_value=-7, compressors=None)
+    a[...] = np.arange(5)
+    edge = store.get("x/c/1")
+    assert len(edge) == 4 * 2  # full chunk size on disk
+    assert np.frombuffer(edge, "<i2").tolist() == [4, -7, -7, -7]
+
+
+def test_unwritten_chunks_read_as_fill_value(store):
+    a = z3.create_array(store, "x", shape=(10, 10), dtype="f8", chunks=(3, 3), fill_value=np.nan)
+    a[0:3, 0:3] = 1.0
+    out = a[...]
+    assert np.all(out[:3, :3] == 1.0) and np.isnan(out[3:, :]).all() and np.isnan(out[:, 3:]).all()
+    assert sorted(k for k in store.list() if "/c/" in k) == ["x/c/0/0"]
+
+
+@pytest.mark.parametrize("fill", [np.nan, np.inf, -np.inf, "0x7fc00001", 2.5])
+def test_special_float_fill_values(store, fill):
+    a = z3.create_array(store, "x", shape=(4,), dtype="f4", chunks=(2,), fill_value=fill)
+    doc = json.loads(store.get("x/zarr.json"), parse_constant=lambda c: pytest.fail(f"bare {c}"))
+    got = z3.open_array(store, "x")[...]
+    if isinstance(fill, str):
+        assert doc["fill_value"] == fill
+        assert got.view("u4").tolist() == [0x7FC00001] * 4  # NaN payload kept bit-exact
+    else:
+        np.testing.assert_array_equal(got, np.full(4, fill, "f4"))
+    assert a.fill_value.dtype == np.dtype("f4")
+
+
+def test_zero_d_array(store):
+    a = z3.create_array(store, "s", shape=(), dtype="f8", fill_value=1.5)
+    assert a[()] == 1.5
+    a[()] = 3.25
+    b = z3.open_array(store, "s")
+    assert b[...] == 3.25 and b.shape == () and b[()] == 3.25
+    assert "s/c" in set(store.list())
+
+
+def test_fill_chunks_not_written_and_deleted(store):
+    a = z3.create_array(store, "x", shape=(4,), dtype="i4", chunks=(2,), fill_value=0)
+    a[:] = [1, 2, 0, 0]
+    assert {k for k in store.list() if "/c/" in k} == {"x/c/0"}
+    a[:2] = 0  # existing chunk now equals the fill: deleted
+    assert not [k for k in store.list() if "/c/" in k]
+    b = z3.open_array(store, "x", mode="r+", write_empty_chunks=True)
+    b[:] = 0
+    assert {k for k in store.list() if "/c/" in k} == {"x/c/0", "x/c/1"}
+
+
+def test_orthogonal_and_vectorized(store):
+    data = sample("int32", (9, 8, 7))
+    a = z3.create_array(store, "x", shape=data.shape, dtype="int32", chunks=(4, 3, 2))
+    a[...] = data
+    rows, cols = [7, 1, 1, 3], np.array([True, False] * 4)
+    np.testing.assert_array_equal(a.oindex[rows, cols, 2:5], data[np.ix_(rows, cols, np.arange(2, 5))])
+    idx = (np.array([[0, 8], [3, 3]]), np.array([[1, 7], [2, 2]]), np.array([[6, 0], [5, 5]]))
+    np.testing.assert_array_equal(a.vindex[idx], data[idx])
+    a.oindex[[0, 2], :, [1]] = -1
+    data[np.ix_([0, 2], np.arange(8), [1])] = -1
+    a.vindex[idx] = 99
+    data[idx] = 99
+    np.testing.assert_array_equal(a[...], data)
+    np.testing.assert_array_equal(a[::2, 1::3, -1], data[::2, 1::3, -1])
+
+
+def test_resize_and_append(store):
+    a = z3.create_array(store, "x", shape=(6, 4), dtype="u1", chunks=(2, 2), fill_value=0)
+    a[...] = 1
+    a.resize((3, 4))
+    assert a.shape == (3, 4)
+    assert not [k for k in store.list() if k.startswith("x/c/2/") or k.startswith("x/c/3/")]
+    a.append(np.full((2, 4), 5, "u1"))
+    b = z3.open_array(store, "x")
+    assert b.shape == (5, 4)
+    np.testing.assert_array_equal(b[3:], 5)
+    np.testing.assert_array_equal(b[:3], 1)
+
+
+def test_attrs_persist_and_dimension_names(store):
+    a = z3.create_array(store, "x", shape=(2,), dtype="i1", dimension_names=["time"], attributes={"a": 1})
+    a.attrs["units"] = "K"
+    a.attrs.update(b=[1, 2])
+    b = z3.open_array(store, "x")
+    assert dict(b.attrs) == {"a": 1, "units": "K", "b": [1, 2]}
+    assert b.dimension_names == ("time",)
+
+
+def test_groups_members_implicit_and_tree(store):
+    g = z3.open_group(store, mode="w", attributes={"title": "t"})
+    g.create_group("a").create_array("x", shape=(3,), dtype="i4")
+    g.create_array("y", shape=(2, 2), dtype="f4")
+    z3.create_array(store, "implicit/deep/z", shape=(1,), dtype="i1")
+    store.erase("implicit/zarr.json")  # a prefix with nodes but no zarr.json: implicit group
+    store.set("._zarr.json", b"junk")  # stray files never break listing
+    g = z3.open_group(store, mode="r")
+    members = g.members(max_depth=None)
+    assert set(members) == {"a", "a/x", "y", "implicit", "implicit/deep", "implicit/deep/z"}
+    assert isinstance(members["implicit"], z3.Group)
+    assert sorted(g) == ["a", "implicit", "y"]
+    assert g["a/x"].shape == (3,)
+    assert "a/x" in g and "nope" not in g
+    assert g.attrs["title"] == "t"
+    tree = g.tree()
+    assert "x (3,) int32" in tree and "deep/" in tree
+
+
+def test_consolidated_metadata_used_without_listing(store):
+    g = z3.open_group(store, mode="w")
+    g.create_group("sub").create_array("x", shape=(3,), dtype="i4")
+    g.create_array("y", shape=(2,), dtype="f4", attributes={"k": "v"})
+    z3.consolidate_metadata(store)
+
+    listed = []
+    original = store.list_dir
+
+    def spy(prefix):
+        listed.append(prefix)
+        return original(prefix)
+
+    store.list_dir = spy
+    g = z3.open_group(store, mode="r")
+    assert set(g.members(max_depth=None)) == {"sub", "sub/x", "y"}
+    assert g["y"].attrs["k"] == "v" and g["sub"]["x"].shape == (3,)
+    assert listed == []
+    assert set(z3.open_group(store, mode="r", use_consolidated=False).members(None)) == {"sub", "sub/x", "y"}
+    assert listed  # the non-consolidated path lists
+
+
+def test_modes(store):
+    with pytest.raises(GroupNotFoundError):
+        z3.open_group(store, "g", mode="r")
+    with pytest.raises(GroupNotFoundError):
+        z3.open_group(store, "g", mode="r+")
+    z3.open_group(store, "g", mode="a")
+    with pytest.raises(NodeExistsError):
+        z3.open_group(store, "g", mode="w-")
+    z3.create_array(store, "g/x", shape=(2,), dtype="i4")
+    g = z3.open_group(store, "g", mode="w")  # overwrite: children gone
+    assert list(g) == []
+    with pytest.raises(ArrayNotFoundError):
+        z3.open_array(store, "g/x")
+    a = z3.open_array(store, "g/x", mode="w", shape=(3,), dtype="i2")
+    a[:] = 4
+    ro = z3.open_array(store, "g/x", mode="r")
+    with pytest.raises(ReadOnlyError, match="g/x"):
+        ro[:] = 1
+    with pytest.raises(ReadOnlyError):
+        ro.attrs["a"] = 1
+    assert z3.open_array(store, "g/x")[...].tolist() == [4, 4, 4]
+
+
+def test_create_refuses_existing_and_array_parent(store):
+    z3.create_array(store, "x", shape=(2,), dtype="i4")
+    before = dict((k, store.get(k)) for k in store.list())
+    with pytest.raises(NodeExistsError, match="x"):
+        z3.create_array(store, "x", shape=(3,), dtype="i4")
+    with pytest.raises(NodeExistsError, match="ancestor 'x' is an array"):
+        z3.create_array(store, "x/y", shape=(3,), dtype="i4")
+    assert dict((k, store.get(k)) for k in store.list()) == before
+
+
+def test_write_shape_mismatch_writes_nothing(store):
+    a = z3.create_array(store, "x", shape=(4, 4), dtype="i4", chunks=(2, 2))
+    with pytest.raises(ShapeError, match="'x'"):
+        a[:2, :2] = np.ones((3, 3))
+    assert [k for k in store.list() if "/c/" in k] == []
+
+
+def test_pathlib_and_string_paths(tmp_path):
+    p = tmp_path / "p.zarr"
+    a = z3.create_array(p, "x", shape=(3,), dtype="i4")
+    a[:] = [1, 2, 3]
+    assert z3.open_array(str(p), "x")[...].tolist() == [1, 2, 3]
+    assert (p / "x" / "zarr.json").exists()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_property_matches_numpy(data):
+    ndim = data.draw(st.integers(0, 3))
+    shape = tuple(data.draw(st.lists(st.integers(0, 9), min_size=ndim, max_size=ndim)))
+    chunks = tuple(data.draw(st.integers(1, 5)) for _ in range(ndim))
+    ref = np.arange(int(np.prod(shape)), dtype="i4").reshape(shape)
+    store = z3.MemoryStore()
+    a = z3.create_array(store, "x", shape=shape, dtype="i4", chunks=chunks or None, fill_value=-1)
+    a[...] = ref
+    sel = []
+    for n in shape:
+        kind = data.draw(st.sampled_from(["int", "slice"] if n else ["slice"]))
+        if kind == "int":
+            sel.append(data.draw(st.integers(-n, n - 1)))
+        else:
+            start = data.draw(st.integers(0, n))
+            stop = data.draw(st.integers(start, n))
+            sel.append(slice(start, stop, data.draw(st.integers(1, 3))))
+    sel = tuple(sel)
+    np.testing.assert_array_equal(a[sel], ref[sel])
+    value = -np.arange(np.asarray(ref[sel]).size, dtype="i4").reshape(np.shape(ref[sel])) - 2
+    a[sel] = value
+    ref[sel] = value
+    np.testing.assert_array_equal(z3.open_array(store, "x")[...], ref)
+    if ndim:
+        idx = [data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=4)) if n else [] for n in shape]
+        if all(idx):
+            np.testing.assert_array_equal(a.oindex[tuple(idx)], ref[np.ix_(*idx)])
+            pts = tuple(np.array(i[:1] * 3) for i in idx)
+            np.testing.assert_array_equal(a.vindex[pts], ref[pts])

@@ -1,0 +1,181 @@
+"""Pure chunk arithmetic that keeps parallel writers apart: every write task owns its shards.
+
+Dask blocks map onto the target array's storage grid (shards, or chunks when unsharded). Two
+blocks may share a storage unit only when a block boundary falls inside one; checking each
+axis's boundaries is enough, because two distinct blocks differ along some axis and their
+storage ranges along that axis are then disjoint. The checks are O(blocks per axis), never
+O(total blocks), so they stay instant for millions of blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import accumulate
+
+from ..errors import ChunkAlignmentError
+
+Chunks = tuple[tuple[int, ...], ...]
+
+
+def _boundaries(sizes: Sequence[int], start: int) -> list[int]:
+    """Absolute positions of the interior boundaries between consecutive blocks."""
+    return [start + p for p in accumulate(sizes[:-1])]
+
+
+def first_misaligned(sizes: Sequence[int], unit: int, start: int = 0) -> int | None:
+    """Index of the first block whose end falls strictly inside a storage unit, else ``None``.
+
+    ``sizes`` are block lengths along one axis, laid out from absolute position ``start``.
+    """
+    for i, b in enumerate(_boundaries(sizes, start)):
+        if b % unit:
+            return i
+    return None
+
+
+def unit_ranges(sizes: Sequence[int], unit: int, start: int = 0) -> list[range]:
+    """For each block along one axis, the range of storage-unit indices it touches."""
+    out = []
+    pos = start
+    for n in sizes:
+        out.append(range(pos // unit, -(-(pos + n) // unit)) if n else range(0))
+        pos += n
+    return out
+
+
+def prove_disjoint(chunks: Chunks, units: Sequence[int], starts: Sequence[int]) -> None:
+    """Raise ``ChunkAlignmentError`` unless no storage unit is touched by two blocks.
+
+    Checked per axis (consecutive blocks' unit ranges must not overlap), which proves it for
+    the whole grid. This is the guard run before any byte is written.
+    """
+    for axis, (sizes, unit, start) in enumerate(zip(chunks, units, starts, strict=True)):
+        prev = -1
+        for i, r in enumerate(unit_ranges(sizes, unit, start)):
+            if not len(r):
+                continue
+            if r.start <= prev:
+                raise ChunkAlignmentError(
+                    f"blocks {i - 1} and {i} along axis {axis} both touch storage unit {r.start} "
+                    f"(unit size {unit}); refusing to write"
+                )
+            prev = r.stop - 1
+
+
+def aligned_sizes(sizes: Sequence[int], unit: int, start: int = 0) -> tuple[int, ...]:
+    """Block lengths close to ``sizes`` whose interior boundaries all lie on unit boundaries.
+
+    The block length becomes the multiple of ``unit`` nearest the largest dask block (at
+    least one unit); the first block ends at the first unit boundary after ``start``, so a
+    write starting inside a partly filled unit gives that unit a task of its own.
+    """
+    total = sum(sizes)
+    if total == 0:
+        return (0,)
+    step = max(1, round(max(sizes) / unit)) * unit
+    end = start + total
+    first = -(-start // unit) * unit  # first unit boundary at or after start
+    cuts = []
+    if start < first < end:
+        cuts.append(first)
+    pos = first + step
+    while pos < end:
+        cuts.append(pos)
+        pos += step
+    edges = [start, *cuts, end]
+    return tuple(b - a for a, b in zip(edges, edges[1:], strict=False))
+
+
+def split_sizes(length: int, unit: int, start: int = 0) -> tuple[int, ...]:
+    """Lengths of the pieces of ``[start, start + length)`` cut at every unit boundary.
+
+    One piece per storage unit touched: the block layout of one write task per shard.
+    """
+    if length == 0:
+        return (0,)
+    end = start + length
+    edges = [start]
+    pos = (start // unit + 1) * unit
+    while pos < end:
+        edges.append(pos)
+        pos += unit
+    edges.append(end)
+    return tuple(b - a for a, b in zip(edges, edges[1:], strict=False))
+
+
+def _chunk_hint(sizes: tuple[int, ...]) -> str:
+    """How a user spells ``sizes`` in ``.chunk({...})``: an int when regular, else a tuple."""
+    if len(sizes) == 1 or (len(set(sizes[:-1])) == 1 and sizes[-1] <= sizes[0]):
+        return str(sizes[0])
+    if len(sizes) > 8:
+        head = ", ".join(map(str, sizes[:4]))
+        return f"({head}, ..., {sizes[-1]})"
+    return str(tuple(sizes))
+
+
+def _sizes_text(sizes: Sequence[int]) -> str:
+    if len(sizes) > 8:
+        return "(" + ", ".join(map(str, sizes[:6])) + f", ... {len(sizes)} blocks)"
+    return str(tuple(sizes))
+
+
+def check_alignment(
+    chunks: Chunks,
+    units: Sequence[int],
+    starts: Sequence[int] | None = None,
+    *,
+    name: str = "",
+    dims: Sequence[str | None] | None = None,
+    sharded: bool = True,
+) -> None:
+    """Refuse dask chunks that let two write tasks touch one storage unit.
+
+    The ``ChunkAlignmentError`` names the variable, the dimension, the dask and unit sizes and
+    the ``.chunk({...})`` call (or ``align_chunks=True``) that fixes it.
+    """
+    starts = tuple(starts) if starts is not None else (0,) * len(chunks)
+    what = "shard" if sharded else "chunk"
+    for axis, (sizes, unit, start) in enumerate(zip(chunks, units, starts, strict=True)):
+        i = first_misaligned(sizes, unit, start)
+        if i is None:
+            continue
+        dim = dims[axis] if dims is not None and dims[axis] is not None else f"dim_{axis}"
+        boundary = start + sum(sizes[: i + 1])
+        lo = boundary // unit * unit
+        fix = _chunk_hint(aligned_sizes(sizes, unit, start))
+        offset = f" (the write starts at index {start})" if start else ""
+        raise ChunkAlignmentError(
+            f"variable {name or '<unnamed>'!r}: dask chunks {_sizes_text(sizes)} along dimension "
+            f"{dim!r} do not line up with the {what}s of size {unit}{offset}: the boundary between "
+            f"dask blocks {i} and {i + 1} at index {boundary} falls inside the {what} [{lo}, {lo + unit}), "
+            f"so two write tasks would rewrite the same {what} and one would lose its data. "
+            f"Rechunk with `.chunk({{{dim!r}: {fix}}})` (or a multiple of {unit}), or pass align_chunks=True."
+        )
+
+
+def check_region_edges(
+    region: Sequence[slice],
+    shape: Sequence[int],
+    units: Sequence[int],
+    *,
+    name: str = "",
+    dims: Sequence[str | None] | None = None,
+    sharded: bool = True,
+) -> None:
+    """Refuse a region whose edges cut a storage unit that another writer may also own.
+
+    Used for ``region`` writes, where several independent jobs write disjoint regions of one
+    array at once: each must own whole units (the array's end counts as a unit edge).
+    """
+    what = "shard" if sharded else "chunk"
+    for axis, (sl, n, unit) in enumerate(zip(region, shape, units, strict=True)):
+        start, stop = sl.start or 0, n if sl.stop is None else sl.stop
+        bad = [p for p in (start, stop) if p % unit and p != n]
+        if bad:
+            dim = dims[axis] if dims is not None and dims[axis] is not None else f"dim_{axis}"
+            raise ChunkAlignmentError(
+                f"variable {name or '<unnamed>'!r}: region {dim}={start}:{stop} cuts the {what} of size "
+                f"{unit} at index {bad[0]}; a concurrent writer of the neighbouring region would "
+                f"rewrite the same {what}. Align the region to multiples of {unit}, or pass "
+                f"safe_chunks=False if no other job writes next to it."
+            )

@@ -1,0 +1,169 @@
+"""``store``: write a dask array into a zarr3_backend Array with one task per target shard.
+
+Before any byte is written the writer proves that no storage unit (shard, or chunk when
+unsharded) is touched by two tasks: misaligned dask chunks are refused with a message naming the
+fix, or rechunked when ``align_chunks=True``. The aligned blocks are then split at every unit
+boundary, so each write task owns exactly one unit; a retried task (worker lost) rewrites that
+unit whole, and the partly covered units at the edges of a region or append get tasks of their
+own that read-modify-write only their unit. No lock is needed, on threads or on a cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+from dask.base import tokenize
+from dask.core import flatten
+from dask.highlevelgraph import HighLevelGraph
+from dask.delayed import Delayed
+from dask.layers import ArraySliceDep
+
+from ..core.array import Array
+from ..errors import ChunkAlignmentError, SelectionError, ShapeError
+from .alignment import aligned_sizes, check_alignment, prove_disjoint, split_sizes
+from .progress import compute_with_progress
+from .read import array_token
+
+WRITE_PREFIX = "zarr3-write-"
+
+
+def normalize_region(region: Sequence[slice] | None, shape: tuple[int, ...], value_shape: tuple[int, ...], name: str = "") -> tuple[slice, ...]:
+    """Concrete step-1 slices inside ``shape`` whose extent equals ``value_shape``."""
+    label = name or "<unnamed>"
+    if region is None:
+        region = (slice(None),) * len(shape)
+    region = tuple(region)
+    if len(region) != len(shape):
+        raise SelectionError(f"array {label!r}: region {region} has {len(region)} dimensions, the array has {len(shape)}")
+    out = []
+    for axis, (sl, n) in enumerate(zip(region, shape, strict=True)):
+        if not isinstance(sl, slice) or sl.step not in (None, 1):
+            raise SelectionError(f"array {label!r}: region entries must be slices with step 1, got {sl!r} on axis {axis}")
+        start = 0 if sl.start is None else int(sl.start)
+        stop = n if sl.stop is None else int(sl.stop)
+        if not 0 <= start <= stop <= n:
+            raise SelectionError(f"array {label!r}: region {start}:{stop} on axis {axis} is outside the array's extent {n}")
+        out.append(slice(start, stop))
+    extent = tuple(s.stop - s.start for s in out)
+    if extent != tuple(value_shape):
+        raise ShapeError(f"array {label!r}: data of shape {tuple(value_shape)} does not fit the region {out} of shape {extent}")
+    return tuple(out)
+
+
+def _write_block(block: np.ndarray, target: Array, block_slices: tuple[slice, ...], starts: tuple[int, ...]) -> np.ndarray:
+    """Write one block (exactly one storage unit's share) and return a one-element count."""
+    region = tuple(slice(s.start + o, s.stop + o) for s, o in zip(block_slices, starts, strict=True))
+    target.set_region(region, block)
+    return np.ones((1,) * block.ndim, dtype=np.int64)
+
+
+def _write_whole(value: np.ndarray, target: Array, region: tuple[slice, ...]) -> int:
+    target.set_region(region, value)
+    return 1
+
+
+def _total(counts: Any) -> int:
+    return int(sum(int(np.sum(c)) for c in counts))
+
+
+def _gather(counts: da.Array, name: str) -> Delayed:
+    """One task depending on every write task (no array reduction: its blockwise first step
+    would be fused into the write tasks and rename them)."""
+    keys = list(flatten(counts.__dask_keys__()))
+    graph = HighLevelGraph.from_collections(name, {name: (_total, keys)}, dependencies=[counts])
+    return Delayed(name, graph)
+
+
+def plan_chunks(
+    darr: da.Array,
+    a: Array,
+    region: tuple[slice, ...],
+    *,
+    align_chunks: bool = False,
+    name: str | None = None,
+    dims: Sequence[str | None] | None = None,
+) -> tuple[tuple[int, ...], ...] | None:
+    """The dask chunks to rechunk to before writing (``None``: keep them), or raise.
+
+    Raises ``ChunkAlignmentError`` for misaligned chunks unless ``align_chunks``.
+    """
+    units = a.storage_chunks
+    starts = tuple(s.start for s in region)
+    label = name if name is not None else a.name
+    dim_names = dims if dims is not None else a.dimension_names
+    try:
+        check_alignment(darr.chunks, units, starts, name=label, dims=dim_names, sharded=a.shards is not None)
+    except ChunkAlignmentError:
+        if not align_chunks:
+            raise
+        return tuple(aligned_sizes(c, u, s) for c, u, s in zip(darr.chunks, units, starts, strict=True))
+    return None
+
+
+def store(
+    darr: Any,
+    a: Array,
+    region: Sequence[slice] | None = None,
+    compute: bool = True,
+    align_chunks: bool = False,
+    *,
+    name: str | None = None,
+    dims: Sequence[str | None] | None = None,
+    progress: bool = False,
+    **compute_kwargs: Any,
+) -> Delayed | None:
+    """Write ``darr`` into ``a[region]``: one write task per target shard (chunk if unsharded).
+
+    ``compute=False`` returns a ``Delayed`` computing to the number of storage units written.
+    Raises ``ChunkAlignmentError`` (naming variable, dimension, sizes and fix) before writing
+    anything when dask blocks would share a shard, unless ``align_chunks=True`` rechunks them.
+    ``name``/``dims`` label error messages (default: the array's name and dimension names).
+    """
+    a_label = name if name is not None else a.name
+    if not isinstance(darr, da.Array):
+        value = np.asarray(darr)
+        reg = normalize_region(region, a.shape, value.shape, a_label)
+        if compute:  # one writer, one batched call: nothing to coordinate
+            a.set_region(reg, value)
+            return None
+        return dask.delayed(_write_whole, pure=False)(value, a, reg)
+
+    reg = normalize_region(region, a.shape, darr.shape, a_label)
+    new_chunks = plan_chunks(darr, a, reg, align_chunks=align_chunks, name=name, dims=dims)
+    if new_chunks is not None:
+        darr = darr.rechunk(new_chunks, method="tasks")
+    units = a.storage_chunks
+    starts = tuple(s.start for s in reg)
+    prove_disjoint(darr.chunks, units, starts)  # the ownership proof, whatever path led here
+
+    token = tokenize(darr.name, array_token(a), reg)
+    if darr.size == 0:
+        d = dask.delayed(_total, pure=True)([], dask_key_name="zarr3-done-" + token)
+    elif darr.ndim == 0:
+        d = dask.delayed(_write_whole, pure=False)(darr, a, reg, dask_key_name=WRITE_PREFIX + token)
+    else:
+        split = tuple(split_sizes(n, u, s) for n, u, s in zip(darr.shape, units, starts, strict=True))
+        if split != darr.chunks:
+            # every piece lies inside one aligned block: a pure split, one getitem per piece
+            darr = darr.rechunk(split, method="tasks")
+        target = dask.delayed(a, name="zarr3-target-" + array_token(a), pure=True)
+        counts = da.map_blocks(
+            _write_block,
+            darr,
+            target,
+            ArraySliceDep(split),
+            starts,
+            name=WRITE_PREFIX + token,
+            chunks=tuple((1,) * len(c) for c in split),
+            meta=np.empty((0,) * darr.ndim, dtype=np.int64),
+        )
+        (counts,) = dask.optimize(counts)  # fuse the source into the write tasks; keys stay
+        d = _gather(counts, "zarr3-done-" + token)
+    if not compute:
+        return d
+    compute_with_progress(d, progress=progress, **compute_kwargs)
+    return None

@@ -1,0 +1,278 @@
+"""LocalStore: the Zarr v3 file-system store (key ``"a/b/c"`` is the file ``root/a/b/c``).
+
+Writes are atomic (temporary file in the same directory, then ``os.replace``), keys can never
+reach outside the root (validated, then the resolved path is checked), and batched calls run
+on the "io" thread pool.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+from .._threads import thread_map
+from ..byte_range import ByteRange
+from ..errors import InvalidKeyError, StoreError
+from .base import BytesLike, Store, dir_prefix, rebuild_store, validate_key, validate_prefix
+
+#: Names of in-flight temporary files start with this; they are never listed as keys, and keys
+#: with a segment starting with it are refused.
+TEMP_PREFIX = ".z3tmp-"
+
+_MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
+_WRITE_RETRIES = 5  # a concurrent erase may prune a parent directory we just created
+
+
+class LocalStore(Store):
+    """A store over a directory of the local file system.
+
+    A missing key, or a key naming a directory, reads as ``None``. A byte range that runs past
+    the end of a value returns the bytes that exist (possibly ``b""``).
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False) -> None:
+        super().__init__(read_only=read_only)
+        self.root = os.path.abspath(os.fspath(root))
+        self._real_root = os.path.realpath(self.root)
+
+    # ---- keys and paths --------------------------------------------------------------------
+    def _path(self, key: str) -> str:
+        """The file path of ``key``, refusing keys that are malformed or resolve outside root."""
+        validate_key(key)
+        parts = key.split("/")
+        if any(p.startswith(TEMP_PREFIX) for p in parts):
+            raise InvalidKeyError(
+                f"invalid store key {key!r}: names starting with {TEMP_PREFIX!r} are reserved"
+            )
+        path = os.path.join(self.root, *parts)
+        if not self._inside(os.path.realpath(path)):
+            raise InvalidKeyError(f"store key {key!r} resolves outside the store root {self.root!r}")
+        return path
+
+    def _inside(self, real: str) -> bool:
+        return real == self._real_root or os.path.commonpath([real, self._real_root]) == self._real_root
+
+    def _dir(self, prefix: str) -> tuple[str, str]:
+        """``(directory path, key prefix)`` for a directory prefix (``""`` or ending in ``/``)."""
+        prefix = dir_prefix(prefix)
+        return (self.root if prefix == "" else self._path(prefix[:-1])), prefix
+
+    def _error(self, action: str, key: str, exc: OSError) -> StoreError:
+        return StoreError(f"{action} key {key!r} in {self!r} failed: {exc}")
+
+    # ---- reading ---------------------------------------------------------------------------
+    def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        """The value of ``key`` (or the part ``byte_range`` selects, clipped to the file)."""
+        return self._read(key, self._path(key), byte_range)
+
+    def _read(self, key: str, path: str, byte_range: ByteRange | None) -> bytes | None:
+        try:
+            with open(path, "rb") as f:
+                if byte_range is None:
+                    return f.read()
+                if byte_range.is_suffix:
+                    size = os.fstat(f.fileno()).st_size
+                    f.seek(max(size + byte_range.offset, 0))
+                    return f.read()
+                f.seek(byte_range.offset)
+                return f.read() if byte_range.length is None else f.read(byte_range.length)
+        except _MISSING:
+            return None
+        except OSError as e:
+            raise self._error("reading", key, e) from e
+
+    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        """Values of many keys, read concurrently on the "io" pool."""
+        return self.get_partial_values([(key, None) for key in keys])
+
+    def get_partial_values(self, key_ranges: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
+        """Byte ranges of many keys, read concurrently on the "io" pool."""
+        jobs = [(key, self._path(key), byte_range) for key, byte_range in key_ranges]
+        return thread_map(lambda job: self._read(*job), jobs, kind="io")
+
+    def exists(self, key: str) -> bool:
+        """Whether ``key`` is a file."""
+        return os.path.isfile(self._path(key))
+
+    # ---- writing ---------------------------------------------------------------------------
+    def set(self, key: str, value: BytesLike) -> None:
+        """Write ``value`` to a temporary file beside the target, then rename it into place."""
+        self.check_writable(key)
+        self._write(key, self._path(key), value)
+
+    def _write(self, key: str, path: str, value: BytesLike) -> None:
+        parent = os.path.dirname(path)
+        tmp = os.path.join(parent, TEMP_PREFIX + secrets.token_hex(8))
+        try:
+            for attempt in range(_WRITE_RETRIES):
+                try:
+                    os.makedirs(parent, exist_ok=True)
+                    fd = os.open(
+                        tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666
+                    )
+                    break
+                except FileNotFoundError:
+                    if attempt == _WRITE_RETRIES - 1:
+                        raise
+        except OSError as e:
+            raise self._error("writing", key, e) from e
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(value)
+            os.replace(tmp, path)
+        except BaseException as e:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            if isinstance(e, OSError):
+                raise self._error("writing", key, e) from e
+            raise
+
+    def set_many(self, items: Mapping[str, BytesLike]) -> None:
+        """Write many values concurrently; every key is checked before anything is written."""
+        paths = {}
+        for key in items:
+            self.check_writable(key)
+            paths[key] = self._path(key)
+        thread_map(lambda k: self._write(k, paths[k], items[k]), list(items), kind="io")
+
+    def erase(self, key: str) -> None:
+        """Remove the file of ``key`` and any parent directories left empty; missing is a no-op.
+
+        A key naming a directory is not a key, so it is left alone (use ``erase_prefix``).
+        """
+        self.check_writable(key)
+        self._erase(key, self._path(key))
+
+    def _erase(self, key: str, path: str) -> None:
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                return
+            os.unlink(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as e:
+            raise self._error("erasing", key, e) from e
+        self._prune(os.path.dirname(path))
+
+    def _prune(self, directory: str) -> None:
+        """Remove ``directory`` and its ancestors below root while they are empty."""
+        while directory != self.root and directory.startswith(self.root + os.sep):
+            try:
+                os.rmdir(directory)
+            except OSError:
+                return
+            directory = os.path.dirname(directory)
+
+    def erase_many(self, keys: Iterable[str]) -> None:
+        """Remove many keys concurrently; every key is checked before anything is removed."""
+        paths = {}
+        for key in keys:
+            self.check_writable(key)
+            paths[key] = self._path(key)
+        thread_map(lambda k: self._erase(k, paths[k]), list(paths), kind="io")
+
+    def erase_prefix(self, prefix: str) -> None:
+        """Remove every key starting with ``prefix``; a directory prefix removes its whole tree."""
+        self.check_writable(prefix)
+        validate_prefix(prefix)
+        if prefix != "" and not prefix.endswith("/"):
+            self.erase_many(list(self.list_prefix(prefix)))
+            return
+        directory, _ = self._dir(prefix)
+        if os.path.islink(directory):
+            self.erase_many(list(self.list_prefix(prefix)))
+            return
+        try:
+            if prefix == "":
+                with os.scandir(directory) as it:
+                    entries = list(it)
+                for e in entries:
+                    if e.is_dir(follow_symlinks=False):
+                        shutil.rmtree(e.path)
+                    else:
+                        os.unlink(e.path)
+            else:
+                shutil.rmtree(directory)
+                self._prune(os.path.dirname(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as e:
+            raise self._error("erasing prefix", prefix, e) from e
+
+    # ---- listing ---------------------------------------------------------------------------
+    def _entries(self, directory: str) -> list[os.DirEntry[str]]:
+        """Entries of ``directory`` that may be keys or prefixes: no temp files, no symlinks
+        leading outside root."""
+        try:
+            with os.scandir(directory) as it:
+                entries = list(it)
+        except _MISSING:
+            return []
+        except OSError as e:
+            raise StoreError(f"listing {directory!r} in {self!r} failed: {e}") from e
+        return [
+            e
+            for e in entries
+            if not e.name.startswith(TEMP_PREFIX)
+            and (not e.is_symlink() or self._inside(os.path.realpath(e.path)))
+        ]
+
+    def _walk(self, directory: str, key_prefix: str) -> Iterator[str]:
+        for e in self._entries(directory):
+            if e.is_dir(follow_symlinks=False):
+                yield from self._walk(e.path, key_prefix + e.name + "/")
+            elif e.is_file():
+                yield key_prefix + e.name
+
+    def list(self) -> Iterator[str]:
+        """Every file below root as a key (symlinked directories are not followed)."""
+        return self._walk(self.root, "")
+
+    def list_prefix(self, prefix: str) -> Iterator[str]:
+        """Every key starting with ``prefix``; walks only the directories that can match."""
+        validate_prefix(prefix)
+        if prefix == "" or prefix.endswith("/"):
+            directory, key_prefix = self._dir(prefix)
+            return self._walk(directory, key_prefix)
+        parent, _, stem = prefix.rpartition("/")
+        directory, key_prefix = self._dir(parent)
+        return self._list_matching(directory, key_prefix, stem)
+
+    def _list_matching(self, directory: str, key_prefix: str, stem: str) -> Iterator[str]:
+        for e in self._entries(directory):
+            if not e.name.startswith(stem):
+                continue
+            if e.is_dir(follow_symlinks=False):
+                yield from self._walk(e.path, key_prefix + e.name + "/")
+            elif e.is_file():
+                yield key_prefix + e.name
+
+    def list_dir(self, prefix: str) -> Iterator[str]:
+        """Names of the files and directories directly under ``prefix``."""
+        directory, _ = self._dir(prefix)
+        return iter([e.name for e in self._entries(directory) if e.is_dir() or e.is_file()])
+
+    # ---- identity --------------------------------------------------------------------------
+    def with_read_only(self, read_only: bool = True) -> LocalStore:
+        """A store on the same directory with another read-only flag."""
+        return LocalStore(self.root, read_only=read_only)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when both are LocalStores on the same root with the same flag."""
+        if not isinstance(other, LocalStore):
+            return NotImplemented
+        return self.root == other.root and self.read_only == other.read_only
+
+    def __hash__(self) -> int:
+        return hash((LocalStore, self.root, self.read_only))
+
+    def __repr__(self) -> str:
+        return f"LocalStore({self.root!r}, read_only={self.read_only})"
+
+    def __reduce__(self):
+        """Pickle by root path and flags."""
+        return rebuild_store, (LocalStore, (self.root,), {"read_only": self.read_only})

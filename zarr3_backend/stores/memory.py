@@ -1,0 +1,118 @@
+"""MemoryStore: keys and values in a Python dict, for tests, scratch arrays and small data."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+
+from ..byte_range import ByteRange
+from .base import BytesLike, Store, rebuild_store, validate_key, validate_prefix
+
+
+class MemoryStore(Store):
+    """A store over a dict of ``bytes``; pickles with its contents.
+
+    The dict passed in is used (not copied), so stores made by ``with_read_only`` share it.
+    A lock guards writes and listings, so threads may set and get concurrently.
+    """
+
+    def __init__(self, data: MutableMapping[str, bytes] | None = None, *, read_only: bool = False) -> None:
+        super().__init__(read_only=read_only)
+        self._data: MutableMapping[str, bytes] = {} if data is None else data
+        for key in self._data:
+            validate_key(key)
+        self._lock = threading.Lock()
+
+    # ---- reading ---------------------------------------------------------------------------
+    def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        """The value of ``key`` (or the part ``byte_range`` selects, clipped to the value)."""
+        value = self._data.get(validate_key(key))
+        if value is None:
+            return None
+        if byte_range is None:
+            return bytes(value)
+        return byte_range.apply(value)
+
+    def exists(self, key: str) -> bool:
+        """Whether ``key`` holds a value."""
+        return validate_key(key) in self._data
+
+    # ---- writing ---------------------------------------------------------------------------
+    def set(self, key: str, value: BytesLike) -> None:
+        """Store a copy of ``value`` under ``key``."""
+        self.check_writable(key)
+        validate_key(key)
+        data = bytes(value)
+        with self._lock:
+            self._data[key] = data
+
+    def set_many(self, items: Mapping[str, BytesLike]) -> None:
+        """Store many values; every key is checked before anything is written."""
+        for key in items:
+            self.check_writable(key)
+            validate_key(key)
+        copies = {k: bytes(v) for k, v in items.items()}
+        with self._lock:
+            self._data.update(copies)
+
+    def erase(self, key: str) -> None:
+        """Remove ``key``; a missing key is not an error."""
+        self.check_writable(key)
+        validate_key(key)
+        with self._lock:
+            self._data.pop(key, None)
+
+    def erase_many(self, keys: Iterable[str]) -> None:
+        """Remove many keys; every key is checked before anything is removed."""
+        keys = list(keys)
+        for key in keys:
+            self.check_writable(key)
+            validate_key(key)
+        with self._lock:
+            for key in keys:
+                self._data.pop(key, None)
+
+    def erase_prefix(self, prefix: str) -> None:
+        """Remove every key that starts with ``prefix``."""
+        self.check_writable(prefix)
+        validate_prefix(prefix)
+        with self._lock:
+            for key in [k for k in self._data if k.startswith(prefix)]:
+                del self._data[key]
+
+    # ---- listing ---------------------------------------------------------------------------
+    def list(self) -> Iterator[str]:
+        """Every key (a snapshot taken when called)."""
+        with self._lock:
+            keys = list(self._data)
+        return iter(keys)
+
+    def list_prefix(self, prefix: str) -> Iterator[str]:
+        """Every key starting with ``prefix`` (a snapshot taken when called)."""
+        validate_prefix(prefix)
+        with self._lock:
+            keys = [k for k in self._data if k.startswith(prefix)]
+        return iter(keys)
+
+    # ---- identity --------------------------------------------------------------------------
+    def with_read_only(self, read_only: bool = True) -> MemoryStore:
+        """A store on the same dict with another read-only flag."""
+        return MemoryStore(self._data, read_only=read_only)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when both are MemoryStores on the same dict with the same flag."""
+        if not isinstance(other, MemoryStore):
+            return NotImplemented
+        return self._data is other._data and self.read_only == other.read_only
+
+    def __hash__(self) -> int:
+        return hash((MemoryStore, id(self._data), self.read_only))
+
+    def __repr__(self) -> str:
+        return f"MemoryStore(<{len(self._data)} keys at {id(self._data):#x}>, read_only={self.read_only})"
+
+    def __reduce__(self):
+        """Pickle the contents (a snapshot), not the lock."""
+        with self._lock:
+            snapshot = dict(self._data)
+        return rebuild_store, (MemoryStore, (snapshot,), {"read_only": self.read_only})

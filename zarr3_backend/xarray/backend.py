@@ -1,0 +1,224 @@
+"""``engine="zarr3"``: xarray's ``open_dataset``, ``open_datatree`` and ``open_groups`` on Zarr v3
+stores through zarr3_backend, with the arguments and meaning of xarray's own zarr engine."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from xarray.backends.common import BackendEntrypoint, _normalize_path, datatree_from_dict_with_io_cleanup
+from xarray.backends.store import StoreBackendEntrypoint
+from xarray.core.dataset import Dataset
+from xarray.core.datatree import DataTree
+from xarray.core.utils import close_on_error
+
+from ..core.api import open_group
+from ..core.group import Group
+from ..core.paths import normalize_path
+from ..errors import GroupNotFoundError, MetadataError
+from ..stores.base import Store
+from .datastore import Zarr3DataStore, zarr_format_of
+
+_MODES = ("r", "r+", "a", "a-", "w", "w-")
+
+
+def open_target_group(
+    target: Any,
+    group: str | None = None,
+    *,
+    mode: str = "r",
+    consolidated: bool | None = None,
+    storage_options: dict | None = None,
+    zarr_format: int | None = None,
+) -> Group:
+    """The group ``group`` of ``target`` (path, URL, ``Store`` or ``Group``).
+
+    Unless ``consolidated=False`` the root is opened first so that its inline consolidated
+    metadata, when present, serves the whole hierarchy without another request.
+    """
+    if mode not in _MODES:
+        raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+    if zarr_format not in (None, 2, 3):
+        raise ValueError(f"zarr_format must be 2, 3 or None, got {zarr_format!r}")
+    path = normalize_path(group)
+    if isinstance(target, Group):
+        root = target
+    else:
+        target = _normalize_path(target)
+        open_mode = "a" if mode == "a-" else mode
+        if consolidated is False:
+            root = open_group(target, path=path, mode=open_mode, storage_options=storage_options,
+                              use_consolidated=False)
+            path = ""
+        else:
+            root = open_group(target, path="", mode=open_mode, storage_options=storage_options,
+                              use_consolidated=consolidated)
+    node = root[path] if path else root
+    if not isinstance(node, Group):
+        raise GroupNotFoundError(f"{path!r} is an array, not a group: pass the group that holds it")
+    if zarr_format is not None and zarr_format_of(node) != zarr_format:
+        raise MetadataError(f"group {node.path or '/'!r} is zarr_format {zarr_format_of(node)}, not {zarr_format}")
+    return node
+
+
+class Zarr3BackendEntrypoint(BackendEntrypoint):
+    """Open Zarr v3 stores (paths, fsspec URLs, zarr3_backend Stores) without zarr-python.
+
+    Takes the arguments of xarray's ``engine="zarr"`` with the same meaning; see
+    ``zarr3_backend.xarray`` for the differences (``preferred_chunks`` is the shard shape).
+    """
+
+    description = "Open Zarr v3 stores with zarr3_backend (no zarr-python)"
+    url = "https://github.com/zarr3_backend"
+    supports_groups = True
+
+    def guess_can_open(self, filename_or_obj: Any) -> bool:
+        if isinstance(filename_or_obj, Store | Group):
+            return True
+        if isinstance(filename_or_obj, str | os.PathLike):
+            path = os.fspath(filename_or_obj)
+            return "://" not in path and os.path.isfile(os.path.join(path, "zarr.json"))
+        return False
+
+    def _data_store(
+        self,
+        filename_or_obj: Any,
+        *,
+        group: str | None,
+        mode: str,
+        consolidated: bool | None,
+        storage_options: dict | None,
+        zarr_format: int | None,
+        use_zarr_fill_value_as_mask: bool | None,
+        drop_variables: Iterable[str],
+    ) -> Zarr3DataStore:
+        node = open_target_group(filename_or_obj, group, mode=mode, consolidated=consolidated,
+                                 storage_options=storage_options, zarr_format=zarr_format)
+        return Zarr3DataStore(node, use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
+                              drop_variables=drop_variables,
+                              close_store=not isinstance(filename_or_obj, Store | Group))
+
+    def open_dataset(
+        self,
+        filename_or_obj: Any,
+        *,
+        mask_and_scale: bool = True,
+        decode_times: Any = True,
+        concat_characters: bool = True,
+        decode_coords: Any = True,
+        drop_variables: str | Iterable[str] | None = None,
+        use_cftime: bool | None = None,
+        decode_timedelta: Any = None,
+        group: str | None = None,
+        mode: str = "r",
+        consolidated: bool | None = None,
+        storage_options: dict | None = None,
+        zarr_format: int | None = None,
+        store: Zarr3DataStore | None = None,
+        engine: Any = None,
+        use_zarr_fill_value_as_mask: bool | None = None,
+        cache_members: bool = True,
+    ) -> Dataset:
+        """One group as a Dataset; reads only ``zarr.json`` documents (one when consolidated)."""
+        drop = _as_names(drop_variables)
+        if store is None:
+            store = self._data_store(
+                filename_or_obj, group=group, mode=mode, consolidated=consolidated,
+                storage_options=storage_options, zarr_format=zarr_format,
+                use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask, drop_variables=drop,
+            )
+        with close_on_error(store):
+            return StoreBackendEntrypoint().open_dataset(
+                store,
+                mask_and_scale=mask_and_scale,
+                decode_times=decode_times,
+                concat_characters=concat_characters,
+                decode_coords=decode_coords,
+                drop_variables=drop,
+                use_cftime=use_cftime,
+                decode_timedelta=decode_timedelta,
+            )
+
+    def open_datatree(
+        self,
+        filename_or_obj: Any,
+        *,
+        mask_and_scale: bool = True,
+        decode_times: Any = True,
+        concat_characters: bool = True,
+        decode_coords: Any = True,
+        drop_variables: str | Iterable[str] | None = None,
+        use_cftime: bool | None = None,
+        decode_timedelta: Any = None,
+        group: str | None = None,
+        mode: str = "r",
+        consolidated: bool | None = None,
+        storage_options: dict | None = None,
+        zarr_format: int | None = None,
+        use_zarr_fill_value_as_mask: bool | None = None,
+    ) -> DataTree:
+        """The hierarchy below ``group`` as a DataTree (implicit groups included)."""
+        groups = self.open_groups_as_dict(
+            filename_or_obj, mask_and_scale=mask_and_scale, decode_times=decode_times,
+            concat_characters=concat_characters, decode_coords=decode_coords,
+            drop_variables=drop_variables, use_cftime=use_cftime, decode_timedelta=decode_timedelta,
+            group=group, mode=mode, consolidated=consolidated, storage_options=storage_options,
+            zarr_format=zarr_format, use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
+        )
+        return datatree_from_dict_with_io_cleanup(groups)
+
+    def open_groups_as_dict(
+        self,
+        filename_or_obj: Any,
+        *,
+        mask_and_scale: bool = True,
+        decode_times: Any = True,
+        concat_characters: bool = True,
+        decode_coords: Any = True,
+        drop_variables: str | Iterable[str] | None = None,
+        use_cftime: bool | None = None,
+        decode_timedelta: Any = None,
+        group: str | None = None,
+        mode: str = "r",
+        consolidated: bool | None = None,
+        storage_options: dict | None = None,
+        zarr_format: int | None = None,
+        use_zarr_fill_value_as_mask: bool | None = None,
+    ) -> dict[str, Dataset]:
+        """``{"/": ds, "/child": ds, ...}`` for every group below ``group``; the whole hierarchy's
+        metadata is read once (level by level, or from consolidated metadata)."""
+        drop = _as_names(drop_variables)
+        top = open_target_group(filename_or_obj, group, mode=mode, consolidated=consolidated,
+                                storage_options=storage_options, zarr_format=zarr_format)
+        members = top.members(max_depth=None)
+        children: dict[str, dict[str, Any]] = {"": {}}
+        for rel, node in members.items():
+            if isinstance(node, Group):
+                children.setdefault(rel, {})
+        for rel, node in members.items():
+            parent, _, name = rel.rpartition("/")
+            children.setdefault(parent, {})[name] = node
+        nodes: dict[str, Group] = {"": top, **{k: v for k, v in members.items() if isinstance(v, Group)}}
+        owns_store = not isinstance(filename_or_obj, Store | Group)
+        out: dict[str, Dataset] = {}
+        for rel in sorted(children):
+            datastore = Zarr3DataStore(
+                nodes[rel], children[rel], use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
+                drop_variables=drop, close_store=owns_store and rel == "",
+            )
+            with close_on_error(datastore):
+                out["/" + rel] = StoreBackendEntrypoint().open_dataset(
+                    datastore, mask_and_scale=mask_and_scale, decode_times=decode_times,
+                    concat_characters=concat_characters, decode_coords=decode_coords,
+                    drop_variables=drop, use_cftime=use_cftime, decode_timedelta=decode_timedelta,
+                )
+        return out
+
+
+def _as_names(drop_variables: str | Iterable[str] | None) -> tuple[str, ...]:
+    if drop_variables is None:
+        return ()
+    if isinstance(drop_variables, str):
+        return (drop_variables,)
+    return tuple(drop_variables)

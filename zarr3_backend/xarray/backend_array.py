@@ -1,0 +1,77 @@
+"""The lazy array xarray holds for each variable: basic, outer and vectorized indexing go
+straight to the core Array, which reads only the chunks (or inner chunks of shards) touched."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from xarray.backends.common import BackendArray
+from xarray.core import indexing
+
+from ..core.array import Array
+
+
+class Zarr3BackendArray(BackendArray):
+    """A read-only xarray ``BackendArray`` over one ``zarr3_backend`` Array."""
+
+    __slots__ = ("_array", "dtype", "shape")
+
+    def __init__(self, array: Array) -> None:
+        self._array = array
+        self.shape = tuple(array.shape)
+        self.dtype = array.dtype
+
+    def get_array(self) -> Array:
+        """The wrapped core Array (for writers that need its metadata)."""
+        return self._array
+
+    def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
+        if isinstance(key, indexing.VectorizedIndexer):
+            method = self._vindex
+        elif isinstance(key, indexing.OuterIndexer):
+            method = self._oindex
+        else:
+            method = self._getitem
+        value = indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.VECTORIZED, method)
+        return self._as_array(value)
+
+    def _getitem(self, key: tuple) -> Any:
+        return self._array[key]
+
+    def _oindex(self, key: tuple) -> Any:
+        return self._array.oindex[key]
+
+    def _vindex(self, key: tuple) -> Any:
+        return self._array.vindex[arrayize(key, self.shape)]
+
+    def _as_array(self, value: Any) -> np.ndarray:
+        """0-d reads come back as scalars; keep them arrays of the variable's dtype."""
+        if isinstance(value, np.ndarray):
+            return value
+        return np.asarray(value, dtype=self.dtype)
+
+
+def arrayize(key: tuple, shape: tuple[int, ...]) -> tuple:
+    """A vectorized key with its slices replaced by integer arrays.
+
+    xarray's vectorized indexers may mix slices with integer arrays: the arrays broadcast
+    together into the leading result axes and each slice adds one trailing axis. The returned
+    key gives the same result with pure numpy broadcasting rules.
+    """
+    n_slices = sum(isinstance(k, slice) for k in key)
+    if n_slices == 0:
+        return key
+    arrays = [k for k in key if not isinstance(k, slice)]
+    lead = np.broadcast_shapes(*(np.shape(a) for a in arrays)) if arrays else ()
+    out = []
+    slice_pos = 0
+    for k, size in zip(key, shape, strict=True):
+        if isinstance(k, slice):
+            axis_shape = (1,) * (len(lead) + slice_pos) + (-1,) + (1,) * (n_slices - slice_pos - 1)
+            out.append(np.arange(*k.indices(size)).reshape(axis_shape))
+            slice_pos += 1
+        else:
+            a = np.broadcast_to(np.asarray(k), lead)
+            out.append(a.reshape(lead + (1,) * n_slices))
+    return tuple(out)

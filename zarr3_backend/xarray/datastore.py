@@ -1,0 +1,139 @@
+"""xarray's view of one Zarr group: its arrays as lazy, still CF-encoded variables.
+
+A small ``AbstractDataStore`` so that xarray's own ``StoreBackendEntrypoint`` (and through it
+``xarray.conventions.decode_cf_variables``) does every bit of CF decoding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from xarray.backends.common import AbstractDataStore
+from xarray.core import indexing
+from xarray.core.utils import FrozenDict
+from xarray.core.variable import Variable
+
+from ..core import dtypes_text  # noqa: F401  (registers string, bytes, fixed_length_utf32 types)
+from ..core.array import Array
+from ..core.group import Group
+from .backend_array import Zarr3BackendArray
+from .encoding import (
+    array_dimensions,
+    check_dimension_sizes,
+    decode_fill_value_attr,
+    split_codecs,
+    visible_attributes,
+)
+
+
+def zarr_format_of(node: Array | Group) -> int:
+    """2 or 3: the format of the node's metadata (3 unless the core says otherwise)."""
+    return int(getattr(node.metadata, "zarr_format", 3))
+
+
+def array_encoding(array: Array, dims: tuple[str, ...]) -> dict[str, Any]:
+    """The encoding keys of an array that let a writer keep its layout.
+
+    ``chunks`` is the read chunk (inner chunk when sharded), ``shards`` the shard shape or
+    ``None``, and ``preferred_chunks`` the unit of storage (shard, else chunk) so that dask
+    gets one task per stored object.
+    """
+    encoding: dict[str, Any] = {
+        "chunks": tuple(array.chunks),
+        "preferred_chunks": dict(zip(dims, array.storage_chunks, strict=True)),
+        "shards": None if array.shards is None else tuple(array.shards),
+        **split_codecs(array.codecs),
+    }
+    if array.dtype.kind == "T":  # numpy StringDType: tell CF encoding not to make it bytes
+        encoding["dtype"] = array.dtype
+    return encoding
+
+
+class Zarr3DataStore(AbstractDataStore):
+    """The arrays directly inside one group, as xarray variables (lazy, CF-encoded).
+
+    ``members`` may be given when the caller already read the hierarchy (``open_datatree``),
+    so no store call is repeated; ``drop_variables`` are skipped before any checks.
+    """
+
+    __slots__ = ("_close_store", "_drop", "_members", "_use_fill_as_mask", "group")
+
+    def __init__(
+        self,
+        group: Group,
+        members: Mapping[str, Any] | None = None,
+        *,
+        use_zarr_fill_value_as_mask: bool | None = None,
+        drop_variables: Iterable[str] = (),
+        close_store: bool = False,
+    ) -> None:
+        self.group = group
+        self._members = dict(group.members(max_depth=1) if members is None else members)
+        if use_zarr_fill_value_as_mask is None:  # xarray's default: v3 fill values mean "never written"
+            use_zarr_fill_value_as_mask = zarr_format_of(group) == 2
+        self._use_fill_as_mask = use_zarr_fill_value_as_mask
+        self._drop = frozenset(drop_variables)
+        self._close_store = close_store
+
+    # ---- reading ---------------------------------------------------------------------------
+    def arrays(self) -> list[tuple[str, Array]]:
+        """The group's direct child arrays, sorted by name, without dropped variables."""
+        return [(k, v) for k, v in self._members.items() if isinstance(v, Array) and k not in self._drop]
+
+    def _describe(self, name: str) -> str:
+        return "/".join(p for p in (self.group.path, name) if p)
+
+    def open_store_variable(self, name: str, array: Array) -> Variable:
+        """One lazy variable: dimensions resolved, ``_ARRAY_DIMENSIONS`` hidden, fill value handled
+        the way xarray's zarr engine does for this format."""
+        raw_attrs = dict(array.attrs)
+        dims = array_dimensions(self._describe(name), array.shape, array.dimension_names, raw_attrs)
+        attributes = visible_attributes(raw_attrs)
+        data = indexing.LazilyIndexedArray(Zarr3BackendArray(array))
+        encoding = array_encoding(array, dims)
+        if self._use_fill_as_mask:
+            if array.fill_value is not None:
+                attributes["_FillValue"] = array.fill_value
+        else:
+            if zarr_format_of(array) == 3:
+                encoding["fill_value"] = array.fill_value
+            where = f"array {self._describe(name)!r} attribute"
+            if "_FillValue" in attributes:
+                attributes["_FillValue"] = decode_fill_value_attr(
+                    attributes["_FillValue"], array.dtype, where=f"{where} '_FillValue'"
+                )
+            if _has_text(attributes.get("missing_value")) and array.dtype.kind in "fc":
+                attributes["missing_value"] = decode_fill_value_attr(
+                    attributes["missing_value"], array.dtype, where=f"{where} 'missing_value'"
+                )
+        return Variable(dims, data, attributes, encoding)
+
+    def get_variables(self) -> FrozenDict:
+        variables = {name: self.open_store_variable(name, array) for name, array in self.arrays()}
+        check_dimension_sizes((self._describe(k), v.dims, v.shape) for k, v in variables.items())
+        return FrozenDict(variables)
+
+    def get_attrs(self) -> dict[str, Any]:
+        return visible_attributes(dict(self.group.attrs))
+
+    def get_dimensions(self) -> dict[str, int]:
+        return check_dimension_sizes(
+            (
+                self._describe(name),
+                array_dimensions(self._describe(name), a.shape, a.dimension_names, dict(a.attrs)),
+                a.shape,
+            )
+            for name, a in self.arrays()
+        )
+
+    def close(self) -> None:
+        if self._close_store:
+            self.group.store.close()
+
+
+def _has_text(value: Any) -> bool:
+    """A base64-style attribute value (a string, or a list holding one)."""
+    if isinstance(value, str):
+        return True
+    return isinstance(value, list | tuple) and any(isinstance(v, str) for v in value)

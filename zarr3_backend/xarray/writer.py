@@ -1,0 +1,575 @@
+"""``to_zarr``: write an xarray Dataset to Zarr v3 with the meaning of ``Dataset.to_zarr``.
+
+Everything is validated before the first byte is written: names, modes, encodings, CF encoding
+of every variable (appends reuse the stored units, calendar, dtype and packing, and refuse
+values those cannot represent), dimension sizes, non-append coordinates, region bounds and the
+ownership of every shard by exactly one dask task. Then the writes go in this order: data,
+each array's ``zarr.json``, the group's attributes, consolidated metadata, so a reader never
+sees metadata that points at data not yet there (``compute=False`` writes the metadata now and
+returns a Delayed that writes the dask data).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import pandas as pd
+import xarray as xr
+from dask.delayed import Delayed, delayed
+from xarray import conventions
+from xarray.backends.zarr import encode_zarr_variable
+from xarray.core.variable import Variable
+
+from ..core.api import array_metadata, consolidate_metadata, create_group, open_group
+from ..core.array import Array
+from ..core.codec_specs import coerce_codec
+from ..core.group import Group
+from ..core.metadata import to_bytes
+from ..core.paths import join_path, metadata_key, normalize_path
+from ..dask.alignment import check_region_edges
+from ..dask.progress import compute_with_progress
+from ..dask.write import plan_chunks
+from ..dask.write import store as dask_store
+from ..errors import GroupNotFoundError, Zarr3Error
+from ..stores import make_store
+from ..stores.base import Store
+from .datastore import Zarr3DataStore
+from .encoding import ZARR_ENCODING_KEYS, encode_attr_value, encode_fill_value_attr
+
+WRITE_MODES = ("w", "w-", "a", "a-", "r+")
+#: Encoding keys read back from a store that say nothing about how to write.
+_SAFE_TO_DROP = frozenset({"source", "original_shape", "preferred_chunks", "cache_metadata"})
+_VALID_ENCODING = ZARR_ENCODING_KEYS | {"codecs"}
+_LAYOUT_KEYS = ("compressors", "filters", "serializer")
+
+
+# ---- arguments ---------------------------------------------------------------------------------
+def choose_mode(mode: str | None, append_dim: Hashable | None, region: Any) -> str:
+    """The write mode xarray would use: ``a`` with ``append_dim``, ``r+`` with ``region``,
+    else ``w-``; refuses combinations xarray refuses."""
+    if mode is None:
+        mode = "a" if append_dim is not None else "r+" if region is not None else "w-"
+    if mode not in WRITE_MODES:
+        raise ValueError(f"mode must be one of {WRITE_MODES}, got mode={mode!r}")
+    if append_dim is not None and mode not in ("a", "a-"):
+        raise ValueError(f"cannot set append_dim unless mode='a' or mode='a-', got mode={mode!r}")
+    if region is not None and mode not in ("a", "a-", "r+"):
+        raise ValueError(f"cannot set region unless mode='a', 'a-' or 'r+', got mode={mode!r}")
+    return mode
+
+
+def _validate_names(ds: xr.Dataset) -> None:
+    for name in ds.variables:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"variable names must be non-empty strings to be stored in Zarr, got {name!r}")
+        if "/" in name or name in (".", ".."):
+            raise ValueError(f"variable name {name!r} cannot be a Zarr array name (no '/', '.' or '..')")
+
+
+def _as_dataset(obj: xr.Dataset | xr.DataArray) -> xr.Dataset:
+    if isinstance(obj, xr.DataArray):
+        return obj.to_dataset(name=obj.name if obj.name is not None else "__xarray_dataarray_variable__")
+    if not isinstance(obj, xr.Dataset):
+        raise TypeError(f"to_zarr writes an xarray Dataset or DataArray, got {type(obj).__name__}")
+    return obj
+
+
+def _array_dims(a: Array) -> tuple[str, ...]:
+    names = a.dimension_names or ()
+    if len(names) != a.ndim or any(n is None for n in names):
+        attr = a.metadata.attributes.get("_ARRAY_DIMENSIONS")
+        if isinstance(attr, list) and len(attr) == a.ndim:
+            return tuple(attr)
+        raise ValueError(f"array {a.path!r} has no dimension names; cannot match it to dataset dimensions")
+    return tuple(names)  # type: ignore[arg-type]
+
+
+# ---- reading what is stored ----------------------------------------------------------------
+def _decoded_existing(group: Group, arrays: Mapping[str, Array], names: list[str]) -> dict[str, Variable]:
+    """Stored variables, CF-decoded lazily: their ``encoding`` is how new data must be encoded."""
+    if not names:
+        return {}
+    datastore = Zarr3DataStore(group, members={n: arrays[n] for n in names})
+    raw = {n: datastore.open_store_variable(n, arrays[n]) for n in names}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        decoded, _, _ = conventions.decode_cf_variables(raw, {}, decode_coords=False)
+    return dict(decoded)
+
+
+def _auto_region(ds: xr.Dataset, region: dict, group: Group | None, arrays: Mapping[str, Array]) -> dict:
+    out = {}
+    for dim, sel in region.items():
+        if sel != "auto":
+            out[dim] = sel
+            continue
+        if dim not in ds.variables:
+            out[dim] = slice(0, ds.sizes[dim])
+            continue
+        if group is None or dim not in arrays:
+            raise KeyError(f"region={{{dim!r}: 'auto'}} needs the coordinate {dim!r} in the store, but it has none")
+        stored = _decoded_existing(group, arrays, [dim])[dim]
+        index = pd.Index(np.asarray(stored.values))
+        idxs = index.get_indexer(np.asarray(ds[dim].values))
+        if (idxs == -1).any():
+            raise KeyError(
+                f"not all values of coordinate {dim!r} in the dataset were found in the store; a region "
+                f"write cannot add coordinate values (use append_dim to grow {dim!r})"
+            )
+        if len(idxs) and (np.diff(idxs) != 1).any():
+            raise ValueError(
+                f"the values of coordinate {dim!r} map to non-contiguous positions in the store; a region "
+                "write needs a contiguous block of the stored coordinate"
+            )
+        out[dim] = slice(int(idxs[0]), int(idxs[-1]) + 1) if len(idxs) else slice(0, 0)
+    return out
+
+
+def _resolve_region(
+    ds: xr.Dataset, region: Any, mode: str, append_dim: Hashable | None, group: Group | None, arrays: Mapping[str, Array]
+) -> tuple[xr.Dataset, dict[str, slice]]:
+    """Validate ``region`` (auto-detecting ``"auto"`` entries) and drop the indexes it cannot change."""
+    if region == "auto":
+        region = dict.fromkeys(ds.dims, "auto")
+    if not isinstance(region, Mapping):
+        raise TypeError(f"region must be a dict of dimension -> slice or 'auto', got {type(region).__name__}")
+    region = dict(region)
+    if any(v == "auto" for v in region.values()):
+        if mode not in ("r+", "a"):
+            raise ValueError(f"region='auto' needs mode='r+' or 'a', got mode={mode!r}")
+        region = _auto_region(ds, region, group, arrays)
+    for dim, sel in region.items():
+        if dim not in ds.dims:
+            raise ValueError(f"region dimension {dim!r} is not a dimension of the dataset {list(ds.dims)}")
+        if not isinstance(sel, slice):
+            raise TypeError(f"region values must be slices, got {sel!r} for dimension {dim!r}")
+        if sel.step not in (None, 1):
+            raise ValueError(f"region slices must have step 1, got {sel!r} for dimension {dim!r}")
+    unmatched = [k for k, v in ds.variables.items() if not set(region) & set(v.dims)]
+    if region and unmatched:
+        raise ValueError(
+            f"with region={list(region)}, every variable must use one of those dimensions; these do not: "
+            f"{unmatched}. Drop them with .drop_vars({unmatched!r})"
+        )
+    if append_dim is not None and append_dim in region:
+        raise ValueError(f"dimension {append_dim!r} cannot be both append_dim and a region dimension")
+    return ds.drop_vars(list(ds.indexes)), region
+
+
+# ---- per-variable encoding ---------------------------------------------------------------------
+def _dtype_for_store(dtype: np.dtype) -> Any:
+    """The data type to create: text (fixed, object or StringDType) is stored as zarr-python
+    writes Python strings, ``string`` with the ``vlen-utf8`` codec."""
+    if dtype.kind in "UT":
+        return "string"
+    if dtype.kind == "O":
+        return "string"
+    return dtype
+
+
+def _as_tuple(value: Any, ndim: int, key: str, name: str) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, int | np.integer):
+        return (int(value),) * ndim
+    try:
+        out = tuple(int(v) for v in value)
+    except TypeError as e:
+        raise TypeError(f"encoding[{key!r}] for variable {name!r} must be an int or a tuple of ints, got {value!r}") from e
+    return out
+
+
+def _default_chunks(var: Variable, name: str) -> tuple[int, ...] | None:
+    """The chunk shape dask chunks suggest (the largest block per axis), else ``None``."""
+    if var.chunks is None:
+        return None
+    return tuple(max(max(c), 1) for c in var.chunks)
+
+
+def _codec_list(value: Any) -> list:
+    if value is None:
+        return []
+    if isinstance(value, list | tuple):
+        return [coerce_codec(c) for c in value]
+    return [coerce_codec(value)]
+
+
+def creation_kwargs(var: Variable, name: str, *, user_encoding: bool, write_empty_chunks: bool | None) -> dict[str, Any]:
+    """Keyword arguments of ``array_metadata`` for a CF-encoded variable and its zarr encoding.
+
+    Raises ``ValueError`` for unknown keys in an encoding the user passed (unknown keys left
+    from reading a store are dropped, as xarray does).
+    """
+    encoding = {k: v for k, v in var.encoding.items() if k not in _SAFE_TO_DROP}
+    invalid = sorted(set(encoding) - _VALID_ENCODING)
+    if invalid and user_encoding:
+        raise ValueError(f"unexpected encoding parameters for variable {name!r}: {invalid}")
+    for k in invalid:
+        del encoding[k]
+    if "_FillValue" in var.encoding and var.encoding["_FillValue"] is not None:
+        raise ValueError(f"variable {name!r}: Zarr does not take _FillValue in encoding")
+    ndim = var.ndim
+    chunks = _as_tuple(encoding.get("chunks"), ndim, "chunks", name)
+    if chunks is not None and len(chunks) != ndim:
+        chunks = None  # xarray's rule: a chunk spec of the wrong rank is ignored
+    if chunks is None:
+        chunks = _default_chunks(var, name)
+    shards = _as_tuple(encoding.get("shards"), ndim, "shards", name)
+    kwargs: dict[str, Any] = {"shape": var.shape, "dtype": _dtype_for_store(var.dtype)}
+    codecs = encoding.get("codecs")
+    if codecs is not None:
+        given = [k for k in _LAYOUT_KEYS if encoding.get(k) is not None]
+        if given and user_encoding:
+            raise ValueError(f"variable {name!r}: give either encoding['codecs'] or {given}, not both")
+        if not user_encoding and given:
+            codecs = None  # read back from a store: the split form carries the layout
+    if codecs is not None:
+        kwargs["codecs"] = _codec_list(codecs)
+        grid = shards if shards is not None else chunks
+        kwargs["chunks"] = grid
+    else:
+        kwargs["chunks"] = chunks
+        kwargs["shards"] = shards
+        if "compressors" in encoding:
+            kwargs["compressors"] = _codec_list(encoding["compressors"])
+        if "filters" in encoding:
+            kwargs["filters"] = _codec_list(encoding["filters"])
+        if encoding.get("serializer") is not None:
+            kwargs["serializer"] = coerce_codec(encoding["serializer"])
+    if encoding.get("chunk_key_encoding") is not None:
+        kwargs["chunk_key_encoding"] = encoding["chunk_key_encoding"]
+    fill = encoding.get("fill_value")
+    if fill is None and var.dtype.kind == "f":
+        fill = np.nan  # xarray's default for floats: unwritten cells read as NaN
+    kwargs["fill_value"] = fill
+    enc_empty = encoding.get("write_empty_chunks")
+    if write_empty_chunks is not None and enc_empty is not None and bool(enc_empty) != write_empty_chunks:
+        raise ValueError(
+            f"variable {name!r}: encoding['write_empty_chunks']={enc_empty!r} differs from write_empty_chunks={write_empty_chunks!r}"
+        )
+    kwargs["write_empty_chunks"] = bool(write_empty_chunks if write_empty_chunks is not None else enc_empty or False)
+    return kwargs
+
+
+def stored_attributes(var: Variable) -> dict[str, Any]:
+    """JSON-ready attributes; a CF ``_FillValue`` in the form xarray's zarr engine writes."""
+    attrs = {k: encode_attr_value(v) for k, v in var.attrs.items()}
+    if "_FillValue" in attrs:
+        fv = var.attrs["_FillValue"]
+        if fv is None:
+            del attrs["_FillValue"]
+        else:
+            attrs["_FillValue"] = encode_fill_value_attr(fv, var.dtype)
+    return attrs
+
+
+def _encode(var: Variable, name: str) -> Variable:
+    try:
+        return encode_zarr_variable(var, name=name, zarr_format=3)
+    except (ValueError, TypeError) as e:
+        raise type(e)(f"variable {name!r}: {e}") from e
+
+
+def _encode_like_stored(var: Variable, stored: Variable, name: str) -> Variable:
+    """Encode new data exactly as ``stored`` is encoded; refuse values it cannot represent."""
+    _check_append_dtype(name, stored, var)
+    var = var.copy(deep=False)
+    if var.dtype.kind in "mMO" and isinstance(var.data, da.Array):
+        var = var.load()  # times are small: encode them now so errors come before any write
+    var.encoding = {k: v for k, v in stored.encoding.items() if k not in ("chunks", "shards", "preferred_chunks")}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        encoded = _encode(var, name)
+    for key in ("units", "calendar"):
+        want = stored.encoding.get(key)
+        got = encoded.attrs.get(key)
+        if want is not None and got is not None and str(want) != str(got):
+            raise ValueError(
+                f"variable {name!r}: the new values cannot be encoded with the stored {key} {want!r} "
+                f"(they need {got!r}), so they cannot be written to this store; "
+                + "; ".join(str(w.message) for w in caught)
+            )
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return encoded
+
+
+def _check_append_dtype(name: str, stored: Variable, new: Variable) -> None:
+    easy = (
+        np.issubdtype(new.dtype, np.number)
+        or np.issubdtype(new.dtype, np.datetime64)
+        or np.issubdtype(new.dtype, np.bool_)
+        or new.dtype == object
+        or (new.dtype.kind in "SUT" and stored.dtype.kind in "OT")
+    )
+    if not easy and new.dtype != stored.dtype:
+        raise ValueError(
+            f"variable {name!r}: the store holds dtype {stored.dtype} but the data to write has dtype {new.dtype}"
+        )
+
+
+def _match_dims(name: str, var: Variable, stored_dims: tuple[str, ...], stored_shape: tuple[int, ...],
+                region: Mapping[str, slice], append_dim: Hashable | None) -> Variable:
+    if var.dims != stored_dims:
+        if set(var.dims) != set(stored_dims):
+            raise ValueError(
+                f"variable {name!r} is stored with dimensions {stored_dims} but the dataset has {var.dims}; "
+                "to_zarr cannot change a variable's dimensions"
+            )
+        var = var.transpose(*stored_dims)
+    want, got = {}, {}
+    for dim, n, m in zip(stored_dims, stored_shape, var.shape, strict=True):
+        if dim == append_dim:
+            continue
+        if dim in region:
+            start, stop, _ = region[dim].indices(n)
+            n = stop - start
+        want[dim], got[dim] = n, m
+    if want != got:
+        raise ValueError(
+            f"variable {name!r} is stored with dimension sizes {want} but the dataset has {got}; only "
+            "append_dim may change a size (use region= to write part of a stored variable)"
+        )
+    return var
+
+
+# ---- the plan ----------------------------------------------------------------------------------
+@dataclass
+class _Write:
+    """One variable's write: encoded data, target array (metadata maybe not yet stored), region."""
+
+    name: str
+    variable: Variable
+    target: Array
+    region: tuple[slice, ...]
+    metadata_pending: bool  # zarr.json (new array, or new shape) is written after the data
+
+
+@dataclass
+class _Plan:
+    writes: list[_Write] = field(default_factory=list)
+    attrs: dict[str, Any] | None = None  # group attributes to store (None: leave them)
+
+
+def _region_tuple(dims: tuple[str, ...], region: Mapping[str, slice]) -> tuple[slice, ...]:
+    return tuple(region.get(d, slice(None)) for d in dims)
+
+
+def _concrete(region: tuple[slice, ...], shape: tuple[int, ...]) -> tuple[slice, ...]:
+    return tuple(slice(*s.indices(n)[:2]) for s, n in zip(region, shape, strict=True))
+
+
+def _plan(
+    ds: xr.Dataset,
+    *,
+    store: Store,
+    path: str,
+    mode: str,
+    group: Group | None,
+    arrays: dict[str, Array],
+    encoding: Mapping[str, Any],
+    append_dim: Hashable | None,
+    region: dict[str, slice],
+    safe_chunks: bool,
+    align_chunks: bool,
+    write_empty_chunks: bool | None,
+) -> _Plan:
+    variables, attrs = conventions.encode_dataset_coordinates(ds)
+    for k, enc in encoding.items():
+        variables[k].encoding = dict(enc)
+    existing_names = [n for n in variables if n in arrays] if mode != "w" else []
+    new_names = [n for n in variables if n not in existing_names]
+
+    if mode == "r+" and new_names:
+        raise ValueError(
+            f"the dataset has variables {new_names} that the store does not; mode='r+' only writes "
+            "existing variables (use mode='a' to add variables)"
+        )
+    if region and new_names:
+        raise ValueError(f"a region write needs every variable in the store already; missing: {new_names}")
+    if mode in ("a", "a-", "r+"):
+        clash = sorted(set(encoding) & set(existing_names))
+        if clash:
+            raise ValueError(f"variables {clash} already exist in the store, but encoding was provided for them")
+    if append_dim is not None:
+        stored_dims = {d for a in arrays.values() for d in (a.dimension_names or ())}
+        if append_dim not in stored_dims:
+            raise ValueError(f"append_dim={append_dim!r} is not a dimension of the stored dataset {sorted(stored_dims)}")
+        left_out = [n for n, a in arrays.items() if append_dim in (a.dimension_names or ()) and n not in variables]
+        if left_out:
+            raise ValueError(
+                f"stored variables {left_out} have dimension {append_dim!r} but are missing from the dataset to "
+                "append; appending without them would leave them shorter than the rest"
+            )
+
+    stored = _decoded_existing(group, arrays, existing_names) if group is not None else {}
+    plan = _Plan(attrs={k: encode_attr_value(v) for k, v in attrs.items()} if mode != "r+" else None)
+    for name in variables:
+        var = variables[name]
+        if name in existing_names:
+            a = arrays[name]
+            dims = _array_dims(a)
+            has_append = append_dim is not None and append_dim in dims
+            if append_dim is not None and not has_append:
+                if mode == "a-":
+                    continue
+                if name in ds.coords:
+                    if not ds[name].variable.transpose(*dims).equals(stored[name]):
+                        raise ValueError(
+                            f"coordinate {name!r} differs from the one in the store; appending along "
+                            f"{append_dim!r} needs the other coordinates unchanged"
+                        )
+                    continue  # identical: nothing to write
+            encoded = _encode_like_stored(var, stored[name], name)
+            encoded = _match_dims(name, encoded, dims, a.shape, region, append_dim)
+            target, reg, pending = a, _region_tuple(dims, region), False
+            if write_empty_chunks is not None:
+                target = Array(store, a.path, a.metadata, write_empty_chunks=write_empty_chunks)
+            if has_append:
+                axis = dims.index(append_dim)
+                old = a.shape[axis]
+                shape = tuple(old + encoded.shape[axis] if i == axis else n for i, n in enumerate(a.shape))
+                target = Array(store, a.path, a.metadata.evolve(shape=shape), write_empty_chunks=target.write_empty_chunks)
+                reg = tuple(slice(old, shape[axis]) if i == axis else s for i, s in enumerate(reg))
+                pending = True
+        else:
+            encoded = _encode(var, name)
+            kwargs = creation_kwargs(encoded, name, user_encoding=name in encoding, write_empty_chunks=write_empty_chunks)
+            wec = kwargs.pop("write_empty_chunks")
+            apath = join_path(path, name)
+            try:
+                meta = array_metadata(
+                    **kwargs, dimension_names=encoded.dims, attributes=stored_attributes(encoded), path=apath
+                )
+            except Zarr3Error as e:
+                raise type(e)(f"variable {name!r}: {e}") from e
+            target = Array(store, apath, meta, write_empty_chunks=wec)
+            reg, pending = (slice(None),) * encoded.ndim, True
+        reg = _concrete(reg, target.shape)
+        if isinstance(encoded.data, da.Array):
+            plan_chunks(encoded.data, target, reg, align_chunks=align_chunks, name=name, dims=encoded.dims)
+            if region and mode == "r+" and safe_chunks:
+                check_region_edges(reg, target.shape, target.storage_chunks, name=name, dims=encoded.dims,
+                                   sharded=target.shards is not None)
+        plan.writes.append(_Write(name, encoded, target, reg, pending))
+    return plan
+
+
+# ---- executing it ------------------------------------------------------------------------------
+def _open_target(store: Store, path: str, mode: str, group: Group | None) -> Group:
+    if mode in ("w", "w-"):
+        return open_group(store, path=path, mode=mode)
+    if group is not None:
+        return group
+    return create_group(store, path)
+
+
+def _finish(*_: Any) -> None:
+    return None
+
+
+def to_zarr(
+    dataset: xr.Dataset | xr.DataArray,
+    store: Any = None,
+    mode: str | None = None,
+    group: str | None = None,
+    encoding: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    compute: bool = True,
+    consolidated: bool | None = None,
+    append_dim: Hashable | None = None,
+    region: Mapping[str, slice | str] | str | None = None,
+    safe_chunks: bool = True,
+    align_chunks: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    zarr_format: int | None = None,
+    write_empty_chunks: bool | None = None,
+    chunkmanager_store_kwargs: dict[str, Any] | None = None,
+    progress: bool = False,
+) -> Group | Delayed:
+    """Write ``dataset`` to a Zarr v3 store, as ``xarray.Dataset.to_zarr`` would.
+
+    Dask variables are written with one task per shard (per chunk when unsharded); dask chunks
+    that would split a shard raise ``ChunkAlignmentError`` unless ``align_chunks=True``.
+    ``safe_chunks=False`` only lifts the check that a ``region`` write owns whole shards.
+    ``progress=True`` shows a progress bar (distributed's when a Client is active). Returns
+    the written Group, or with ``compute=False`` a Delayed that writes the dask data.
+    """
+    ds = _as_dataset(dataset)
+    mode = choose_mode(mode, append_dim, region)
+    if zarr_format not in (None, 3):
+        raise ValueError(f"zarr3_backend writes zarr_format 3 only, got zarr_format={zarr_format!r}")
+    _validate_names(ds)
+    encoding = dict(encoding or {})
+    unknown = [k for k in encoding if k not in ds.variables]
+    if unknown:
+        raise ValueError(f"encoding given for variables {unknown} that are not in the dataset")
+    zstore = make_store(store if store is not None else {}, mode="a", storage_options=storage_options)
+    path = normalize_path(group)
+
+    existing: Group | None = None
+    if mode != "w":
+        try:
+            existing = open_group(zstore, path=path, mode="r+", use_consolidated=False)
+        except GroupNotFoundError:
+            if mode == "r+":
+                raise
+    if mode == "w-" and existing is not None:
+        from ..errors import NodeExistsError
+
+        raise NodeExistsError(f"a group already exists at {path or '/'!r} in {zstore!r} (mode='w-')")
+    arrays = dict(existing.arrays()) if existing is not None else {}
+
+    reg: dict[str, slice] = {}
+    if region is not None:
+        ds, reg = _resolve_region(ds, region, mode, append_dim, existing, arrays)
+        encoding = {k: v for k, v in encoding.items() if k in ds.variables}
+
+    plan = _plan(
+        ds, store=zstore, path=path, mode=mode, group=existing, arrays=arrays, encoding=encoding,
+        append_dim=append_dim, region=reg, safe_chunks=safe_chunks, align_chunks=align_chunks,
+        write_empty_chunks=write_empty_chunks,
+    )
+
+    # ---- nothing has been written up to here ----
+    root_consolidated = _root_is_consolidated(zstore)
+    target_group = _open_target(zstore, path, mode, existing)
+    lazy = []
+    for w in plan.writes:
+        data = w.variable.data
+        if isinstance(data, da.Array):
+            lazy.append(dask_store(data, w.target, w.region, compute=False, align_chunks=align_chunks,
+                                   name=w.name, dims=w.variable.dims))
+        else:
+            w.target.set_region(w.region, np.asarray(w.variable.values))
+
+    def write_metadata() -> Group:
+        docs = {metadata_key(w.target.path): to_bytes(w.target.metadata) for w in plan.writes if w.metadata_pending}
+        if docs:
+            zstore.set_many(docs)
+        if plan.attrs is not None and plan.attrs != dict(target_group.attrs):
+            target_group.attrs.put(plan.attrs)
+        changed = bool(docs) or plan.attrs is not None
+        if changed and (consolidated or (consolidated is None and mode != "r+") or root_consolidated):
+            consolidate_metadata(zstore, "")
+        return open_group(zstore, path=path, mode="r+")
+
+    if not compute:
+        write_metadata()
+        return delayed(_finish, pure=False)(*lazy)
+    if lazy:
+        compute_with_progress(*lazy, progress=progress, **(chunkmanager_store_kwargs or {}))
+    return write_metadata()
+
+
+def _root_is_consolidated(store: Store) -> bool:
+    try:
+        root = open_group(store, path="", mode="r+")
+    except (GroupNotFoundError, Zarr3Error):
+        return False
+    return root.metadata.consolidated_metadata is not None
