@@ -185,6 +185,7 @@ def test_consolidated_metadata_used_without_listing(store):
     g.create_array("y", shape=(2,), dtype="f4", attributes={"k": "v"})
     z3.consolidate_metadata(store)
 
+    store = store.with_read_only(True)  # passed through as is by open_group(mode="r")
     listed = []
     original = store.list_dir
 
