@@ -18,16 +18,34 @@ from zarr3_backend.errors import (
     ShapeError,
 )
 
-DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-          "float16", "float32", "float64", "complex64", "complex128"]
+DTYPES = [
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+]
 CODECS = {
     "raw": None,
     "gzip": [{"name": "gzip", "configuration": {"level": 1}}],
     "blosc": [{"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle"}}],
     "zstd+crc": [{"name": "zstd", "configuration": {"level": 1, "checksum": False}}, {"name": "crc32c"}],
 }
-KEY_ENCODINGS = [None, {"name": "default", "configuration": {"separator": "."}},
-                 {"name": "v2", "configuration": {"separator": "."}}, {"name": "v2", "configuration": {"separator": "/"}}]
+KEY_ENCODINGS = [
+    None,
+    {"name": "default", "configuration": {"separator": "."}},
+    {"name": "v2", "configuration": {"separator": "."}},
+    {"name": "v2", "configuration": {"separator": "/"}},
+]
 
 
 def sample(dtype: str, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
@@ -52,8 +70,14 @@ def store(request, tmp_path):
 @pytest.mark.parametrize("codec", list(CODECS))
 def test_round_trip_dtype_codec(store, dtype, codec):
     data = sample(dtype, (13, 7))
-    a = z3.create_array(store, "x", shape=data.shape, dtype=dtype, chunks=(5, 4),
-                        compressors=CODECS[codec] if codec != "raw" else None)
+    a = z3.create_array(
+        store,
+        "x",
+        shape=data.shape,
+        dtype=dtype,
+        chunks=(5, 4),
+        compressors=CODECS[codec] if codec != "raw" else None,
+    )
     a[...] = data
     b = z3.open_array(store, "x")
     np.testing.assert_array_equal(b[...], data)
@@ -68,7 +92,9 @@ def test_key_encodings_write_expected_keys(store, encoding):
     keys = set(store.list_prefix("g/x/")) - {"g/x/zarr.json"}
     name = (encoding or {"name": "default"})["name"]
     sep = (encoding or {}).get("configuration", {}).get("separator", "/")
-    expected = {f"g/x/{'c' + sep if name == 'default' else ''}{i}{sep}{j}" for i in range(2) for j in range(2)}
+    expected = {
+        f"g/x/{'c' + sep if name == 'default' else ''}{i}{sep}{j}" for i in range(2) for j in range(2)
+    }
     assert keys == expected
     np.testing.assert_array_equal(z3.open_array(store, "g/x")[...], np.arange(16).reshape(4, 4))
 

@@ -83,7 +83,9 @@ def test_raw_types(bits_: int, size: int) -> None:
     assert dt.to_json() == f"r{bits_}"
 
 
-@pytest.mark.parametrize("name", ["r0", "r12", "r08", "r", "r-8", "R8", "float128", "int", "string?", "Float32"])
+@pytest.mark.parametrize(
+    "name", ["r0", "r12", "r08", "r", "r-8", "R8", "float128", "int", "string?", "Float32"]
+)
 def test_unknown_or_invalid_names(name: str) -> None:
     with pytest.raises(DataTypeError) as err:
         parse_data_type(name)
@@ -272,7 +274,10 @@ def test_nan_payload_kept_from_numpy_scalar() -> None:
 
 
 @pytest.mark.parametrize("name", FLOATS)
-@pytest.mark.parametrize("bad", ["0x", "0x1", "0x7fc000000", "0xzzzz", "0X7e00", "nan", "inf", "+Infinity", "1.0", True, None, [1.0]])
+@pytest.mark.parametrize(
+    "bad",
+    ["0x", "0x1", "0x7fc000000", "0xzzzz", "0X7e00", "nan", "inf", "+Infinity", "1.0", True, None, [1.0]],
+)
 def test_float_wrong_forms(name: str, bad: Any) -> None:
     dt = parse_data_type(name)
     with pytest.raises(DataTypeError) as err:
@@ -280,7 +285,9 @@ def test_float_wrong_forms(name: str, bad: Any) -> None:
     assert_names(err, repr(bad), repr(name))
 
 
-@pytest.mark.parametrize(("name", "hex_"), [("float16", "0x7fc00000"), ("float32", "0x7e00"), ("float64", "0x7fc00000")])
+@pytest.mark.parametrize(
+    ("name", "hex_"), [("float16", "0x7fc00000"), ("float32", "0x7e00"), ("float64", "0x7fc00000")]
+)
 def test_float_hex_of_wrong_width(name: str, hex_: str) -> None:
     with pytest.raises(DataTypeError) as err:
         parse_fill_value(hex_, parse_data_type(name))
@@ -358,7 +365,9 @@ def test_raw_fill_values() -> None:
     assert np.full(2, v, dtype=dt.numpy).tobytes() == b"\x01\x02\xff" * 2
 
 
-@pytest.mark.parametrize("bad", [[1, 2], [1, 2, 3, 4], [1, 2, 256], [1, 2, -1], [1, 2, True], [1, 2, 1.0], "AAAA", 0, None])
+@pytest.mark.parametrize(
+    "bad", [[1, 2], [1, 2, 3, 4], [1, 2, 256], [1, 2, -1], [1, 2, True], [1, 2, 1.0], "AAAA", 0, None]
+)
 def test_raw_wrong_forms(bad: Any) -> None:
     with pytest.raises(DataTypeError) as err:
         parse_fill_value(bad, parse_data_type("r24"))
@@ -384,7 +393,15 @@ def test_raw_bytes_extension_from_zarr_python() -> None:
 # --- default fill values ------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("name", "json_"),
-    [("bool", False), ("int8", 0), ("uint64", 0), ("float16", 0.0), ("float64", 0.0), ("complex64", [0.0, 0.0]), ("r16", [0, 0])],
+    [
+        ("bool", False),
+        ("int8", 0),
+        ("uint64", 0),
+        ("float16", 0.0),
+        ("float64", 0.0),
+        ("complex64", [0.0, 0.0]),
+        ("r16", [0, 0]),
+    ],
 )
 def test_default_fill_values(name: str, json_: Any) -> None:
     dt = parse_data_type(name)

@@ -18,16 +18,35 @@ def snapshot(store) -> dict:
 @pytest.fixture
 def store():
     s = z3.MemoryStore()
-    a = z3.create_array(s, "x", shape=(4,), dtype="f4", chunks=(2,),
-                        compressors=[{"name": "zstd", "configuration": {"level": 1, "checksum": False}}, {"name": "crc32c"}])
+    a = z3.create_array(
+        s,
+        "x",
+        shape=(4,),
+        dtype="f4",
+        chunks=(2,),
+        compressors=[{"name": "zstd", "configuration": {"level": 1, "checksum": False}}, {"name": "crc32c"}],
+    )
     a[:] = np.arange(4)
     return s
 
 
 def test_root_of_hierarchy():
-    for name in ["MetadataError", "UnknownFieldError", "DataTypeError", "CodecError", "UnknownCodecError",
-                 "CorruptionError", "ChecksumError", "NodeNotFoundError", "NodeExistsError", "ReadOnlyError",
-                 "SelectionError", "ShapeError", "StoreError", "InvalidKeyError"]:
+    for name in [
+        "MetadataError",
+        "UnknownFieldError",
+        "DataTypeError",
+        "CodecError",
+        "UnknownCodecError",
+        "CorruptionError",
+        "ChecksumError",
+        "NodeNotFoundError",
+        "NodeExistsError",
+        "ReadOnlyError",
+        "SelectionError",
+        "ShapeError",
+        "StoreError",
+        "InvalidKeyError",
+    ]:
         assert issubclass(getattr(errors, name), errors.Zarr3Error)
 
 
@@ -65,7 +84,7 @@ def test_unknown_codec_on_create_writes_nothing(store):
 
 def test_bad_dtype_and_fill_write_nothing(store):
     before = snapshot(store)
-    with pytest.raises(errors.DataTypeError, match="float128|f16"):
+    with pytest.raises(errors.DataTypeError, match=r"float128|f16"):
         z3.create_array(store, "y", shape=(2,), dtype="float128")
     with pytest.raises(errors.DataTypeError, match="300"):
         z3.create_array(store, "y", shape=(2,), dtype="uint8", fill_value=300)

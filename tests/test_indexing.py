@@ -251,6 +251,19 @@ def test_basic_chunk_selections_stay_slices(data):
         assert all(isinstance(e, slice) for e in p.out_selection)
 
 
+@settings(deadline=None, max_examples=300)
+@given(st.integers(0, 30), st.integers(1, 10), st.data())
+def test_basic_1d_slices_match_numpy(size, chunk, data):
+    sel = data.draw(slices(size))
+    x = arange((size,))
+    indexer = basic_indexer(sel, (size,), (chunk,))
+    np.testing.assert_array_equal(read_via(indexer, x, (chunk,)), x[sel])
+    value = values_for(indexer.shape)
+    expected = x.copy()
+    expected[sel] = value
+    np.testing.assert_array_equal(write_via(indexer, x, (chunk,), value), expected)
+
+
 def test_whole_array_is_all_complete_plain_slices():
     indexer = basic_indexer(Ellipsis, (10, 7), (4, 3))
     projections = list(indexer)
@@ -266,6 +279,7 @@ def test_partial_and_stepped_chunks_are_not_complete():
     assert not by_coords[(0,)].is_complete
     assert by_coords[(1,)].is_complete and by_coords[(2,)].is_complete  # (2,) is the 2-long edge
     assert not any(p.is_complete for p in basic_indexer(slice(0, 8, 2), (8,), (4,)))
+    assert not any(p.is_complete for p in basic_indexer(slice(None, None, 2), (3,), (3,)))
     assert not any(p.is_complete for p in basic_indexer(slice(None, None, -1), (8,), (4,)))
 
 
@@ -594,6 +608,13 @@ def test_chunk_bounding_box_is_the_tightest_box(case):
     assert not (mask & ~inside).any(), "a selected element lies outside the box"
     for axis, b in enumerate(box):  # every face of the box touches a selected element
         assert mask.take(b.start, axis=axis).any() and mask.take(b.stop - 1, axis=axis).any()
+
+
+def test_shift_selection_of_reversed_slices():
+    chunk = np.arange(9)
+    for sel in (slice(7, 1, -3), slice(8, None, -4), slice(5, 0, -1)):
+        box = chunk_bounding_box((sel,), (9,))
+        np.testing.assert_array_equal(chunk[box][shift_selection((sel,), box)], chunk[sel])
 
 
 def test_chunk_bounding_box_examples_and_errors():

@@ -12,8 +12,22 @@ ts = pytest.importorskip("tensorstore")
 
 pytestmark = pytest.mark.interop
 
-DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-          "float16", "float32", "float64", "complex64", "complex128"]
+DTYPES = [
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+]
 CODECS = {
     "none": [],
     "gzip": [{"name": "gzip", "configuration": {"level": 5}}],
@@ -47,8 +61,15 @@ def test_ours_opens_in_zarr_python_and_tensorstore(tmp_path, dtype, codec):
     transpose = [{"name": "transpose", "configuration": {"order": [1, 0]}}] if codec == "gzip" else []
     endian = "big" if codec == "crc32c" and np.dtype(dtype).itemsize > 1 else "little"
     chain = [*transpose, {"name": "bytes", "configuration": {"endian": endian}}, *CODECS[codec]]
-    a = z3.create_array(tmp_path / "d.zarr", "x", shape=data.shape, dtype=dtype, chunks=(4, 4), codecs=chain,
-                        fill_value=1 if dtype != "bool" else True)
+    a = z3.create_array(
+        tmp_path / "d.zarr",
+        "x",
+        shape=data.shape,
+        dtype=dtype,
+        chunks=(4, 4),
+        codecs=chain,
+        fill_value=1 if dtype != "bool" else True,
+    )
     a[1:, :] = data[1:, :]  # row 0 stays the fill value (partly unwritten chunks)
     expected = data.copy()
     expected[0] = 1
@@ -64,11 +85,15 @@ def test_zarr_python_written_opens_here(tmp_path, dtype, compressor):
     import numcodecs  # noqa: F401
 
     data = sample(dtype)
-    comp = {"default": "auto", "none": None,
-            "blosc": zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"),
-            "gzip": zarr.codecs.GzipCodec(level=3)}[compressor]
-    z = zarr.create_array(tmp_path / "z.zarr", shape=data.shape, dtype=dtype, chunks=(4, 5), compressors=comp,
-                          fill_value=0)
+    comp = {
+        "default": "auto",
+        "none": None,
+        "blosc": zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"),
+        "gzip": zarr.codecs.GzipCodec(level=3),
+    }[compressor]
+    z = zarr.create_array(
+        tmp_path / "z.zarr", shape=data.shape, dtype=dtype, chunks=(4, 5), compressors=comp, fill_value=0
+    )
     z[:8] = data[:8]
     expected = data.copy()
     expected[8:] = 0
@@ -84,12 +109,24 @@ def test_tensorstore_written_opens_here(tmp_path, dtype):
         "driver": "zarr3",
         "kvstore": {"driver": "file", "path": str(tmp_path / "t.zarr")},
         "metadata": {
-            "shape": list(data.shape), "data_type": dtype,
+            "shape": list(data.shape),
+            "data_type": dtype,
             "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [3, 4]}},
             "chunk_key_encoding": {"name": "v2", "configuration": {"separator": "."}},
-            "codecs": [{"name": "transpose", "configuration": {"order": [1, 0]}},
-                       {"name": "bytes", "configuration": {"endian": "big"}},
-                       {"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle", "typesize": np.dtype(dtype).itemsize, "blocksize": 0}}],
+            "codecs": [
+                {"name": "transpose", "configuration": {"order": [1, 0]}},
+                {"name": "bytes", "configuration": {"endian": "big"}},
+                {
+                    "name": "blosc",
+                    "configuration": {
+                        "cname": "lz4",
+                        "clevel": 5,
+                        "shuffle": "shuffle",
+                        "typesize": np.dtype(dtype).itemsize,
+                        "blocksize": 0,
+                    },
+                },
+            ],
         },
         "create": True,
     }

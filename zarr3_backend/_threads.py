@@ -16,7 +16,10 @@ from typing import TypeVar
 T = TypeVar("T")
 R = TypeVar("R")
 
-_SIZES = {"io": int(os.environ.get("ZARR3_IO_THREADS", "32")), "cpu": int(os.environ.get("ZARR3_CPU_THREADS", str(os.cpu_count() or 1)))}
+_SIZES = {
+    "io": int(os.environ.get("ZARR3_IO_THREADS", "32")),
+    "cpu": int(os.environ.get("ZARR3_CPU_THREADS", str(os.cpu_count() or 1))),
+}
 _pools: dict[str, ThreadPoolExecutor] = {}
 _lock = threading.Lock()
 _local = threading.local()
@@ -37,6 +40,7 @@ def _pool(kind: str) -> ThreadPoolExecutor:
         with _lock:
             pool = _pools.get(kind)
             if pool is None:
+
                 def mark() -> None:
                     _local.kind = kind
 
@@ -60,7 +64,7 @@ def thread_map(fn: Callable[[T], R], items: Iterable[T], kind: str = "cpu") -> l
     for f in futures:
         try:
             results.append(f.result())
-        except BaseException as e:  # noqa: BLE001 - collect, then re-raise the first
+        except BaseException as e:  # collect, then re-raise the first
             if error is None:
                 error = e
     if error is not None:

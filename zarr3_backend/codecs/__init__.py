@@ -10,6 +10,7 @@ from .chain import CodecChain
 from .crc32c import Crc32cCodec
 from .gzip import GzipCodec
 from .registry import codec_from_json, get_codec_class, register_codec, registered_codecs
+from .sharding import ShardingCodec
 from .transpose import TransposeCodec
 from .zstd import ZstdCodec
 
@@ -25,6 +26,7 @@ __all__ = [
     "Crc32cCodec",
     "GzipCodec",
     "RangeReader",
+    "ShardingCodec",
     "TransposeCodec",
     "ZstdCodec",
     "codec_from_json",

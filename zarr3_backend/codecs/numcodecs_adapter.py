@@ -88,6 +88,16 @@ class _NumcodecsMixin:
         return kind(f"codec {self.name!r}: {action} failed: {e}")
 
 
+def _as_type(out: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``out`` as ``dtype``: bits reinterpreted when the item sizes match (``bitround`` returns
+    its rounded floats as integers of the same width), values converted otherwise."""
+    if out.dtype == dtype:
+        return out
+    if out.dtype.itemsize == dtype.itemsize:
+        return np.ascontiguousarray(out).view(dtype)
+    return out.astype(dtype)
+
+
 class NumcodecsArrayArrayCodec(_NumcodecsMixin, ArrayArrayCodec):
     """A numcodecs filter (``delta``, ``fixedscaleoffset``, ...) used as an array -> array codec."""
 
@@ -131,7 +141,7 @@ class NumcodecsArrayArrayCodec(_NumcodecsMixin, ArrayArrayCodec):
         out_spec = self.resolve(spec)
         try:
             out = np.asarray(self._codec.encode(np.ascontiguousarray(chunk)))
-            return out.astype(out_spec.dtype, copy=False).reshape(out_spec.shape)
+            return _as_type(out, out_spec.dtype).reshape(out_spec.shape)
         except Exception as e:
             raise self._fail("encode", e) from e
 
@@ -140,7 +150,7 @@ class NumcodecsArrayArrayCodec(_NumcodecsMixin, ArrayArrayCodec):
             out = np.asarray(self._codec.decode(np.ascontiguousarray(chunk)))
             if self.codec_id == "packbits":
                 out = out[: math.prod(spec.shape)]
-            return out.astype(spec.dtype, copy=False).reshape(spec.shape)
+            return _as_type(out, spec.dtype).reshape(spec.shape)
         except Exception as e:
             raise self._fail("decode", e) from e
 

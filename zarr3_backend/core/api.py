@@ -30,6 +30,7 @@ from .dtypes import DataType, data_type_from_numpy, default_fill_value, parse_da
 from .group import Group, node_from_metadata, open_existing_group, read_node_metadata
 from .metadata import ArrayMetadata, GroupMetadata, to_bytes
 from .paths import join_prefix, metadata_key, normalize_path, parent_path
+from .shard_index_cache import SHARD_INDEX_CACHE, store_token
 
 MODES = ("r", "r+", "a", "w", "w-")
 
@@ -100,12 +101,18 @@ def _ensure_parents(store: Store, path: str) -> dict[str, bytes]:
 
 def _clear_for_create(store: Store, path: str, overwrite: bool) -> None:
     """Refuse (or, with overwrite, erase) whatever node is at ``path``."""
-    exists = store.exists(metadata_key(path)) or next(iter(store.list_dir(join_prefix(path))), None) is not None
+    exists = (
+        store.exists(metadata_key(path)) or next(iter(store.list_dir(join_prefix(path))), None) is not None
+    )
     if exists:
         if not overwrite:
-            raise NodeExistsError(f"a node already exists at {path or '/'!r} in {store!r} (use overwrite=True or mode='w')")
+            raise NodeExistsError(
+                f"a node already exists at {path or '/'!r} in {store!r} (use overwrite=True or mode='w')"
+            )
         store.erase_prefix(join_prefix(path))
         store.erase(metadata_key(path))
+        if store.cache_shard_index:
+            SHARD_INDEX_CACHE.invalidate_prefix(store_token(store), join_prefix(path))
 
 
 def array_metadata(
@@ -135,8 +142,14 @@ def array_metadata(
         fill = parse_fill_value(fill_value, dt)
     if codecs is not None:
         if shards is not None:
-            raise ShapeError("give either a full `codecs` chain or `shards`, not both (put sharding_indexed in `codecs`)")
-        grid_shape = _as_shape("chunks", chunks, len(shape)) if chunks is not None else guess_chunks(shape, dt.itemsize)
+            raise ShapeError(
+                "give either a full `codecs` chain or `shards`, not both (put sharding_indexed in `codecs`)"
+            )
+        grid_shape = (
+            _as_shape("chunks", chunks, len(shape))
+            if chunks is not None
+            else guess_chunks(shape, dt.itemsize)
+        )
         codec_list = list(codecs)
     else:
         inner = _as_shape("chunks", chunks, len(shape)) if chunks is not None else None
@@ -181,7 +194,11 @@ def _fill_to_json_input(value: Any, dt: DataType) -> Any:
         arr = np.asarray(value)
         if dt.numpy.kind not in "OTUS":
             arr = arr.astype(dt.numpy, casting="unsafe" if arr.dtype.kind in "biufc" else "same_kind")
-            if dt.numpy.kind in "iub" and np.asarray(value).dtype.kind == "f" and not float(value).is_integer():
+            if (
+                dt.numpy.kind in "iub"
+                and np.asarray(value).dtype.kind == "f"
+                and not float(value).is_integer()
+            ):
                 raise ValueError("not an integer")
             if dt.numpy.kind in "iu" and arr != value:
                 raise ValueError("out of range")
@@ -220,9 +237,19 @@ def create_array(
     path = normalize_path(path)
     store = _resolve_store(store, "w" if overwrite else "a", storage_options)
     meta = array_metadata(
-        shape=shape, dtype=dtype, chunks=chunks, shards=shards, codecs=codecs, compressors=compressors,
-        filters=filters, serializer=serializer, fill_value=fill_value, chunk_key_encoding=chunk_key_encoding,
-        dimension_names=dimension_names, attributes=attributes, path=path,
+        shape=shape,
+        dtype=dtype,
+        chunks=chunks,
+        shards=shards,
+        codecs=codecs,
+        compressors=compressors,
+        filters=filters,
+        serializer=serializer,
+        fill_value=fill_value,
+        chunk_key_encoding=chunk_key_encoding,
+        dimension_names=dimension_names,
+        attributes=attributes,
+        path=path,
     )
     doc = to_bytes(meta)
     store.check_writable()
@@ -298,7 +325,9 @@ def open_array(
     path = normalize_path(path)
     store = _resolve_store(store, mode, storage_options)
     if mode in ("w", "w-") or (mode == "a" and create_kwargs and read_node_metadata(store, path) is None):
-        return create_array(store, path, overwrite=mode == "w", write_empty_chunks=write_empty_chunks, **create_kwargs)
+        return create_array(
+            store, path, overwrite=mode == "w", write_empty_chunks=write_empty_chunks, **create_kwargs
+        )
     if create_kwargs:
         raise TypeError(f"open_array(mode={mode!r}) takes no creation arguments: {sorted(create_kwargs)}")
     meta = read_node_metadata(store, path)
@@ -309,7 +338,9 @@ def open_array(
     return Array(store, path, meta, read_only=mode == "r", write_empty_chunks=write_empty_chunks)
 
 
-def open_node(store: Any, path: str = "", mode: str = "r", *, storage_options: dict | None = None) -> Array | Group:
+def open_node(
+    store: Any, path: str = "", mode: str = "r", *, storage_options: dict | None = None
+) -> Array | Group:
     """The array or group at ``path``."""
     path = normalize_path(path)
     store = _resolve_store(store, mode, storage_options)

@@ -23,6 +23,7 @@ from ..errors import CorruptionError, ReadOnlyError, ShapeError
 from ..stores.base import Store
 from .metadata import ArrayMetadata, to_bytes
 from .paths import join_path, join_prefix, metadata_key, node_name
+from .shard_index_cache import SHARD_INDEX_CACHE, store_token
 
 
 class Attributes(MutableMapping):
@@ -231,6 +232,9 @@ class Array:
         if parts:
             codec, spec = self._chain.array_bytes, self._chain.specs[-1]
 
+            cache = SHARD_INDEX_CACHE if self.store.cache_shard_index else None
+            token = store_token(self.store) if cache is not None else None
+
             def read_part(p: indexing.ChunkProjection) -> None:
                 key = self._chunk_key(p.chunk_coords)
                 box = indexing.chunk_bounding_box(p.chunk_selection, spec.shape)
@@ -239,7 +243,16 @@ class Array:
                     return self.store.get_partial_values([(key, r) for r in ranges])
 
                 try:
-                    sub = codec.decode_partial(reader, box, spec)
+                    index = None
+                    if cache is not None:
+                        index = cache.get(token, key)
+                        if index is None:
+                            index = codec.read_index(reader, spec)
+                            if index is not None:
+                                cache.put(token, key, index)
+                        sub = None if index is None else codec.decode_partial(reader, box, spec, index=index)
+                    else:
+                        sub = codec.decode_partial(reader, box, spec)
                 except CorruptionError as e:
                     raise type(e)(f"shard {key!r}: {e}") from e
                 if sub is None:
@@ -282,7 +295,9 @@ class Array:
             else:
                 arr = np.asarray(value)
                 if arr.dtype != self.dtype:
-                    arr = arr.astype(self.dtype, casting="unsafe" if arr.dtype.kind in "biufc" else "same_kind")
+                    arr = arr.astype(
+                        self.dtype, casting="unsafe" if arr.dtype.kind in "biufc" else "same_kind"
+                    )
             return np.broadcast_to(arr, shape)
         except ValueError as e:
             raise ShapeError(
@@ -290,7 +305,9 @@ class Array:
                 f"to a selection of shape {shape}"
             ) from e
         except TypeError as e:
-            raise ShapeError(f"array {self.path or '/'!r}: cannot store value of type {type(value).__name__}: {e}") from e
+            raise ShapeError(
+                f"array {self.path or '/'!r}: cannot store value of type {type(value).__name__}: {e}"
+            ) from e
 
     def _write(self, indexer: Any, value: Any) -> None:
         self._check_writable()
@@ -325,6 +342,8 @@ class Array:
         encoded = thread_map(encode, range(len(projections)), kind="cpu")
         writes = {k: v for k, v in zip(keys, encoded, strict=True) if v is not None}
         erases = [k for k, v in zip(keys, encoded, strict=True) if v is None]
+        if self.store.cache_shard_index:
+            SHARD_INDEX_CACHE.invalidate(store_token(self.store), keys)
         if writes:
             self.store.set_many(writes)
         if erases:
@@ -357,7 +376,9 @@ class Array:
     def resize(self, *shape: Any) -> None:
         """Change the shape; stored units wholly outside the new shape are deleted."""
         self._check_writable()
-        new_shape = tuple(int(s) for s in (shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape))
+        new_shape = tuple(
+            int(s) for s in (shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape)
+        )
         if len(new_shape) != self.ndim or any(s < 0 for s in new_shape):
             raise ShapeError(f"array {self.path or '/'!r}: cannot resize shape {self.shape} to {new_shape}")
         grid = self.metadata.chunk_grid
@@ -379,6 +400,8 @@ class Array:
                 if len(coords) == self.ndim and any(c >= n for c, n in zip(coords, new_grid, strict=True)):
                     doomed.append(key)
             self._write_metadata(new_meta)
+            if self.store.cache_shard_index:
+                SHARD_INDEX_CACHE.invalidate(store_token(self.store), doomed)
             self.store.erase_many(doomed)
         else:
             self._write_metadata(new_meta)
@@ -432,4 +455,3 @@ class _VIndex:
     def __setitem__(self, selection: Any, value: Any) -> None:
         a = self.array
         a._write(indexing.vectorized_indexer(selection, a.shape, a.storage_chunks), value)
-

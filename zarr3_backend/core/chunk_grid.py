@@ -60,7 +60,9 @@ class RegularChunkGrid:
     def _check_ndim(self, array_shape: Sequence[int]) -> tuple[int, ...]:
         shape = tuple(int(s) for s in array_shape)
         if len(shape) != self.ndim:
-            raise ShapeError(f"array shape {shape} has {len(shape)} dimensions, chunk shape {self.chunk_shape} has {self.ndim}")
+            raise ShapeError(
+                f"array shape {shape} has {len(shape)} dimensions, chunk shape {self.chunk_shape} has {self.ndim}"
+            )
         return shape
 
     def grid_shape(self, array_shape: Sequence[int]) -> tuple[int, ...]:

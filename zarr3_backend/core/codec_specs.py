@@ -14,7 +14,10 @@ from ..errors import CodecError, ShapeError
 from .dtypes import DataType
 
 DEFAULT_COMPRESSOR: dict = {"name": "zstd", "configuration": {"level": 0, "checksum": False}}
-DEFAULT_INDEX_CODECS: list[dict] = [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]
+DEFAULT_INDEX_CODECS: list[dict] = [
+    {"name": "bytes", "configuration": {"endian": "little"}},
+    {"name": "crc32c"},
+]
 _BLOSC_SHUFFLE = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle"}
 
 
@@ -34,7 +37,13 @@ def coerce_codec(obj: Any) -> Codec | dict | str:
             out["shuffle"] = _BLOSC_SHUFFLE[shuffle]
         return {"name": "blosc", "configuration": out}
     if codec_id == "zstd":
-        return {"name": "zstd", "configuration": {"level": config.get("level", 0), "checksum": bool(config.get("checksum", False))}}
+        return {
+            "name": "zstd",
+            "configuration": {
+                "level": config.get("level", 0),
+                "checksum": bool(config.get("checksum", False)),
+            },
+        }
     if codec_id == "gzip":
         return {"name": "gzip", "configuration": {"level": config.get("level", 1)}}
     if codec_id == "crc32c":
@@ -54,7 +63,11 @@ def default_serializer(dt: DataType) -> dict:
     """The array->bytes codec for a data type: ``bytes``, or the vlen codec for text/bytes."""
     if dt.numpy.kind in "OT":
         return {"name": "vlen-bytes"} if dt.name == "bytes" else {"name": "vlen-utf8"}
-    return {"name": "bytes", "configuration": {"endian": "little"}} if dt.numpy.itemsize > 1 else {"name": "bytes"}
+    return (
+        {"name": "bytes", "configuration": {"endian": "little"}}
+        if dt.numpy.itemsize > 1
+        else {"name": "bytes"}
+    )
 
 
 def build_codecs(

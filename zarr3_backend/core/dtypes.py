@@ -84,7 +84,9 @@ _CORE_TYPES: dict[str, np.dtype] = {
         ("complex128", "c16"),
     )
 }
-_CORE_BY_NUMPY: dict[tuple[str, int], str] = {(dt.kind, dt.itemsize): name for name, dt in _CORE_TYPES.items()}
+_CORE_BY_NUMPY: dict[tuple[str, int], str] = {
+    (dt.kind, dt.itemsize): name for name, dt in _CORE_TYPES.items()
+}
 
 #: Raw bits ``r<N>``: N a positive multiple of 8, written without leading zeros.
 _RAW_NAME = re.compile(r"r([1-9][0-9]*)")
@@ -266,7 +268,9 @@ def _parse_raw(value: Any, dtype: np.dtype, dt: DataType) -> np.generic:
     elif isinstance(value, bytes | bytearray):
         data = bytes(value)
     elif isinstance(value, list | tuple):
-        if not all(isinstance(b, int | np.integer) and not isinstance(b, bool) and 0 <= b <= 255 for b in value):
+        if not all(
+            isinstance(b, int | np.integer) and not isinstance(b, bool) and 0 <= b <= 255 for b in value
+        ):
             raise _bad_fill(value, dt, "raw fill values are arrays of integers in [0, 255]")
         data = bytes(int(b) for b in value)
     else:
@@ -311,7 +315,9 @@ class RawBytesDataType(DataType):
         if config:
             raise DataTypeError(f"data type {name!r}: unknown configuration keys {sorted(config)}")
         if not isinstance(length, int) or isinstance(length, bool) or length <= 0:
-            raise DataTypeError(f"data type {name!r}: 'length_bytes' must be a positive integer, got {length!r}")
+            raise DataTypeError(
+                f"data type {name!r}: 'length_bytes' must be a positive integer, got {length!r}"
+            )
         return cls(name, np.dtype(f"V{length}"))
 
     def to_json(self) -> dict[str, Any]:
@@ -435,7 +441,9 @@ def data_type_from_numpy(dtype: Any) -> DataType:
     if core is not None:
         return core
     if npdt.kind == "V" and (npdt.fields is not None or npdt.subdtype is not None):
-        raise DataTypeError(f"numpy dtype {npdt!r}: structured and sub-array dtypes have no Zarr v3 data type")
+        raise DataTypeError(
+            f"numpy dtype {npdt!r}: structured and sub-array dtypes have no Zarr v3 data type"
+        )
     raise DataTypeError(f"numpy dtype {npdt.str!r} has no Zarr v3 data type")
 
 

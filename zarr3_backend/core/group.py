@@ -22,8 +22,13 @@ Node = Array | Any  # Array | Group
 def node_from_metadata(store: Store, path: str, meta: ArrayMetadata | GroupMetadata, **kwargs: Any) -> Node:
     """Wrap parsed metadata in an Array or Group object."""
     if isinstance(meta, ArrayMetadata):
-        return Array(store, path, meta, read_only=kwargs.get("read_only", False),
-                     write_empty_chunks=kwargs.get("write_empty_chunks", False))
+        return Array(
+            store,
+            path,
+            meta,
+            read_only=kwargs.get("read_only", False),
+            write_empty_chunks=kwargs.get("write_empty_chunks", False),
+        )
     return Group(store, path, meta, read_only=kwargs.get("read_only", False))
 
 
@@ -64,8 +69,11 @@ class Group:
 
     def _set_attributes(self, attrs: dict) -> None:
         self._check_writable()
-        new = GroupMetadata(attributes=attrs, consolidated_metadata=self.metadata.consolidated_metadata,
-                            extra_fields=self.metadata.extra_fields)
+        new = GroupMetadata(
+            attributes=attrs,
+            consolidated_metadata=self.metadata.consolidated_metadata,
+            extra_fields=self.metadata.extra_fields,
+        )
         data = to_bytes(new)
         self.store.set(metadata_key(self.path), data)
         self.metadata = new
@@ -84,14 +92,20 @@ class Group:
         if docs is None or rel not in docs:
             return None
         path = join_path(self.path, rel)
-        meta = ArrayMetadata.from_json(docs[rel], path) if docs[rel].get("node_type") == "array" else GroupMetadata.from_json(docs[rel], path)
+        meta = (
+            ArrayMetadata.from_json(docs[rel], path)
+            if docs[rel].get("node_type") == "array"
+            else GroupMetadata.from_json(docs[rel], path)
+        )
         if isinstance(meta, GroupMetadata):
             # descendants of a child group are in our table too: hand them down
             prefix = rel + "/"
-            sub = {k[len(prefix):]: v for k, v in docs.items() if k.startswith(prefix)}
-            meta = GroupMetadata(attributes=meta.attributes,
-                                 consolidated_metadata={"kind": "inline", "must_understand": False, "metadata": sub},
-                                 extra_fields=meta.extra_fields)
+            sub = {k[len(prefix) :]: v for k, v in docs.items() if k.startswith(prefix)}
+            meta = GroupMetadata(
+                attributes=meta.attributes,
+                consolidated_metadata={"kind": "inline", "must_understand": False, "metadata": sub},
+                extra_fields=meta.extra_fields,
+            )
         return node_from_metadata(self.store, path, meta, read_only=self.read_only)
 
     # ---- children --------------------------------------------------------------------------
@@ -199,8 +213,9 @@ class Group:
         from .api import create_group
 
         self._check_writable()
-        return create_group(self.store, join_path(self.path, normalize_path(name)),
-                            attributes=attributes, overwrite=overwrite)
+        return create_group(
+            self.store, join_path(self.path, normalize_path(name)), attributes=attributes, overwrite=overwrite
+        )
 
     def require_group(self, name: str) -> Group:
         """The group ``name``, created if missing; an array there is an error."""
@@ -253,7 +268,9 @@ def open_existing_group(store: Store, path: str, *, read_only: bool, use_consoli
     if isinstance(meta, ArrayMetadata):
         raise GroupNotFoundError(f"{path or '/'!r} is an array, not a group")
     if use_consolidated is False and meta.consolidated_metadata is not None:
-        meta = GroupMetadata(attributes=meta.attributes, consolidated_metadata=None, extra_fields=meta.extra_fields)
+        meta = GroupMetadata(
+            attributes=meta.attributes, consolidated_metadata=None, extra_fields=meta.extra_fields
+        )
     elif use_consolidated is True and meta.consolidated_metadata is None:
         raise MetadataError(f"group {path or '/'!r} has no consolidated metadata (use_consolidated=True)")
     return Group(store, path, meta, read_only=read_only)

@@ -87,7 +87,7 @@ def _check_extra_fields(extra: Any, known: Sequence[str]) -> dict[str, Any]:
             raise MetadataError(f"extra field {name!r} clashes with a field of the spec")
         if not (isinstance(value, Mapping) and value.get("must_understand") is False):
             raise UnknownFieldError(
-                f"unknown field {name!r}: not part of the spec and not marked \"must_understand\": false"
+                f'unknown field {name!r}: not part of the spec and not marked "must_understand": false'
             )
     return dict(extra)
 
@@ -143,7 +143,9 @@ class ArrayMetadata:
         if isinstance(shape, str | bytes) or not isinstance(shape, Sequence | np.ndarray):
             raise MetadataError(f"field 'shape' must be an array of non-negative integers, got {shape!r}")
         if any(isinstance(s, bool | np.bool_) or not isinstance(s, int | np.integer) or s < 0 for s in shape):
-            raise MetadataError(f"field 'shape' must be an array of non-negative integers, got {list(shape)!r}")
+            raise MetadataError(
+                f"field 'shape' must be an array of non-negative integers, got {list(shape)!r}"
+            )
         set_(self, "shape", tuple(int(s) for s in shape))
         ndim = len(self.shape)
 
@@ -163,7 +165,9 @@ class ArrayMetadata:
         if isinstance(codecs, str | bytes | Mapping) or not isinstance(codecs, Sequence):
             raise MetadataError(f"field 'codecs' must be an array of codecs, got {codecs!r}")
         if not codecs:
-            raise MetadataError("field 'codecs' must not be empty: it needs an array->bytes codec such as 'bytes'")
+            raise MetadataError(
+                "field 'codecs' must not be empty: it needs an array->bytes codec such as 'bytes'"
+            )
         spec = ChunkSpec(grid.chunk_shape, dt.numpy, self.fill_value)
         chain = CodecChain.build([codec_from_json(c) for c in codecs], spec)
         set_(self, "codecs", chain.codecs)
@@ -173,9 +177,13 @@ class ArrayMetadata:
         names = self.dimension_names
         if names is not None:
             if isinstance(names, str | bytes) or not isinstance(names, Sequence):
-                raise MetadataError(f"field 'dimension_names' must be an array of strings or nulls, got {names!r}")
+                raise MetadataError(
+                    f"field 'dimension_names' must be an array of strings or nulls, got {names!r}"
+                )
             if any(n is not None and not isinstance(n, str) for n in names):
-                raise MetadataError(f"field 'dimension_names' must hold strings or nulls, got {list(names)!r}")
+                raise MetadataError(
+                    f"field 'dimension_names' must hold strings or nulls, got {list(names)!r}"
+                )
             if len(names) != ndim:
                 raise MetadataError(
                     f"field 'dimension_names' has {len(names)} names, the array has {ndim} dimensions"
@@ -198,7 +206,7 @@ class ArrayMetadata:
             for name, value in extra.items():
                 if not (isinstance(value, Mapping) and value.get("must_understand") is False):
                     raise UnknownFieldError(
-                        f"unknown field {name!r} (not in the spec and not marked \"must_understand\": false)"
+                        f'unknown field {name!r} (not in the spec and not marked "must_understand": false)'
                     )
             data_type = parse_data_type(doc["data_type"])
             grid = RegularChunkGrid.from_json(doc["chunk_grid"])
@@ -271,7 +279,8 @@ class ArrayMetadata:
     # --- equality: fill values compare by their bytes so NaN == NaN with the same payload ----
     def _key(self) -> tuple:
         return tuple(
-            _fill_key(self.fill_value) if f.name == "fill_value" else getattr(self, f.name) for f in fields(self)
+            _fill_key(self.fill_value) if f.name == "fill_value" else getattr(self, f.name)
+            for f in fields(self)
         )
 
     def __eq__(self, other: object) -> bool:
@@ -281,7 +290,14 @@ class ArrayMetadata:
 
     def __hash__(self) -> int:
         return hash(
-            (self.shape, self.data_type, self.chunk_grid, self.chunk_key_encoding, _fill_key(self.fill_value), self.codecs)
+            (
+                self.shape,
+                self.data_type,
+                self.chunk_grid,
+                self.chunk_key_encoding,
+                _fill_key(self.fill_value),
+                self.codecs,
+            )
         )
 
 
@@ -292,7 +308,9 @@ def _check_storage_transformers(value: Any) -> tuple:
     for t in value:
         ext = parse_extension(t, "storage_transformers")
         if ext.must_understand:
-            raise MetadataError(f"field 'storage_transformers': storage transformer {ext.name!r} is not supported")
+            raise MetadataError(
+                f"field 'storage_transformers': storage transformer {ext.name!r} is not supported"
+            )
         out.append(dict(t))  # ignorable (must_understand false): kept so it is written back
     return tuple(out)
 
@@ -311,7 +329,9 @@ class GroupMetadata:
         cm = self.consolidated_metadata
         if cm is not None:
             object.__setattr__(self, "consolidated_metadata", _check_consolidated(cm))
-        object.__setattr__(self, "extra_fields", _check_extra_fields(self.extra_fields, GROUP_FIELDS))
+        # an ignorable consolidated_metadata of a kind we do not know is kept as an extra field
+        known = GROUP_FIELDS if cm is not None else GROUP_FIELDS[:-1]
+        object.__setattr__(self, "extra_fields", _check_extra_fields(self.extra_fields, known))
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any], path: str = "") -> GroupMetadata:
@@ -322,7 +342,7 @@ class GroupMetadata:
             for name, value in extra.items():
                 if not (isinstance(value, Mapping) and value.get("must_understand") is False):
                     raise UnknownFieldError(
-                        f"unknown field {name!r} (not in the spec and not marked \"must_understand\": false)"
+                        f'unknown field {name!r} (not in the spec and not marked "must_understand": false)'
                     )
             cm = doc.get("consolidated_metadata")
             if isinstance(cm, Mapping) and cm.get("kind") != "inline" and cm.get("must_understand") is False:
@@ -346,10 +366,16 @@ def _check_consolidated(cm: Any) -> dict[str, Any]:
     if not isinstance(cm, Mapping):
         raise MetadataError(f"field 'consolidated_metadata' must be an object or null, got {cm!r}")
     if cm.get("kind") != "inline":
-        raise MetadataError(f"field 'consolidated_metadata': unsupported kind {cm.get('kind')!r} (expected 'inline')")
+        raise MetadataError(
+            f"field 'consolidated_metadata': unsupported kind {cm.get('kind')!r} (expected 'inline')"
+        )
     docs = cm.get("metadata", {})
-    if not isinstance(docs, Mapping) or not all(isinstance(k, str) and isinstance(v, Mapping) for k, v in docs.items()):
-        raise MetadataError("field 'consolidated_metadata': 'metadata' must map node paths to metadata objects")
+    if not isinstance(docs, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, Mapping) for k, v in docs.items()
+    ):
+        raise MetadataError(
+            "field 'consolidated_metadata': 'metadata' must map node paths to metadata objects"
+        )
     return {**cm, "metadata": dict(docs)}
 
 

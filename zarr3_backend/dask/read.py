@@ -49,12 +49,17 @@ class BlockReader:
 
 
 def store_token(store: Any) -> Any:
-    """A deterministic identity for a store: its own ``__dask_tokenize__``, else its type,
-    repr and object id (so two distinct in-memory stores never share dask keys)."""
+    """A deterministic identity for a store: its own ``__dask_tokenize__``, else its type and
+    the repr of its read-only twin (stores name their location in repr: the root, the URL,
+    the id of a memory store's dict), so two views of one store share dask keys."""
     own = getattr(store, "__dask_tokenize__", None)
     if callable(own):
         return own()
-    return (type(store).__module__, type(store).__qualname__, repr(store), id(store))
+    try:
+        twin = store if store.read_only else store.with_read_only(True)
+    except (AttributeError, NotImplementedError):
+        twin = store
+    return (type(store).__module__, type(store).__qualname__, repr(twin))
 
 
 def array_token(array: Array) -> str:

@@ -56,6 +56,10 @@ class Store(ABC):
     Batched methods have serial defaults; real stores override them to run concurrently.
     """
 
+    #: True for stores where one request is costly (object stores): the core then keeps decoded
+    #: shard indexes in a bounded in-process cache instead of re-reading them.
+    cache_shard_index: bool = False
+
     def __init__(self, *, read_only: bool = False) -> None:
         self.read_only = read_only
 

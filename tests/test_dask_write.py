@@ -1,0 +1,196 @@
+"""store(): one write task per target shard, ownership proven before any byte is written."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from dask.delayed import Delayed
+
+import zarr3_backend as z3
+from zarr3_backend.dask import WRITE_PREFIX, from_array, store
+from zarr3_backend.dask.write import _write_block
+from zarr3_backend.errors import ChunkAlignmentError, SelectionError, ShapeError
+from zarr3_backend.stores import MemoryStore
+
+
+class RecordingStore(MemoryStore):
+    """A MemoryStore that records the keys it was asked to write, in order."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.writes: list[str] = []
+
+    def set(self, key, value):
+        self.writes.append(key)
+        super().set(key, value)
+
+    def set_many(self, items):
+        self.writes.extend(items)
+        super().set_many(items)
+
+
+def new_array(store=None, shape=(10, 12), chunks=(2, 3), shards=(4, 6), dtype="float64", **kw):
+    store = MemoryStore() if store is None else store
+    return z3.create_array(store, "v", shape=shape, dtype=dtype, chunks=chunks, shards=shards,
+                           dimension_names=("y", "x"), **kw)
+
+
+def source(shape=(10, 12), chunks=(4, 6), dtype="float64"):
+    data = np.arange(math.prod(shape), dtype=dtype).reshape(shape) + 1
+    return data, da.from_array(data, chunks=chunks)
+
+
+def write_keys(graph) -> list:
+    return [k for k in graph if isinstance(k, tuple) and str(k[0]).startswith(WRITE_PREFIX)]
+
+
+@pytest.mark.parametrize("shards", [(4, 6), None])
+@pytest.mark.parametrize("chunks", [(4, 6), (8, 12), (10, 12)])
+def test_round_trip_on_the_threaded_scheduler(shards, chunks):
+    a = new_array(shards=shards)
+    data, darr = source(chunks=chunks)
+    with dask.config.set(scheduler="threads"):
+        assert store(darr, a) is None
+    np.testing.assert_array_equal(a[...], data)
+    np.testing.assert_array_equal(from_array(z3.open_array(a.store, "v")).compute(), data)
+
+
+def test_misaligned_chunks_are_refused_before_any_write_and_exact_with_align_chunks():
+    rec = RecordingStore()
+    a = new_array(rec, shape=(8, 8), chunks=(2, 2), shards=(4, 4))
+    before = dict(rec._data)
+    rec.writes.clear()
+    data, darr = source(shape=(8, 8), chunks=(2, 2))
+    with pytest.raises(ChunkAlignmentError) as info:
+        store(darr, a)
+    msg = str(info.value)
+    assert "'v'" in msg and "'y'" in msg and "(2, 2, 2, 2)" in msg and "size 4" in msg
+    assert ".chunk({'y': 4})" in msg
+    assert rec.writes == [] and rec._data == before  # nothing written
+    store(darr, a, align_chunks=True)
+    np.testing.assert_array_equal(a[...], data)
+
+
+def test_write_task_count_equals_target_shards_plus_a_constant():
+    a = new_array(shape=(20, 24), chunks=(2, 3), shards=(4, 6))  # 5 x 4 = 20 shards
+    data, darr = source(shape=(20, 24), chunks=(8, 12))  # 3 x 2 blocks, each holding several shards
+    d = store(darr, a, compute=False)
+    assert isinstance(d, Delayed)
+    graph = dict(d.__dask_graph__())
+    assert len(write_keys(graph)) == 20
+    assert len(graph) - len(write_keys(graph)) <= 2 * darr.npartitions + 20 + 2  # source, split, done
+    assert d.compute() == 20
+    np.testing.assert_array_equal(a[...], data)
+
+
+def test_region_starting_inside_a_partly_filled_shard_gets_its_own_task():
+    a = new_array(shape=(10, 12), chunks=(2, 3), shards=(4, 6))
+    old = np.full((10, 12), -1.0)
+    a[...] = old
+    data, darr = source(shape=(5, 12), chunks=(5, 12))
+    # rows 5..9: shard 1 (rows 4..7) is covered partly, shard 2 (rows 8..9, edge) wholly
+    d = store(darr, a, region=(slice(5, 10), slice(None)), compute=False)
+    assert len(write_keys(dict(d.__dask_graph__()))) == 2 * 2
+    d.compute()
+    expected = old.copy()
+    expected[5:10] = data
+    np.testing.assert_array_equal(a[...], expected)
+
+
+def test_region_misaligned_with_the_dask_chunks_is_refused():
+    a = new_array(shape=(10, 12), chunks=(2, 3), shards=(4, 6))
+    _, darr = source(shape=(6, 12), chunks=(3, 12))  # rows 2..7: boundary at row 5 is inside shard 1
+    with pytest.raises(ChunkAlignmentError, match="starts at index 2"):
+        store(darr, a, region=(slice(2, 8), slice(None)))
+
+
+def test_a_retried_task_rewrites_its_own_shard_idempotently():
+    a = new_array(shape=(10, 12), chunks=(2, 3), shards=(4, 6))
+    a[...] = 5.0
+    block = np.arange(12, dtype="float64").reshape(2, 6)
+    slices = (slice(0, 2), slice(0, 6))
+    for _ in range(2):  # first attempt, then the retry after a lost worker
+        _write_block(block, a, slices, (5, 6))  # rows 5..6, cols 6..11: part of one shard
+    expected = np.full((10, 12), 5.0)
+    expected[5:7, 6:12] = block
+    np.testing.assert_array_equal(a[...], expected)
+
+
+def test_compute_false_writes_nothing_until_computed():
+    rec = RecordingStore()
+    a = new_array(rec)
+    rec.writes.clear()
+    data, darr = source()
+    d = store(darr, a, compute=False)
+    assert rec.writes == []
+    d.compute()
+    assert rec.writes and all(k.startswith("v/c/") for k in rec.writes)
+    np.testing.assert_array_equal(a[...], data)
+
+
+def test_numpy_values_and_zero_dimensional_dask_arrays():
+    a = new_array()
+    data, _ = source()
+    store(data, a)
+    np.testing.assert_array_equal(a[...], data)
+    s = z3.create_array(MemoryStore(), "s", shape=(), dtype="int64")
+    store(da.from_array(np.array(42)), s)
+    assert s[()] == 42
+    d = store(np.zeros((2, 2)), a, region=(slice(0, 2), slice(0, 2)), compute=False)
+    assert a[0, 0] == data[0, 0]
+    d.compute()
+    assert a[0, 0] == 0
+
+
+def test_empty_chunks_are_not_stored_unless_asked():
+    a = new_array(shards=None, fill_value=0.0)
+    store(da.zeros((10, 12), chunks=(2, 3)), a)
+    assert not [k for k in a.store.list() if "/c/" in k]
+    b = new_array(shards=None, fill_value=0.0, write_empty_chunks=True)
+    store(da.zeros((10, 12), chunks=(2, 3)), b)
+    assert len([k for k in b.store.list() if "/c/" in k]) == 5 * 4
+
+
+def test_bad_regions_raise_typed_errors_and_write_nothing():
+    rec = RecordingStore()
+    a = new_array(rec)
+    rec.writes.clear()
+    _, darr = source(shape=(4, 6), chunks=(4, 6))
+    with pytest.raises(ShapeError, match=r"\(4, 6\)"):
+        store(darr, a, region=(slice(0, 4), slice(0, 5)))
+    with pytest.raises(SelectionError, match="step 1"):
+        store(darr, a, region=(slice(0, 8, 2), slice(0, 6)))
+    with pytest.raises(SelectionError, match="outside"):
+        store(darr, a, region=(slice(8, 12), slice(0, 6)))
+    with pytest.raises(SelectionError, match="dimensions"):
+        store(darr, a, region=(slice(0, 4),))
+    assert rec.writes == []
+
+
+def test_progress_bar_on_the_local_scheduler(capsys):
+    a = new_array()
+    data, darr = source()
+    store(darr, a, progress=True, scheduler="threads")
+    assert "100%" in capsys.readouterr().out
+    np.testing.assert_array_equal(a[...], data)
+
+
+def test_graph_for_many_shards_is_built_without_touching_the_store():
+    """10^5 target shards: the build is metadata-only; its time is printed for the report."""
+    rec = RecordingStore()
+    a = z3.create_array(rec, "big", shape=(1000, 100), dtype="uint8", chunks=(1, 1), shards=(1, 1))
+    rec.writes.clear()
+    darr = da.zeros((1000, 100), dtype="uint8", chunks=(100, 100))
+    t0 = time.perf_counter()
+    d = store(darr, a, compute=False)
+    elapsed = time.perf_counter() - t0
+    graph = d.__dask_graph__()
+    n_write = sum(1 for k in graph.layers[[n for n in graph.layers if n.startswith(WRITE_PREFIX)][0]])
+    print(f"store() graph build for {n_write} shards: {elapsed:.2f} s")
+    assert n_write == 10**5
+    assert rec.writes == []
