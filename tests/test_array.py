@@ -307,3 +307,25 @@ def test_property_matches_numpy(data):
             np.testing.assert_array_equal(a.oindex[tuple(idx)], ref[np.ix_(*idx)])
             pts = tuple(np.array(i[:1] * 3) for i in idx)
             np.testing.assert_array_equal(a.vindex[pts], ref[pts])
+
+
+def test_sync_api_inside_running_event_loop_and_threads(tmp_path):
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    data = np.arange(100, dtype="f4").reshape(10, 10)
+
+    async def inside_loop():  # as in a Jupyter cell: a loop is already running
+        a = z3.create_array(tmp_path / "e.zarr", "x", shape=(10, 10), dtype="f4", chunks=(3, 3), shards=(6, 6))
+        a[...] = data
+        return z3.open_array(tmp_path / "e.zarr", "x")[2:9, 1:4]
+
+    np.testing.assert_array_equal(asyncio.run(inside_loop()), data[2:9, 1:4])
+    a = z3.open_array(tmp_path / "e.zarr", "x", mode="r+")
+    with ThreadPoolExecutor(4) as pool:  # concurrent readers and writers on disjoint shards
+        list(pool.map(lambda i: a.__setitem__((slice(6, 10), slice(i * 6, i * 6 + 4)), i), range(2)))
+        results = list(pool.map(lambda i: a[i], range(10)))
+    expected = data.copy()
+    expected[6:10, 0:4] = 0
+    expected[6:10, 6:10] = 1
+    np.testing.assert_array_equal(np.stack(results), expected)

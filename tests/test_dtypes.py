@@ -443,7 +443,7 @@ def test_register_a_fixed_extension_type() -> None:
     assert parse_fill_value({"kelvin": 273.5}, dt) == np.float32(273.5)
     assert fill_value_to_json(np.float32(1.5), dt) == {"kelvin": 1.5}
     assert default_fill_value(dt) == 0  # inherited from the numpy kind
-    with pytest.raises(DataTypeError, match="test.kelvin"):
+    with pytest.raises(DataTypeError, match=r"test\.kelvin"):
         parse_fill_value(1.0, dt)
     assert data_type_from_numpy("float32") == parse_data_type("float32")  # claims no numpy dtype
     with pytest.raises(DataTypeError, match="no configuration"):

@@ -80,7 +80,9 @@ def check_box(p, chunk, chunks):
     mask[p.chunk_selection] = True
     nz = np.nonzero(mask)
     assert box == tuple(slice(int(a.min()), int(a.max()) + 1) for a in nz)
-    np.testing.assert_array_equal(chunk[box][shift_selection(p.chunk_selection, box)], chunk[p.chunk_selection])
+    np.testing.assert_array_equal(
+        chunk[box][shift_selection(p.chunk_selection, box)], chunk[p.chunk_selection]
+    )
 
 
 def read_via(indexer, x, chunks, *, exact_complete=True):
@@ -457,7 +459,9 @@ def test_vectorized_scalars_and_zero_dim():
     np.testing.assert_array_equal(read_via(indexer, x, (2, 4), exact_complete=False), x[2, -1])
     indexer = vectorized_indexer((), (), ())
     np.testing.assert_array_equal(read_via(indexer, np.array(5), (), exact_complete=False), 5)
-    assert vectorized_indexer(np.array(True), (), ()).shape == (1,)
+    indexer = vectorized_indexer(np.array(True), (), ())
+    np.testing.assert_array_equal(read_via(indexer, np.array(5), (), exact_complete=False), [5])
+    np.testing.assert_array_equal(write_via(indexer, np.array(5), (), np.array([9])), 9)
     assert vectorized_indexer(np.array(False), (), ()).nchunks == 0
 
 
@@ -475,7 +479,11 @@ def test_huge_grid_basic_is_lazy():
     assert everything.nchunks == HUGE * HUGE
     first = next(iter(everything))
     assert first.chunk_coords == (0, 0) and first.is_complete
-    assert list(basic_indexer((-1, 7, slice(3, 5)), (HUGE,) * 3, (1, 1, 1)))[-1].chunk_coords == (HUGE - 1, 7, 4)
+    assert list(basic_indexer((-1, 7, slice(3, 5)), (HUGE,) * 3, (1, 1, 1)))[-1].chunk_coords == (
+        HUGE - 1,
+        7,
+        4,
+    )
 
 
 def test_huge_grid_orthogonal_and_vectorized():
@@ -543,7 +551,9 @@ def test_orthogonal_mask_and_array_shape_errors():
 def test_vectorized_errors():
     with pytest.raises(SelectionError, match=r"shapes \(2,\), \(3,\) cannot be broadcast"):
         vectorized_indexer(([0, 1], [0, 1, 2]), (4, 5), (2, 2))
-    with pytest.raises(SelectionError, match=r"mask of shape \(4, 4\) does not match the array shape \(4, 5\)"):
+    with pytest.raises(
+        SelectionError, match=r"mask of shape \(4, 4\) does not match the array shape \(4, 5\)"
+    ):
         vectorized_indexer(np.ones((4, 4), bool), (4, 5), (2, 2))
     with pytest.raises(SelectionError, match=r"one integer array per axis: got 1 .* 2 dimension"):
         vectorized_indexer(([0, 1],), (4, 5), (2, 2))
@@ -588,7 +598,9 @@ def chunk_selections(draw):
         sel = np.ix_(*(np.array(draw(int_lists(c)), dtype=np.intp) for c in chunks))
     else:
         n = draw(st.integers(0, 4))
-        sel = tuple(np.array(draw(st.lists(st.integers(-c, c - 1), min_size=n, max_size=n)), int) for c in chunks)
+        sel = tuple(
+            np.array(draw(st.lists(st.integers(-c, c - 1), min_size=n, max_size=n)), int) for c in chunks
+        )
     return sel, chunks
 
 

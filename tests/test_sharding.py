@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import struct
+import subprocess
+import sys
 from collections.abc import Sequence
 
 import crc32c
@@ -882,3 +884,10 @@ def test_tensorstore_reads_what_we_write(tmp_path, location, inner, index):
     arr = ts.open(spec, open=True).result()
     np.testing.assert_array_equal(arr.read().result(), data)
     np.testing.assert_array_equal(arr[3:9, 2:7].read().result(), data[3:9, 2:7])
+
+
+def test_importing_the_package_registers_sharding():
+    # a fresh interpreter: this module's own import of codecs.sharding must not mask a missing one
+    code = "import zarr3_backend.codecs as c; print(c.get_codec_class('sharding_indexed').__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ShardingCodec"

@@ -16,6 +16,7 @@ Three kinds of selection, as in zarr-python and numpy:
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from collections.abc import Iterator, Sequence
@@ -308,7 +309,7 @@ class _ArrayDim:
             yield _Part(k, local, out, complete)
 
 
-def _outer(entries: list, lengths: Sequence[int]) -> tuple:
+def _outer(entries: Sequence[Any], lengths: Sequence[int]) -> tuple:
     """Make ints/slices/1-d arrays select their outer product under numpy's rules.
 
     A single array whose fellow advanced indices (ints) sit next to it already does; otherwise
@@ -335,12 +336,26 @@ def _outer(entries: list, lengths: Sequence[int]) -> tuple:
     return tuple(result)
 
 
+#: Inner axes with at most this many parts in total are listed once and reused (fast path).
+_CACHE_PARTS = 1 << 20
+
+
 def _product(dims: Sequence[Any]) -> Iterator[tuple[_Part, ...]]:
-    """Lazy cartesian product of the per-axis parts (inner axes are re-generated, never stored)."""
+    """Lazy cartesian product of the per-axis parts, outer axis first (C order of chunks).
+
+    The outer axis is never listed; inner axes are listed once when small (the usual case),
+    else re-generated for every outer part, so the first projection comes without delay.
+    """
     if not dims:
         yield ()
         return
     head, rest = dims[0], dims[1:]
+    if sum(d.nchunks for d in rest) <= _CACHE_PARTS:
+        inner = [list(d.parts()) for d in rest]
+        for part in head.parts():
+            for tail in itertools.product(*inner):
+                yield (part, *tail)
+        return
     for part in head.parts():
         for tail in _product(rest):
             yield (part, *tail)
@@ -370,16 +385,13 @@ class _GridIndexer:
     def __iter__(self) -> Iterator[ChunkProjection]:
         if self.nchunks == 0:
             return
+        chunk_shape, shape, arrays = self._chunk_shape, self.shape, self._has_arrays
         for parts in _product(self._dims):
-            chunk_sel = [p.chunk_sel for p in parts]
-            out_sel = [p.out_sel for p in parts if p.out_sel is not None]
-            if self._has_arrays:
-                chunk_t, out_t = _outer(chunk_sel, self._chunk_shape), _outer(out_sel, self.shape)
-            else:
-                chunk_t, out_t = tuple(chunk_sel), tuple(out_sel)
-            yield ChunkProjection(
-                tuple(p.chunk for p in parts), chunk_t, out_t, all(p.complete for p in parts)
-            )
+            coords, chunk_sel, out_sel, complete = zip(*parts, strict=True) if parts else ((), (), (), ())
+            out_sel = tuple(o for o in out_sel if o is not None)
+            if arrays:
+                chunk_sel, out_sel = _outer(chunk_sel, chunk_shape), _outer(out_sel, shape)
+            yield ChunkProjection(coords, chunk_sel, out_sel, all(complete))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(shape={self.shape}, nchunks={self.nchunks})"
@@ -459,6 +471,9 @@ class VectorizedIndexer:
         for coords, s, e in zip(self._coords, self._starts, self._ends, strict=True):
             if self._scalar:
                 yield ChunkProjection(coords, tuple(int(a[0]) for a in self._local), (), False)
+                continue
+            if not self._local:  # a 0-d array under a True mask: its one element, as out[0]
+                yield ChunkProjection(coords, (), (0,), False)
                 continue
             chunk_sel = tuple(a[s:e] for a in self._local)
             pos = self._order[s:e]

@@ -49,6 +49,15 @@ NUMCODECS_KINDS: dict[str, str] = {
     "zfpy": "ab",
 }
 
+#: Settings taken from the chunk's data type when the configuration leaves them out (``evolve``).
+_FROM_SPEC: dict[str, str] = {
+    "delta": "dtype",
+    "fixedscaleoffset": "dtype",
+    "quantize": "dtype",
+    "astype": "decode_dtype",
+    "shuffle": "elementsize",
+}
+
 #: Checksum codecs append a fixed 4-byte digest, so their encoded size is known.
 _CHECKSUMS = frozenset({"crc32", "crc32c", "adler32", "fletcher32", "jenkins_lookup3"})
 
@@ -64,12 +73,25 @@ class _NumcodecsMixin:
         if given_id not in (None, self.codec_id):
             raise CodecError(f"codec {self.name!r}: configuration 'id' is {given_id!r}, expected {self.codec_id!r}")
         self._config = dict(config)
+        self._numcodec: Any = None
+        deferred = self.codec_id in _FROM_SPEC and self._config.get(_FROM_SPEC[self.codec_id]) is None
+        if not deferred:
+            self._numcodec = self._build()  # complete: check the configuration now
+
+    def _build(self) -> Any:
         try:
-            self._codec = numcodecs.get_codec({"id": self.codec_id, **self._config})
+            return numcodecs.get_codec({"id": self.codec_id, **self._config})
         except numcodecs.errors.UnknownCodecError as e:  # optional dependency missing (pcodec, zfpy)
             raise CodecError(f"codec {self.name!r}: numcodecs cannot provide it here ({e})") from e
         except (TypeError, ValueError) as e:
             raise CodecError(f"codec {self.name!r}: invalid configuration {self._config!r}: {e}") from e
+
+    @property
+    def _codec(self) -> Any:
+        """The numcodecs object (built on first use when ``evolve`` had a setting to fill in)."""
+        if self._numcodec is None:
+            self._numcodec = self._build()
+        return self._numcodec
 
     @classmethod
     def from_config(cls, configuration: Mapping[str, Any] | None) -> Codec:
@@ -102,11 +124,8 @@ class NumcodecsArrayArrayCodec(_NumcodecsMixin, ArrayArrayCodec):
     """A numcodecs filter (``delta``, ``fixedscaleoffset``, ...) used as an array -> array codec."""
 
     def evolve(self, spec: ChunkSpec) -> Codec:
-        if self.codec_id in ("fixedscaleoffset", "quantize"):
-            return self._with(dtype=spec.dtype.str)
-        if self.codec_id == "astype":
-            return self._with(decode_dtype=spec.dtype.str)
-        return self
+        key = _FROM_SPEC.get(self.codec_id)
+        return self._with(**{key: spec.dtype.str}) if key else self
 
     def validate(self, spec: ChunkSpec) -> None:
         if self.codec_id == "packbits" and spec.dtype != np.bool_:
@@ -159,9 +178,7 @@ class NumcodecsBytesBytesCodec(_NumcodecsMixin, BytesBytesCodec):
     """A numcodecs compressor or checksum used as a bytes -> bytes codec."""
 
     def evolve(self, spec: ChunkSpec) -> Codec:
-        if self.codec_id == "shuffle":
-            return self._with(elementsize=spec.dtype.itemsize)
-        return self
+        return self._with(elementsize=spec.dtype.itemsize) if self.codec_id == "shuffle" else self
 
     def encode(self, data: Buffer, spec: ChunkSpec) -> Buffer:
         try:

@@ -11,6 +11,7 @@ own that read-modify-write only their unit. No lock is needed, on threads or on 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import product
 from typing import Any
 
 import dask
@@ -18,7 +19,7 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 from dask.core import flatten
-from dask.highlevelgraph import HighLevelGraph
+from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.delayed import Delayed
 from dask.layers import ArraySliceDep
 
@@ -66,16 +67,78 @@ def _write_whole(value: np.ndarray, target: Array, region: tuple[slice, ...]) ->
     return 1
 
 
+def _write_piece(block: np.ndarray, target: Array, in_block: tuple[slice, ...], region: tuple[slice, ...]) -> np.ndarray:
+    """Write the part of a dask block that falls in one storage unit."""
+    target.set_region(region, block[in_block])
+    return np.ones((1,) * block.ndim, dtype=np.int64)
+
+
 def _total(counts: Any) -> int:
     return int(sum(int(np.sum(c)) for c in counts))
 
 
-def _gather(counts: da.Array, name: str) -> Delayed:
-    """One task depending on every write task (no array reduction: its blockwise first step
-    would be fused into the write tasks and rename them)."""
-    keys = list(flatten(counts.__dask_keys__()))
-    graph = HighLevelGraph.from_collections(name, {name: (_total, keys)}, dependencies=[counts])
-    return Delayed(name, graph)
+def _pieces(block_sizes: Sequence[int], unit: int, start: int) -> list[tuple[int, slice, slice]]:
+    """Along one axis: (block index, slice inside the block, slice of the array) per unit piece.
+
+    The blocks are aligned, so cutting each block at unit boundaries gives one piece per unit.
+    """
+    out = []
+    pos = start
+    for b, n in enumerate(block_sizes):
+        offset = 0
+        for m in split_sizes(n, unit, pos) if n else ():
+            out.append((b, slice(offset, offset + m), slice(pos, pos + m)))
+            offset += m
+            pos += m
+    return out
+
+
+def _write_graph(darr: da.Array, a: Array, starts: tuple[int, ...], token: str) -> Delayed:
+    """A graph of one write task per storage unit plus one task that waits for them all.
+
+    When every dask block is exactly one unit's share, the write layer is a lazy Blockwise
+    layer (no per-block objects at build time); otherwise each task takes its slice of the
+    block holding its unit (no rechunk tasks in between).
+    """
+    units = a.storage_chunks
+    name = WRITE_PREFIX + token
+    target = dask.delayed(a, name="zarr3-target-" + array_token(a), pure=True)
+    (darr,) = dask.optimize(darr)  # fuse the source's blockwise steps before we depend on it
+    split = tuple(split_sizes(n, u, s) for n, u, s in zip(darr.shape, units, starts, strict=True))
+    if split == darr.chunks:
+        counts = da.map_blocks(
+            _write_block,
+            darr,
+            target,
+            ArraySliceDep(split),
+            starts,
+            name=name,
+            chunks=tuple((1,) * len(c) for c in split),
+            meta=np.empty((0,) * darr.ndim, dtype=np.int64),
+        )
+        layers, deps = dict(counts.dask.layers), dict(counts.dask.dependencies)
+        keys = list(flatten(counts.__dask_keys__()))
+    else:
+        axes = [_pieces(c, u, s) for c, u, s in zip(darr.chunks, units, starts, strict=True)]
+        target_key = target.key
+        layer = {}
+        for idx in product(*(range(len(p)) for p in axes)):
+            picks = [axes[d][i] for d, i in enumerate(idx)]
+            layer[(name, *idx)] = (
+                _write_piece,
+                (darr.name, *(p[0] for p in picks)),
+                target_key,
+                tuple(p[1] for p in picks),
+                tuple(p[2] for p in picks),
+            )
+        layers = {**darr.dask.layers, **target.dask.layers, name: MaterializedLayer(layer)}
+        deps = {**darr.dask.dependencies, **target.dask.dependencies}
+        deps[name] = {*darr.__dask_layers__(), *target.__dask_layers__()}
+        keys = list(layer)
+    done = "zarr3-done-" + token
+    layers[done] = MaterializedLayer({done: (_total, keys)})
+    deps[done] = {name}
+    return Delayed(done, HighLevelGraph(layers, deps))
 
 
 def plan_chunks(
@@ -146,23 +209,7 @@ def store(
     elif darr.ndim == 0:
         d = dask.delayed(_write_whole, pure=False)(darr, a, reg, dask_key_name=WRITE_PREFIX + token)
     else:
-        split = tuple(split_sizes(n, u, s) for n, u, s in zip(darr.shape, units, starts, strict=True))
-        if split != darr.chunks:
-            # every piece lies inside one aligned block: a pure split, one getitem per piece
-            darr = darr.rechunk(split, method="tasks")
-        target = dask.delayed(a, name="zarr3-target-" + array_token(a), pure=True)
-        counts = da.map_blocks(
-            _write_block,
-            darr,
-            target,
-            ArraySliceDep(split),
-            starts,
-            name=WRITE_PREFIX + token,
-            chunks=tuple((1,) * len(c) for c in split),
-            meta=np.empty((0,) * darr.ndim, dtype=np.int64),
-        )
-        (counts,) = dask.optimize(counts)  # fuse the source into the write tasks; keys stay
-        d = _gather(counts, "zarr3-done-" + token)
+        d = _write_graph(darr, a, starts, token)
     if not compute:
         return d
     compute_with_progress(d, progress=progress, **compute_kwargs)
