@@ -52,16 +52,24 @@ def climate_dataset() -> xr.Dataset:
     time = pd.date_range("2001-01-01", periods=NT, freq="6h")
     lat = np.linspace(-75, 75, NY, dtype="float32")
     lon = np.linspace(0, 342, NX, dtype="float32")
-    t2m = (273.15 + 15 * np.cos(np.deg2rad(lat))[None, :, None] + rng.normal(0, 3, (NT, NY, NX))).astype("float32")
+    t2m = (273.15 + 15 * np.cos(np.deg2rad(lat))[None, :, None] + rng.normal(0, 3, (NT, NY, NX))).astype(
+        "float32"
+    )
     t2m[0, :3, :4] = np.nan  # missing values: masked through the CF _FillValue
     cell_area = (np.cos(np.deg2rad(lat))[:, None] * np.ones(NX)).astype("float64")
     stations = np.array(["Oslo", "Bergen", "Tromsø", "Bodø"])
     ds = xr.Dataset(
         {
-            "t2m": (("time", "lat", "lon"), t2m, {"units": "K", "long_name": "2 metre temperature",
-                                                   "standard_name": "air_temperature"}),
-            "precip": (("time", "lat", "lon"), rng.gamma(0.5, 2, (NT, NY, NX)).astype("float64"),
-                       {"units": "mm"}),
+            "t2m": (
+                ("time", "lat", "lon"),
+                t2m,
+                {"units": "K", "long_name": "2 metre temperature", "standard_name": "air_temperature"},
+            ),
+            "precip": (
+                ("time", "lat", "lon"),
+                rng.gamma(0.5, 2, (NT, NY, NX)).astype("float64"),
+                {"units": "mm"},
+            ),
             "station_t2m": (("time", "station"), rng.normal(280, 5, (NT, 4)).astype("float32")),
             "n_obs": (("time",), np.arange(NT, dtype="int32")),
         },
@@ -93,8 +101,15 @@ def model_dataset() -> xr.Dataset:
     return ds
 
 
-def write(ds: xr.Dataset, path: pathlib.Path, *, sharded: bool, consolidated: bool, group: str | None = None,
-          mode: str = "w") -> pathlib.Path:
+def write(
+    ds: xr.Dataset,
+    path: pathlib.Path,
+    *,
+    sharded: bool,
+    consolidated: bool,
+    group: str | None = None,
+    mode: str = "w",
+) -> pathlib.Path:
     """Write with xarray's own zarr engine (zarr-python), zarr_format=3."""
     ds = ds.copy()
     if sharded:
@@ -107,8 +122,10 @@ def write(ds: xr.Dataset, path: pathlib.Path, *, sharded: bool, consolidated: bo
     return path
 
 
-@pytest.fixture(params=[(False, False), (False, True), (True, False), (True, True)],
-                ids=["plain", "plain-consolidated", "sharded", "sharded-consolidated"])
+@pytest.fixture(
+    params=[(False, False), (False, True), (True, False), (True, True)],
+    ids=["plain", "plain-consolidated", "sharded", "sharded-consolidated"],
+)
 def climate_store(request, tmp_path) -> tuple[pathlib.Path, bool, bool]:
     sharded, consolidated = request.param
     path = write(climate_dataset(), tmp_path / "climate.zarr", sharded=sharded, consolidated=consolidated)
@@ -141,8 +158,9 @@ def assert_same_encoding(ref: xr.Variable, got: xr.Variable, name: str) -> None:
         elif key == "fill_value":
             assert same_value(er[key], eg[key]), (name, er[key], eg[key])
         elif key != "source":
-            assert np.array_equal(er[key], eg[key], equal_nan=np.asarray(er[key]).dtype.kind == "f") \
-                and type(er[key]) is type(eg[key]), (name, key, er[key], eg[key])
+            assert np.array_equal(er[key], eg[key], equal_nan=np.asarray(er[key]).dtype.kind == "f") and type(
+                er[key]
+            ) is type(eg[key]), (name, key, er[key], eg[key])
 
 
 def assert_same_dataset(ref: xr.Dataset, got: xr.Dataset) -> None:
@@ -223,12 +241,14 @@ def test_noleap_calendar_and_timedelta(tmp_path):
 
 # ---- groups and trees -----------------------------------------------------------------------
 def climate_tree() -> xr.DataTree:
-    return xr.DataTree.from_dict({
-        "/": xr.Dataset(attrs={"title": "tree"}),
-        "/reanalysis": climate_dataset().drop_vars(["precip"]),
-        "/models/toy": model_dataset(),
-        "/models/toy/member1": xr.Dataset({"bias": ("lat", np.arange(4.0))}),
-    })
+    return xr.DataTree.from_dict(
+        {
+            "/": xr.Dataset(attrs={"title": "tree"}),
+            "/reanalysis": climate_dataset().drop_vars(["precip"]),
+            "/models/toy": model_dataset(),
+            "/models/toy/member1": xr.Dataset({"bias": ("lat", np.arange(4.0))}),
+        }
+    )
 
 
 @pytest.mark.parametrize("consolidated", [False, True])
@@ -242,8 +262,9 @@ def test_open_datatree_nested_groups(tmp_path, consolidated):
     groups = xr.open_groups(path, engine="zarr3")
     assert set(groups) == {"/", "/reanalysis", "/models", "/models/toy", "/models/toy/member1"}
     sub = xr.open_datatree(path, engine="zarr3", group="models")
-    xr.testing.assert_identical(sub, xr.open_datatree(path, engine="zarr", group="models",
-                                                      consolidated=consolidated))
+    xr.testing.assert_identical(
+        sub, xr.open_datatree(path, engine="zarr", group="models", consolidated=consolidated)
+    )
 
 
 @pytest.mark.parametrize("consolidated", [False, True])
@@ -261,8 +282,9 @@ def test_implicit_groups_in_datatree(tmp_path):
     os.remove(path / "models" / "zarr.json")  # "models" becomes an implicit group
     tree = xr.open_datatree(path, engine="zarr3")
     assert "models" in tree.children and tree["models"].attrs == {}
-    xr.testing.assert_identical(tree["models/toy"].to_dataset(), xr.open_dataset(
-        path, engine="zarr3", group="models/toy"))
+    xr.testing.assert_identical(
+        tree["models/toy"].to_dataset(), xr.open_dataset(path, engine="zarr3", group="models/toy")
+    )
 
 
 def test_stray_files_do_not_break_opening(tmp_path):
@@ -291,8 +313,9 @@ def test_fsspec_url_with_storage_options(tmp_path):
     fs = fsspec.filesystem("memory")
     fs.put(str(path), "/xr-backend-test/c.zarr", recursive=True)
     try:
-        got = xr.open_dataset("memory://xr-backend-test/c.zarr", engine="zarr3",
-                              storage_options={"skip_instance_cache": True})
+        got = xr.open_dataset(
+            "memory://xr-backend-test/c.zarr", engine="zarr3", storage_options={"skip_instance_cache": True}
+        )
         xr.testing.assert_identical(xr.open_dataset(path, engine="zarr3"), got)
     finally:
         fs.rm("/xr-backend-test", recursive=True)
@@ -316,11 +339,19 @@ def _never_written_store(tmp_path) -> pathlib.Path:
     """int16 and float32 arrays whose second chunk was never written (zarr fill values -1, 7.5)."""
     path = tmp_path / "fill.zarr"
     g = z3.create_group(path)
-    a = g.create_array("counts", shape=(6,), dtype="int16", chunks=(3,), fill_value=-1,
-                       dimension_names=("x",))
+    a = g.create_array(
+        "counts", shape=(6,), dtype="int16", chunks=(3,), fill_value=-1, dimension_names=("x",)
+    )
     a[:3] = [5, 6, 7]
-    b = g.create_array("temp", shape=(6,), dtype="float32", chunks=(3,), fill_value=7.5,
-                       dimension_names=("x",), attributes={"_FillValue": "AAAAAAAA+H8="})
+    b = g.create_array(
+        "temp",
+        shape=(6,),
+        dtype="float32",
+        chunks=(3,),
+        fill_value=7.5,
+        dimension_names=("x",),
+        attributes={"_FillValue": "AAAAAAAA+H8="},
+    )
     b[:3] = [1.0, np.nan, 3.0]
     return path
 
@@ -346,8 +377,9 @@ def test_use_zarr_fill_value_as_mask_really_masks(tmp_path):
     np.testing.assert_array_equal(got.temp.values, [1.0, np.nan, 3.0, np.nan, np.nan, np.nan])
     assert "fill_value" not in got.counts.encoding
     # oracle: xarray's own store with the flag (its open_dataset drops the flag)
-    zstore = xr.backends.ZarrStore.open_group(str(path), mode="r", consolidated=False,
-                                              use_zarr_fill_value_as_mask=True)
+    zstore = xr.backends.ZarrStore.open_group(
+        str(path), mode="r", consolidated=False, use_zarr_fill_value_as_mask=True
+    )
     xr.testing.assert_identical(xr.open_dataset(zstore), got)
 
 
@@ -357,11 +389,22 @@ def b64(x: float) -> str:
 
 @pytest.mark.parametrize("form", ["base64", "plain", "nan-string"])
 def test_cf_fill_value_attribute_forms(tmp_path, form):
-    value, expected = {"base64": (b64(-9999.0), -9999.0), "plain": (-9999.0, -9999.0),
-                       "nan-string": ("NaN", math.nan)}[form]
+    value, expected = {
+        "base64": (b64(-9999.0), -9999.0),
+        "plain": (-9999.0, -9999.0),
+        "nan-string": ("NaN", math.nan),
+    }[form]
     path = tmp_path / "forms.zarr"
-    a = z3.create_array(path, "v", shape=(4,), dtype="float64", chunks=(4,), fill_value=0.0,
-                        dimension_names=("x",), attributes={"_FillValue": value, "missing_value": b64(-1000.0)})
+    a = z3.create_array(
+        path,
+        "v",
+        shape=(4,),
+        dtype="float64",
+        chunks=(4,),
+        fill_value=0.0,
+        dimension_names=("x",),
+        attributes={"_FillValue": value, "missing_value": b64(-1000.0)},
+    )
     a[:] = [1.0, -9999.0, np.nan, -1000.0]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", xr.SerializationWarning)  # "multiple fill values"
@@ -374,8 +417,14 @@ def test_cf_fill_value_attribute_forms(tmp_path, form):
 
 def test_bad_fill_value_attribute_names_the_array(tmp_path):
     path = tmp_path / "bad.zarr"
-    z3.create_array(path, "v", shape=(2,), dtype="float32", dimension_names=("x",),
-                    attributes={"_FillValue": "not base64!"})
+    z3.create_array(
+        path,
+        "v",
+        shape=(2,),
+        dtype="float32",
+        dimension_names=("x",),
+        attributes={"_FillValue": "not base64!"},
+    )
     with pytest.raises(MetadataError, match=r"'v'.*_FillValue"):
         xr.open_dataset(path, engine="zarr3")
 
@@ -386,8 +435,13 @@ def test_dimension_fallbacks_and_zero_d(tmp_path):
     g = z3.create_group(path)
     g.create_array("named", shape=(2, 3), dtype="int8", dimension_names=("y", "x"))
     g.create_array("legacy", shape=(2, 3), dtype="int8", attributes={"_ARRAY_DIMENSIONS": ["y", "x"], "a": 1})
-    g.create_array("partial", shape=(2, 3), dtype="int8", dimension_names=("y", None),
-                   attributes={"_ARRAY_DIMENSIONS": ["ignored", "x"]})
+    g.create_array(
+        "partial",
+        shape=(2, 3),
+        dtype="int8",
+        dimension_names=("y", None),
+        attributes={"_ARRAY_DIMENSIONS": ["ignored", "x"]},
+    )
     g.create_array("scalar", shape=(), dtype="float64", fill_value=1.5)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing here needs generated names
@@ -439,8 +493,11 @@ def _snapshot(path: pathlib.Path) -> dict[str, bytes]:
 
 def test_unknown_codec_names_array_and_codec(tmp_path):
     path = write(climate_dataset(), tmp_path / "c.zarr", sharded=False, consolidated=False)
-    _corrupt_metadata(path, "precip", codecs=[{"name": "bytes", "configuration": {"endian": "little"}},
-                                              {"name": "mystery-squash"}])
+    _corrupt_metadata(
+        path,
+        "precip",
+        codecs=[{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "mystery-squash"}],
+    )
     before = _snapshot(path)
     with pytest.raises(UnknownCodecError, match=r"precip.*mystery-squash"):
         xr.open_dataset(path, engine="zarr3")
@@ -465,5 +522,29 @@ def test_missing_store_group_and_consolidation_errors(tmp_path):
         xr.open_dataset(path, engine="zarr3", group="t2m")
     with pytest.raises(MetadataError, match="consolidated"):
         xr.open_dataset(path, engine="zarr3", consolidated=True)
-    with pytest.raises(ValueError, match="mode"):
-        xr.open_dataset(path, engine="zarr3", mode="x")
+    before = _snapshot(path)
+    for mode in ("x", "w", "w-"):  # opening never creates or erases
+        with pytest.raises(ValueError, match="mode"):
+            xr.open_dataset(path, engine="zarr3", mode=mode)
+    assert _snapshot(path) == before
+
+
+# ---- encoding round trip ----------------------------------------------------------------------------
+LAYOUT_FIELDS = ("data_type", "chunk_grid", "chunk_key_encoding", "fill_value", "codecs", "dimension_names")
+
+
+def test_open_modify_write_keeps_the_layout(climate_store, tmp_path):
+    path, _, _ = climate_store
+    ds = xr.open_dataset(path, engine="zarr3")
+    ds.attrs["history"] = "regridded nowhere"
+    ds["t2m"].attrs["comment"] = "touched"
+    out = tmp_path / "copy.zarr"
+    ds.to_zarr(out, zarr_format=3, consolidated=False)  # xarray's writer takes our encoding as is
+    for name in ds.variables:
+        before = json.loads((path / name / "zarr.json").read_text())
+        after = json.loads((out / name / "zarr.json").read_text())
+        for field in LAYOUT_FIELDS:
+            assert after.get(field) == before.get(field), (name, field)
+    back = xr.open_dataset(out, engine="zarr3")
+    xr.testing.assert_identical(back, ds)
+    assert back.t2m.attrs["comment"] == "touched"

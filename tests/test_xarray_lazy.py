@@ -9,7 +9,7 @@ import threading
 import time
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import dask
 import numpy as np
@@ -90,10 +90,19 @@ class CountingStore(Store):
 def climate(nt=NT, ny=NY, nx=NX) -> xr.Dataset:
     rng = np.random.default_rng(3)
     ds = xr.Dataset(
-        {"t2m": (("time", "lat", "lon"), rng.normal(280, 5, (nt, ny, nx)).astype("float32"), {"units": "K"}),
-         "sp": (("time", "lat", "lon"), rng.normal(1e5, 500, (nt, ny, nx)))},
-        coords={"time": pd.date_range("2020-01-01", periods=nt, freq="D"),
-                "lat": np.linspace(-80, 80, ny), "lon": np.linspace(0, 355, nx)},
+        {
+            "t2m": (
+                ("time", "lat", "lon"),
+                rng.normal(280, 5, (nt, ny, nx)).astype("float32"),
+                {"units": "K"},
+            ),
+            "sp": (("time", "lat", "lon"), rng.normal(1e5, 500, (nt, ny, nx))),
+        },
+        coords={
+            "time": pd.date_range("2020-01-01", periods=nt, freq="D"),
+            "lat": np.linspace(-80, 80, ny),
+            "lon": np.linspace(0, 355, nx),
+        },
     )
     ds["t2m"].encoding = {"dtype": "int16", "scale_factor": 0.01, "add_offset": 280.0, "_FillValue": -32768}
     return ds
@@ -139,7 +148,8 @@ def test_open_touches_only_metadata(tmp_path, layout, consolidated):
         assert gets[0] == ("get", "zarr.json")
         assert store.calls["get_many"] == 1
         assert sorted(k for m, k in gets if m == "get_many") == sorted(
-            f"{n}/zarr.json" for n in ("lat", "lon", "sp", "t2m", "time"))
+            f"{n}/zarr.json" for n in ("lat", "lon", "sp", "t2m", "time")
+        )
 
 
 def test_default_open_loads_only_index_coordinates(tmp_path, layout):
@@ -177,8 +187,11 @@ def test_outer_and_vectorized_indexing_match_numpy(tmp_path, layout):
     xr.testing.assert_identical(got.t2m.isel(outer).load(), ref.t2m.isel(outer).load())
     points = dict(time=xr.DataArray([0, 7, 3], dims="p"), lat=xr.DataArray([1, 31, 16], dims="p"))
     xr.testing.assert_identical(got.t2m.isel(points).load(), ref.t2m.isel(points).load())
-    mixed = dict(time=xr.DataArray([[1, 2], [6, 7]], dims=("a", "b")), lon=slice(60, 10, -7),
-                 lat=xr.DataArray([[0, 9], [20, 31]], dims=("a", "b")))
+    mixed = dict(
+        time=xr.DataArray([[1, 2], [6, 7]], dims=("a", "b")),
+        lon=slice(60, 10, -7),
+        lat=xr.DataArray([[0, 9], [20, 31]], dims=("a", "b")),
+    )
     xr.testing.assert_identical(got.sp.isel(mixed).load(), ref.sp.isel(mixed).load())
     assert float(got.sp[2, 3, 4]) == float(ref.sp[2, 3, 4])
 
@@ -187,8 +200,11 @@ def test_vectorized_read_touches_only_needed_chunks(tmp_path):
     store = CountingStore(z3.LocalStore(write(tmp_path, "chunked", True)))
     ds = xr.open_dataset(store, engine="zarr3")
     store.reset()
-    ds.sp.isel(time=xr.DataArray([0, 7], dims="p"), lat=xr.DataArray([0, 31], dims="p"),
-               lon=xr.DataArray([0, 63], dims="p")).values
+    _ = ds.sp.isel(
+        time=xr.DataArray([0, 7], dims="p"),
+        lat=xr.DataArray([0, 31], dims="p"),
+        lon=xr.DataArray([0, 63], dims="p"),
+    ).values
     assert sorted(store.keys) == ["sp/c/0/0/0", "sp/c/7/1/3"]
 
 
@@ -235,22 +251,39 @@ SHAPE = (1000, 1000)
 
 def synthetic_store(sharded: bool, consolidated: bool) -> dict[str, bytes]:
     """200 float32 variables of 1000 x 1000 chunks of 1 x 1 each (10^6 chunks), no chunk data."""
-    codecs: list[dict] = [{"name": "bytes", "configuration": {"endian": "little"}},
-                          {"name": "zstd", "configuration": {"level": 0, "checksum": False}}]
+    codecs: list[dict] = [
+        {"name": "bytes", "configuration": {"endian": "little"}},
+        {"name": "zstd", "configuration": {"level": 0, "checksum": False}},
+    ]
     grid = [1, 1]
     if sharded:
-        codecs = [{"name": "sharding_indexed", "configuration": {
-            "chunk_shape": [1, 1], "codecs": codecs,
-            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
-            "index_location": "end"}}]
+        codecs = [
+            {
+                "name": "sharding_indexed",
+                "configuration": {
+                    "chunk_shape": [1, 1],
+                    "codecs": codecs,
+                    "index_codecs": [
+                        {"name": "bytes", "configuration": {"endian": "little"}},
+                        {"name": "crc32c"},
+                    ],
+                    "index_location": "end",
+                },
+            }
+        ]
         grid = [100, 1000]  # 10 shards of 10^5 inner chunks each
     docs = {}
     for i in range(N_VARS):
         docs[f"v{i:03d}"] = {
-            "zarr_format": 3, "node_type": "array", "shape": list(SHAPE), "data_type": "float32",
+            "zarr_format": 3,
+            "node_type": "array",
+            "shape": list(SHAPE),
+            "data_type": "float32",
             "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": grid}},
             "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-            "fill_value": "NaN", "codecs": codecs, "attributes": {"units": "K", "index": i},
+            "fill_value": "NaN",
+            "codecs": codecs,
+            "attributes": {"units": "K", "index": i},
             "dimension_names": ["y", "x"],
         }
     root = {"zarr_format": 3, "node_type": "group", "attributes": {"title": "huge"}}
@@ -288,3 +321,24 @@ def test_dask_graph_of_a_million_inner_chunks_has_one_task_per_shard(capsys):
     assert sum(n_tasks(ds[name].data) for name in ds.data_vars) == N_VARS * 10
     with capsys.disabled():
         print(f"\nopen_dataset(chunks={{}}), {N_VARS} sharded vars x 10^6 inner chunks: {elapsed:.3f} s")
+
+
+# ---- async and pickling ------------------------------------------------------------------------
+def test_load_async_matches_sync(tmp_path, layout):
+    import asyncio
+
+    path = write(tmp_path, layout, True)
+    ds = xr.open_dataset(path, engine="zarr3")
+    loaded = asyncio.run(ds.t2m.isel(time=[1, 6], lon=slice(5, 50)).load_async())
+    xr.testing.assert_identical(loaded, ds.t2m.isel(time=[1, 6], lon=slice(5, 50)).load())
+
+
+def test_lazy_dataset_pickles_for_distributed_workers(tmp_path, layout):
+    import pickle
+
+    path = write(tmp_path, layout, True)
+    ds = xr.open_dataset(path, engine="zarr3", chunks={})
+    clone = pickle.loads(pickle.dumps(ds))
+    xr.testing.assert_identical(clone.compute(), ds.compute())
+    lazy = xr.open_dataset(path, engine="zarr3")
+    xr.testing.assert_identical(pickle.loads(pickle.dumps(lazy)).load(), lazy.load())

@@ -268,6 +268,14 @@ class _SliceDim:
                 k = (first + j * step) // c
                 yield self._part(k, first + j * step, 1)
             return
+        if step == 1 and not self._reverse:  # the common case, kept cheap
+            size = self._size
+            for k in range(first // c, last // c + 1):
+                o = k * c
+                lo, hi = max(first, o), min(o + c, last + 1)
+                sel = slice(lo - o, hi - o, 1)
+                yield _Part(k, sel, slice(lo - first, hi - first), lo == o and hi == min(o + c, size))
+            return
         for k in range(first // c, last // c + 1):
             o = k * c
             f = first if first >= o else first + -((first - o) // step) * step
@@ -350,6 +358,10 @@ def _product(dims: Sequence[Any]) -> Iterator[tuple[_Part, ...]]:
         yield ()
         return
     head, rest = dims[0], dims[1:]
+    if not rest:
+        for part in head.parts():
+            yield (part,)
+        return
     if sum(d.nchunks for d in rest) <= _CACHE_PARTS:
         inner = [list(d.parts()) for d in rest]
         for part in head.parts():
@@ -386,9 +398,12 @@ class _GridIndexer:
         if self.nchunks == 0:
             return
         chunk_shape, shape, arrays = self._chunk_shape, self.shape, self._has_arrays
+        kept = [i for i, d in enumerate(self._dims) if d.out_len is not None]
+        dropped = len(kept) < len(self._dims)
         for parts in _product(self._dims):
             coords, chunk_sel, out_sel, complete = zip(*parts, strict=True) if parts else ((), (), (), ())
-            out_sel = tuple(o for o in out_sel if o is not None)
+            if dropped:
+                out_sel = tuple([out_sel[i] for i in kept])
             if arrays:
                 chunk_sel, out_sel = _outer(chunk_sel, chunk_shape), _outer(out_sel, shape)
             yield ChunkProjection(coords, chunk_sel, out_sel, all(complete))
@@ -567,7 +582,7 @@ def chunk_bounding_box(chunk_selection: tuple, chunk_shape: Sequence[int]) -> tu
 
 def shift_selection(chunk_selection: tuple, box: Sequence[slice]) -> tuple:
     """Re-express a chunk selection relative to ``box`` (from ``chunk_bounding_box``), so it
-    indexes the sub-array ``chunk[box]`` that a partial decode returns."""
+    indexes the sub-array ``chunk[box]`` that a partial decode returns (reversed slices too)."""
     out: list = []
     for entry, b in zip(chunk_selection, box, strict=True):
         o = b.start

@@ -71,7 +71,9 @@ class _NumcodecsMixin:
     def __init__(self, **config: Any) -> None:
         given_id = config.pop("id", None)
         if given_id not in (None, self.codec_id):
-            raise CodecError(f"codec {self.name!r}: configuration 'id' is {given_id!r}, expected {self.codec_id!r}")
+            raise CodecError(
+                f"codec {self.name!r}: configuration 'id' is {given_id!r}, expected {self.codec_id!r}"
+            )
         self._config = dict(config)
         self._numcodec: Any = None
         deferred = self.codec_id in _FROM_SPEC and self._config.get(_FROM_SPEC[self.codec_id]) is None

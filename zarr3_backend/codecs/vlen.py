@@ -48,10 +48,14 @@ class _VLenCodec(ArrayBytesCodec):
         try:
             items = self._numcodec.decode(as_bytes_view(data))
         except (ValueError, TypeError) as e:
-            raise CorruptionError(f"codec {self.name!r}: cannot decode {len(as_bytes_view(data))} bytes: {e}") from e
+            raise CorruptionError(
+                f"codec {self.name!r}: cannot decode {len(as_bytes_view(data))} bytes: {e}"
+            ) from e
         n = math.prod(spec.shape)
         if items.size != n:
-            raise CorruptionError(f"codec {self.name!r}: decoded {items.size} items, the chunk {spec.shape} holds {n}")
+            raise CorruptionError(
+                f"codec {self.name!r}: decoded {items.size} items, the chunk {spec.shape} holds {n}"
+            )
         items = items.reshape(spec.shape)
         return items if spec.dtype == object else items.astype(spec.dtype)
 

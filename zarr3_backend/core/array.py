@@ -79,18 +79,6 @@ def is_fill(chunk: np.ndarray, fill_value: Any) -> bool:
     return bool(np.all(chunk == fill_value))
 
 
-def _shift(sel: tuple, box: tuple[slice, ...]) -> tuple:
-    """Re-express a chunk selection relative to the start of the bounding box ``box``."""
-    out = []
-    for s, b in zip(sel, box, strict=True):
-        o = b.start
-        if isinstance(s, slice):
-            out.append(slice(s.start - o, s.stop - o, s.step))
-        else:
-            out.append(s - o)
-    return tuple(out)
-
-
 class Array:
     """One Zarr v3 array in a store, addressed numpy-style."""
 
@@ -258,7 +246,7 @@ class Array:
                 if sub is None:
                     out[p.out_selection] = fill
                 else:
-                    out[p.out_selection] = sub[_shift(p.chunk_selection, box)]
+                    out[p.out_selection] = sub[indexing.shift_selection(p.chunk_selection, box)]
 
             thread_map(read_part, parts, kind="io")
         return out

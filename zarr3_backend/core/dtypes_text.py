@@ -81,8 +81,8 @@ class VariableLengthUTF8(DataType):
     def from_numpy_dtype(cls, dtype: np.dtype) -> DataType | None:
         if dtype.kind == "T" or (dtype.kind == "U" and dtype.itemsize == 0):
             return cls("string", STRING_NUMPY)
-        if dtype == object and (dtype.metadata or {}).get("element_type", str) is str:
-            return cls("string", STRING_NUMPY)
+        if dtype.kind == "O" and (dtype.metadata or {}).get("element_type") is str:
+            return cls("string", STRING_NUMPY)  # xarray's object dtype for str (plain "O" is ambiguous)
         return None
 
     def parse_fill_value(self, value: Any) -> str:
@@ -113,7 +113,7 @@ class VariableLengthBytes(DataType):
 
     @classmethod
     def from_numpy_dtype(cls, dtype: np.dtype) -> DataType | None:
-        if dtype == object and (dtype.metadata or {}).get("element_type") is bytes:
+        if dtype.kind == "O" and (dtype.metadata or {}).get("element_type") is bytes:
             return cls("variable_length_bytes", np.dtype(object))
         return None
 

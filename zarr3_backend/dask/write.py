@@ -103,7 +103,6 @@ def _write_graph(darr: da.Array, a: Array, starts: tuple[int, ...], token: str) 
     units = a.storage_chunks
     name = WRITE_PREFIX + token
     target = dask.delayed(a, name="zarr3-target-" + array_token(a), pure=True)
-    (darr,) = dask.optimize(darr)  # fuse the source's blockwise steps before we depend on it
     split = tuple(split_sizes(n, u, s) for n, u, s in zip(darr.shape, units, starts, strict=True))
     if split == darr.chunks:
         counts = da.map_blocks(
@@ -122,15 +121,11 @@ def _write_graph(darr: da.Array, a: Array, starts: tuple[int, ...], token: str) 
         axes = [_pieces(c, u, s) for c, u, s in zip(darr.chunks, units, starts, strict=True)]
         target_key = target.key
         layer = {}
-        for idx in product(*(range(len(p)) for p in axes)):
-            picks = [axes[d][i] for d, i in enumerate(idx)]
-            layer[(name, *idx)] = (
-                _write_piece,
-                (darr.name, *(p[0] for p in picks)),
-                target_key,
-                tuple(p[1] for p in picks),
-                tuple(p[2] for p in picks),
-            )
+        src = darr.name
+        per_axis = [[(i, b, inner, outer) for i, (b, inner, outer) in enumerate(p)] for p in axes]
+        for combo in product(*per_axis):
+            idx, blocks, inner, outer = zip(*combo, strict=True)
+            layer[(name, *idx)] = (_write_piece, (src, *blocks), target_key, inner, outer)
         layers = {**darr.dask.layers, **target.dask.layers, name: MaterializedLayer(layer)}
         deps = {**darr.dask.dependencies, **target.dask.dependencies}
         deps[name] = {*darr.__dask_layers__(), *target.__dask_layers__()}

@@ -1,151 +1,265 @@
 """FsspecStore: a store over any fsspec filesystem (memory, file, s3, gcs, http, ...).
 
-Batched reads go through one ``fs.cat`` / ``fs.cat_ranges`` call, which async filesystems
-(s3fs, gcsfs, http) run concurrently; batched writes through one ``fs.pipe`` call. The store
-pickles by configuration (protocol, root, storage_options), never by a live connection.
+Batched reads go through one ``fs.cat_ranges`` call, which async filesystems (s3fs, gcsfs, http)
+run concurrently, at most ``batch_size`` requests at a time; missing keys come back as values
+(``on_error="return"``), never as an exception round trip per key. On async filesystems batched
+writes are one PUT per key, all in flight together. Transient failures (timeouts, dropped
+connections, 5xx) are retried a bounded number of times; what still fails raises a typed
+StoreError naming the URL (see ``fsspec_errors``).
+
+The store pickles by configuration (filesystem class, its arguments, root, options), never by
+a live connection, and rebuilds its filesystem in a process forked after it was used.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import fsspec
+import fsspec.asyn
 import fsspec.core
 
 from ..byte_range import ByteRange
-from ..errors import StoreError, Zarr3Error
+from ..errors import Zarr3Error
 from .base import BytesLike, Store, StoreArgumentError, dir_prefix, validate_key, validate_prefix
+from .fsspec_errors import BucketNotFoundError, is_missing_container, is_transient, store_error
 
 T = TypeVar("T")
 
-_GLOB = re.compile(r"[*?\[]")  # fs.cat / fs.rm would expand these; such paths go one by one
+_GLOB = re.compile(r"[*?\[]")  # fs.rm would expand these; such paths are erased one by one
 _MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
-_WRITE_RETRIES = 5
+_WRITE_RETRIES = 5  # directory filesystems: a concurrent erase may prune a parent we just made
+
+#: Retries of transient failures when the filesystem does not retry by itself.
+DEFAULT_RETRIES = 3
+#: Seconds before the first retry; doubled for each further one.
+RETRY_BACKOFF = 0.1
+#: Protocols that can only be read (plain HTTP servers).
+READ_ONLY_PROTOCOLS = frozenset({"http", "https"})
 
 
-def _fsspec_store_from_config(
-    protocol: str, storage_options: dict[str, Any], root: str, read_only: bool
+def _rebuild(
+    fs_class: type,
+    args: tuple,
+    options: dict[str, Any],
+    root: str,
+    read_only: bool,
+    batch_size: int | None,
+    retries: int | None,
 ) -> FsspecStore:
-    """Pickle helper: rebuild the filesystem in this process, then the store on it."""
-    return FsspecStore(fsspec.filesystem(protocol, **storage_options), root, read_only=read_only)
+    """Pickle helper: make the filesystem anew in this process, then the store on it."""
+    return FsspecStore(
+        fs_class(*args, **options), root, read_only=read_only, batch_size=batch_size, retries=retries
+    )
+
+
+def _is_error(result: object) -> bool:
+    return isinstance(result, BaseException)
+
+
+def _is_async(fs: fsspec.AbstractFileSystem) -> bool:
+    return bool(getattr(fs, "async_impl", False))
+
+
+async def _pipe_each(fs: Any, items: list[tuple[str, bytes]], batch_size: int | None) -> list[object]:
+    """One ``_pipe_file`` per item, ``batch_size`` at a time; exceptions returned in place."""
+    coros = [fs._pipe_file(path, value) for path, value in items]
+    return await fsspec.asyn._run_coros_in_chunks(
+        coros, batch_size=batch_size, nofiles=True, return_exceptions=True
+    )
 
 
 class FsspecStore(Store):
     """A store over an fsspec filesystem, rooted at ``root`` (a path on that filesystem).
 
-    Missing keys read as ``None``; any other backend failure raises StoreError naming the URL.
-    A byte range that runs past the end of a value returns the bytes that exist.
-    Writes are as atomic as the filesystem's own (object stores: yes; "file": no, use
-    LocalStore, which ``make_store`` picks for local paths).
+    ``batch_size`` bounds how many requests one batched call keeps in flight (None: fsspec's
+    configured default). ``retries`` is how often a transiently failed request is sent again
+    (None: 0 when the filesystem retries by itself, as s3fs and gcsfs do, else
+    ``DEFAULT_RETRIES``). Missing keys read as ``None``; other failures raise StoreError (or a
+    subclass) naming the URL. A byte range that runs past the end of a value returns the bytes
+    that exist. Writes are as atomic as the filesystem's own (object stores: yes; "file": no,
+    use LocalStore, which ``make_store`` picks for local paths).
     """
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, *, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        fs: fsspec.AbstractFileSystem,
+        root: str,
+        *,
+        read_only: bool = False,
+        batch_size: int | None = None,
+        retries: int | None = None,
+    ) -> None:
         if not isinstance(fs, fsspec.AbstractFileSystem):
             raise StoreArgumentError(f"FsspecStore needs an fsspec filesystem, got {type(fs).__name__}")
-        if getattr(fs, "async_impl", False) and getattr(fs, "asynchronous", False):
+        if _is_async(fs) and getattr(fs, "asynchronous", False):
             raise StoreArgumentError(
                 f"FsspecStore needs a filesystem made with asynchronous=False, got {fs!r} for root {root!r}"
             )
+        for name, value in (("batch_size", batch_size), ("retries", retries)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise StoreArgumentError(f"FsspecStore {name} must be a non-negative int or None, got {value!r}")
+        if batch_size == 0:
+            raise StoreArgumentError("FsspecStore batch_size must be at least 1 (or None)")
         super().__init__(read_only=read_only)
-        self.fs = fs
+        self._fs = fs
+        self._pid = os.getpid()
+        self.batch_size = batch_size
+        self.retries = retries
         stripped = fs._strip_protocol(root)
         self.root: str = stripped.rstrip("/") or stripped
         self._prefix = "" if not self.root else self.root if self.root.endswith("/") else self.root + "/"
 
     @classmethod
     def from_url(
-        cls, url: str, storage_options: dict[str, Any] | None = None, read_only: bool = False
+        cls,
+        url: str,
+        storage_options: dict[str, Any] | None = None,
+        read_only: bool | None = None,
+        *,
+        batch_size: int | None = None,
+        retries: int | None = None,
     ) -> FsspecStore:
-        """A store for an fsspec URL such as ``"s3://bucket/data.zarr"`` or ``"memory://x"``."""
+        """A store for an fsspec URL such as ``"s3://bucket/data.zarr"`` or ``"memory://x"``.
+
+        ``storage_options`` go to the filesystem unchanged (endpoint, credentials, anon, ...).
+        ``read_only=None`` means read-only for http(s) URLs, writable otherwise.
+        """
         try:
             fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
         except (ImportError, ValueError, TypeError) as e:
             raise StoreArgumentError(f"cannot open an fsspec filesystem for {url!r}: {e}") from e
-        return cls(fs, path, read_only=read_only)
+        if read_only is None:
+            read_only = _protocol(fs) in READ_ONLY_PROTOCOLS
+        return cls(fs, path, read_only=read_only, batch_size=batch_size, retries=retries)
 
     # ---- configuration ---------------------------------------------------------------------
     @property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        """The filesystem; an async one is made anew in a process forked after it was used
+        (its event loop and connections stayed behind in the parent)."""
+        if self._pid != os.getpid():
+            if _is_async(self._fs):
+                self._fs = type(self._fs)(*self._fs.storage_args, **self._fs.storage_options)
+            self._pid = os.getpid()
+        return self._fs
+
+    @property
     def protocol(self) -> str:
         """The filesystem's protocol name, as ``fsspec.filesystem`` takes it."""
-        p = self.fs.protocol
-        return p if isinstance(p, str) else p[0]
+        return _protocol(self._fs)
 
     @property
     def storage_options(self) -> dict[str, Any]:
         """The keyword arguments the filesystem was made with."""
-        return dict(self.fs.storage_options)
+        return dict(self._fs.storage_options)
 
     @property
     def url(self) -> str:
         """The root as a URL (``"memory:///x"``, ``"s3://bucket/data.zarr"``)."""
-        return self.fs.unstrip_protocol(self.root)
+        return self._fs.unstrip_protocol(self.root)
+
+    @property
+    def cache_shard_index(self) -> bool:
+        """Object stores (async filesystems) ask the core to cache shard indexes: a request
+        there costs a round trip."""
+        return _is_async(self._fs)
 
     @property
     def _has_dirs(self) -> bool:
         # Sync fsspec filesystems (local, memory, sftp, ...) have real directories; the async
         # ones (s3, gcs, abfs, http) are object stores where a write needs no parent.
-        return not getattr(self.fs, "async_impl", False)
+        return not _is_async(self._fs)
+
+    @property
+    def _retries(self) -> int:
+        if self.retries is not None:
+            return self.retries
+        return 0 if isinstance(getattr(self._fs, "retries", None), int) else DEFAULT_RETRIES
+
+    def _batch_kwargs(self) -> dict[str, Any]:
+        return {"batch_size": self.batch_size} if self.batch_size and _is_async(self._fs) else {}
 
     def _path(self, key: str) -> str:
         return self._prefix + validate_key(key)
 
     def _key_url(self, path: str) -> str:
-        return self.fs.unstrip_protocol(path)
+        return self._fs.unstrip_protocol(path)
+
+    @staticmethod
+    def _pause(attempt: int) -> None:
+        time.sleep(RETRY_BACKOFF * 2**attempt)
 
     def _call(self, action: str, where: str, fn: Callable[[], T]) -> T:
-        """Run one fsspec call; a failure other than our own errors becomes StoreError."""
-        try:
-            return fn()
-        except Zarr3Error:
-            raise
-        except Exception as e:
-            raise StoreError(f"{action} {where!r} failed: {type(e).__name__}: {e}") from e
+        """Run one fsspec call, retrying transient failures; others become a typed StoreError."""
+        attempt = 0
+        while True:
+            try:
+                return fn()
+            except Zarr3Error:
+                raise
+            except Exception as e:
+                if attempt < self._retries and is_transient(e):
+                    self._pause(attempt)
+                    attempt += 1
+                    continue
+                raise store_error(action, where, e) from e
 
     def _value(self, path: str, result: object) -> bytes | None:
-        """One result of cat/cat_ranges: bytes, None for a missing key, else StoreError."""
+        """One fetched result: bytes, None for a missing key, else a typed StoreError."""
         if isinstance(result, _MISSING):
+            if is_missing_container(result):
+                raise BucketNotFoundError(
+                    f"reading {self._key_url(path)!r} failed: the bucket of {self.url!r} does not exist: {result}"
+                ) from result
             return None
         if isinstance(result, BaseException):
-            raise StoreError(
-                f"reading {self._key_url(path)!r} failed: {type(result).__name__}: {result}"
-            ) from result
+            raise store_error("reading", self._key_url(path), result) from result
         return bytes(result)
 
     # ---- reading ---------------------------------------------------------------------------
+    def _fetch(self, requests: Sequence[tuple[str, int | None, int | None]]) -> list[object]:
+        """``(path, start, end)`` requests through ``fs.cat_ranges``; each result is bytes or
+        the exception it raised. Transient failures are sent again (bounded), alone."""
+        results: list[object] = [None] * len(requests)
+        pending = list(range(len(requests)))
+        attempt = 0
+        while pending:
+            paths = [requests[i][0] for i in pending]
+            starts = [requests[i][1] for i in pending]
+            ends = [requests[i][2] for i in pending]
+            got = self._call(
+                "reading",
+                self.url,
+                lambda: self.fs.cat_ranges(paths, starts, ends, on_error="return", **self._batch_kwargs()),
+            )
+            for i, result in zip(pending, got, strict=True):
+                results[i] = result
+            pending = [i for i in pending if _is_error(results[i]) and is_transient(results[i])]
+            if attempt >= self._retries:
+                break
+            if pending:
+                self._pause(attempt)
+            attempt += 1
+        return results
+
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
         """The value of ``key`` (or the part ``byte_range`` selects, clipped to the value)."""
-        if byte_range is None:
-            return self.get_many([key])[0]
         return self.get_partial_values([(key, byte_range)])[0]
 
     def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
-        """Values of many keys through one ``fs.cat`` call (concurrent on async filesystems)."""
-        paths = [self._path(k) for k in keys]
-        plain = sorted({p for p in paths if not _GLOB.search(p)})
-        globby = sorted({p for p in paths if _GLOB.search(p)})
-        results: dict[str, object] = {}
-        if plain:
-            out = self._call("reading", self.url, lambda: self.fs.cat(plain, on_error="return"))
-            strip = self.fs._strip_protocol
-            for p in plain:
-                results[p] = out[p] if p in out else out.get(strip(p), FileNotFoundError(p))
-        if globby:
-            n = len(globby)
-            out = self._call(
-                "reading",
-                self.url,
-                lambda: self.fs.cat_ranges(globby, [None] * n, [None] * n, on_error="return"),
-            )
-            results.update(zip(globby, out, strict=True))
-        return [self._value(p, results[p]) for p in paths]
+        """Values of many keys through one concurrent ``fs.cat_ranges`` call."""
+        return self.get_partial_values([(k, None) for k in keys])
 
     def get_partial_values(self, key_ranges: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
-        """Byte ranges of many keys through one ``fs.cat_ranges`` call.
+        """Byte ranges of many keys through one concurrent ``fs.cat_ranges`` call.
 
-        Suffix ranges are sent as a negative start (HTTP/S3 ``bytes=-n``); a filesystem that
-        refuses that, or a range past the end, is retried with the value's size.
+        Suffix ranges are sent as a negative start (HTTP/S3 ``bytes=-n``); a range the
+        filesystem refuses (no suffix support, start past the end) is retried by the value's size.
         """
         requests = [(self._path(k), r) for k, r in key_ranges]
         out: list[object] = [None] * len(requests)
@@ -156,20 +270,16 @@ class FsspecStore(Store):
             else:
                 batch.append(i)
         if batch:
-            paths = [requests[i][0] for i in batch]
-            starts: list[int | None] = []
-            ends: list[int | None] = []
+            fetch = []
             for i in batch:
-                r = requests[i][1]
-                starts.append(None if r is None else r.offset)
-                ends.append(None if r is None or r.length is None else r.offset + r.length)
-            got = self._call(
-                "reading", self.url, lambda: self.fs.cat_ranges(paths, starts, ends, on_error="return")
-            )
-            for i, result in zip(batch, got, strict=True):
                 path, r = requests[i]
-                if r is not None and isinstance(result, BaseException) and not isinstance(result, _MISSING):
-                    result = self._range_by_size(path, r)
+                end = None if r is None or r.length is None else r.offset + r.length
+                fetch.append((path, None if r is None else r.offset, end))
+            for i, result in zip(batch, self._fetch(fetch), strict=True):
+                path, r = requests[i]
+                if r is not None and _is_error(result) and not isinstance(result, _MISSING):
+                    if not is_transient(result):
+                        result = self._range_by_size(path, r)
                 out[i] = result
         return [self._value(path, res) for (path, _), res in zip(requests, out, strict=True)]
 
@@ -187,36 +297,73 @@ class FsspecStore(Store):
             return e
 
     def exists(self, key: str) -> bool:
-        """Whether ``key`` is a file."""
+        """Whether ``key`` is a file (asks the backend, not a cached listing)."""
         path = self._path(key)
-        return self._call("checking", self._key_url(path), lambda: self.fs.isfile(path))
+
+        def check() -> bool:
+            self.fs.invalidate_cache(path)
+            return self.fs.isfile(path)
+
+        return self._call("checking", self._key_url(path), check)
 
     # ---- writing ---------------------------------------------------------------------------
     def set(self, key: str, value: BytesLike) -> None:
-        """Write ``value`` under ``key`` with ``fs.pipe``."""
+        """Write ``value`` under ``key`` (one PUT on object stores)."""
         self.check_writable(key)
-        self._pipe({self._path(key): bytes(value)})
+        self._write({self._path(key): bytes(value)})
 
     def set_many(self, items: Mapping[str, BytesLike]) -> None:
-        """Write many values with one ``fs.pipe`` call; every key is checked first."""
+        """Write many values; every key is checked first. On object stores one PUT per key,
+        concurrently; a failed key is named in the error, the others are written."""
         for key in items:
             self.check_writable(key)
         data = {self._path(k): bytes(v) for k, v in items.items()}
         if data:
+            self._write(data)
+
+    def _write(self, data: dict[str, bytes]) -> None:
+        if _is_async(self._fs):
+            self._put_each(data)
+        else:
             self._pipe(data)
 
+    def _put_each(self, data: dict[str, bytes]) -> None:
+        """Object stores: one ``_pipe_file`` per key, transient failures sent again (bounded)."""
+        pending = list(data.items())
+        attempt = 0
+        while True:
+            fs = self.fs
+            results = self._call(
+                "writing",
+                self.url,
+                lambda: fsspec.asyn.sync(fs.loop, _pipe_each, fs, pending, self.batch_size),
+            )
+            failed = [(item, r) for item, r in zip(pending, results, strict=True) if _is_error(r)]
+            if not failed:
+                return
+            if attempt < self._retries and all(is_transient(r) for _, r in failed):
+                self._pause(attempt)
+                attempt += 1
+                pending = [item for item, _ in failed]
+                continue
+            (path, _), error = failed[0]
+            others = f" (and {len(failed) - 1} more keys)" if len(failed) > 1 else ""
+            err = store_error("writing", self._key_url(path), error)
+            err.args = (f"{err.args[0]}{others}",)
+            raise err from error
+
     def _pipe(self, data: dict[str, bytes]) -> None:
+        """Filesystems with directories: one ``fs.pipe`` call, making parents when asked to."""
         where = self._key_url(next(iter(data))) if len(data) == 1 else f"{self.url} ({len(data)} keys)"
         try:
             self.fs.pipe(data)
             return
-        except FileNotFoundError as e:
-            if not self._has_dirs:
-                raise StoreError(f"writing {where!r} failed: {type(e).__name__}: {e}") from e
+        except FileNotFoundError:
+            pass
         except Exception as e:
-            raise StoreError(f"writing {where!r} failed: {type(e).__name__}: {e}") from e
+            raise store_error("writing", where, e) from e
 
-        def with_parents() -> None:  # a filesystem with directories wants the parents first
+        def with_parents() -> None:
             for attempt in range(_WRITE_RETRIES):  # a concurrent erase may prune them again
                 for parent in sorted({self.fs._parent(p) for p in data}):
                     self.fs.makedirs(parent, exist_ok=True)
@@ -235,13 +382,14 @@ class FsspecStore(Store):
         self._erase_one(self._path(key))
 
     def _erase_one(self, path: str) -> None:
-        try:
-            self.fs.rm_file(path)
-        except _MISSING:
-            return
-        except Exception as e:
-            raise StoreError(f"erasing {self._key_url(path)!r} failed: {type(e).__name__}: {e}") from e
-        if self._has_dirs:
+        def rm() -> bool:
+            try:
+                self.fs.rm_file(path)
+                return True
+            except _MISSING:
+                return False
+
+        if self._call("erasing", self._key_url(path), rm) and self._has_dirs:
             self._prune(path)
 
     def _prune(self, path: str) -> None:
@@ -264,24 +412,36 @@ class FsspecStore(Store):
         paths = [self._path(k) for k in keys]
         plain = [p for p in paths if not _GLOB.search(p)]
         if plain and not self._has_dirs:
-            try:
-                self.fs.rm(plain)
+
+            def rm_all() -> bool:
+                try:
+                    self.fs.rm(plain)
+                    return True
+                except FileNotFoundError:
+                    return False  # some were missing: go one by one below
+
+            if self._call("erasing", f"{self.url} ({len(plain)} keys)", rm_all):
                 plain = []
-            except FileNotFoundError:
-                pass  # some were missing: go one by one below
-            except Exception as e:
-                raise StoreError(f"erasing {len(plain)} keys under {self.url!r} failed: {e}") from e
         for p in plain + [p for p in paths if _GLOB.search(p)]:
             self._erase_one(p)
 
     # ---- listing ---------------------------------------------------------------------------
+    def _missing_listing(self, path: str, error: BaseException) -> None:
+        if is_missing_container(error):
+            raise BucketNotFoundError(
+                f"listing {self._key_url(path)!r} failed: the bucket of {self.url!r} does not exist: {error}"
+            ) from error
+
     def _find(self, path: str) -> list[str]:
-        try:
-            found = self.fs.find(path)
-        except _MISSING:
-            return []
-        except Exception as e:
-            raise StoreError(f"listing {self._key_url(path)!r} failed: {type(e).__name__}: {e}") from e
+        def find() -> list[str]:
+            self.fs.invalidate_cache(path)  # list what is there now, not a cached listing
+            try:
+                return self.fs.find(path)
+            except _MISSING as e:
+                self._missing_listing(path, e)
+                return []
+
+        found = self._call("listing", self._key_url(path), find)
         n = len(self._prefix)
         return [p[n:] for p in found if p.startswith(self._prefix) and len(p) > n]
 
@@ -300,12 +460,16 @@ class FsspecStore(Store):
         """Names directly under ``prefix`` (``fs.ls``)."""
         prefix = dir_prefix(prefix)
         path = self._path(prefix[:-1]) if prefix else self.root
-        try:
-            entries = self.fs.ls(path, detail=False)
-        except _MISSING:
-            return iter([])
-        except Exception as e:
-            raise StoreError(f"listing {self._key_url(path)!r} failed: {type(e).__name__}: {e}") from e
+
+        def ls() -> list[str]:
+            self.fs.invalidate_cache(path)
+            try:
+                return self.fs.ls(path, detail=False)
+            except _MISSING as e:
+                self._missing_listing(path, e)
+                return []
+
+        entries = self._call("listing", self._key_url(path), ls)
         base = self._prefix + prefix
         names = []
         for entry in entries:
@@ -318,14 +482,16 @@ class FsspecStore(Store):
 
     # ---- identity --------------------------------------------------------------------------
     def with_read_only(self, read_only: bool = True) -> FsspecStore:
-        """A store on the same filesystem and root with another read-only flag."""
-        return FsspecStore(self.fs, self.root, read_only=read_only)
+        """A store on the same filesystem, root and options with another read-only flag."""
+        return FsspecStore(
+            self.fs, self.root, read_only=read_only, batch_size=self.batch_size, retries=self.retries
+        )
 
     def __eq__(self, other: object) -> bool:
         """Equal when filesystem (fsspec's token), root and flag are equal."""
         if not isinstance(other, FsspecStore):
             return NotImplemented
-        return self.fs == other.fs and self.root == other.root and self.read_only == other.read_only
+        return self._fs == other._fs and self.root == other.root and self.read_only == other.read_only
 
     def __hash__(self) -> int:
         return hash((FsspecStore, self.url, self.read_only))
@@ -334,6 +500,20 @@ class FsspecStore(Store):
         return f"FsspecStore({self.url!r}, read_only={self.read_only})"
 
     def __reduce__(self):
-        """Pickle by (protocol, storage_options, root, flag): the unpickling process rebuilds
-        the filesystem with ``fsspec.filesystem``, never sharing a live connection."""
-        return _fsspec_store_from_config, (self.protocol, self.storage_options, self.root, self.read_only)
+        """Pickle by configuration: the unpickling process makes the filesystem anew from its
+        class and arguments, never sharing a live connection or event loop."""
+        fs = self._fs
+        return _rebuild, (
+            type(fs),
+            tuple(getattr(fs, "storage_args", ())),
+            dict(fs.storage_options),
+            self.root,
+            self.read_only,
+            self.batch_size,
+            self.retries,
+        )
+
+
+def _protocol(fs: fsspec.AbstractFileSystem) -> str:
+    p = fs.protocol
+    return p if isinstance(p, str) else p[0]

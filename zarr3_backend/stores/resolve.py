@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import ReadOnlyError
 from .base import Store, StoreArgumentError
-from .fsspec_store import FsspecStore
+from .fsspec_store import READ_ONLY_PROTOCOLS, FsspecStore
 from .local import LocalStore
 from .memory import MemoryStore
 
@@ -27,10 +27,22 @@ def _local_path_from_file_url(url: str) -> str:
     return urllib.request.url2pathname(parsed.path)
 
 
+def _url_store(url: str, mode: str, storage_options: dict[str, Any] | None) -> FsspecStore:
+    """An FsspecStore for ``url``; http(s) URLs are read-only whatever the mode, and a mode
+    that must write (``w``, ``w-``, ``r+``) is refused for them before anything is sent."""
+    store = FsspecStore.from_url(url, storage_options=storage_options, read_only=mode == "r" or None)
+    if store.protocol in READ_ONLY_PROTOCOLS:
+        if mode in ("w", "w-", "r+"):
+            raise ReadOnlyError(f"{url!r} is served over {store.protocol}, which is read-only; mode {mode!r} writes")
+        return store if store.read_only else store.with_read_only(True)
+    return store
+
+
 def make_store(obj: Any, *, mode: str = "r", storage_options: dict[str, Any] | None = None) -> Store:
     """A Store for ``obj``: a Store (as is), a local path (LocalStore), an fsspec URL
-    (FsspecStore; plain ``file://`` URLs give a LocalStore), an fsspec mapper, or a dict
-    (MemoryStore). ``mode == "r"`` makes the store read-only.
+    (FsspecStore; plain ``file://`` URLs give a LocalStore; http(s) URLs are read-only), an
+    fsspec mapper, or a dict (MemoryStore). ``mode == "r"`` makes the store read-only.
+    ``storage_options`` go to the fsspec filesystem unchanged.
     """
     if mode not in MODES:
         raise StoreArgumentError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
@@ -48,7 +60,7 @@ def make_store(obj: Any, *, mode: str = "r", storage_options: dict[str, Any] | N
     if isinstance(obj, str) and ("://" in obj or "::" in obj):
         if obj.startswith("file://") and not storage_options:
             return LocalStore(_local_path_from_file_url(obj), read_only=read_only)
-        return FsspecStore.from_url(obj, storage_options=storage_options, read_only=read_only)
+        return _url_store(obj, mode, storage_options)
     if isinstance(obj, str | os.PathLike):
         if storage_options:
             raise StoreArgumentError(

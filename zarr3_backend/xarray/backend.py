@@ -20,7 +20,8 @@ from ..errors import GroupNotFoundError, MetadataError
 from ..stores.base import Store
 from .datastore import Zarr3DataStore, zarr_format_of
 
-_MODES = ("r", "r+", "a", "a-", "w", "w-")
+#: Opening never erases: the creating modes "w"/"w-" belong to writers.
+_MODES = ("r", "r+", "a", "a-")
 
 
 def open_target_group(
@@ -48,17 +49,25 @@ def open_target_group(
         target = _normalize_path(target)
         open_mode = "a" if mode == "a-" else mode
         if consolidated is False:
-            root = open_group(target, path=path, mode=open_mode, storage_options=storage_options,
-                              use_consolidated=False)
+            root = open_group(
+                target, path=path, mode=open_mode, storage_options=storage_options, use_consolidated=False
+            )
             path = ""
         else:
-            root = open_group(target, path="", mode=open_mode, storage_options=storage_options,
-                              use_consolidated=consolidated)
+            root = open_group(
+                target,
+                path="",
+                mode=open_mode,
+                storage_options=storage_options,
+                use_consolidated=consolidated,
+            )
     node = root[path] if path else root
     if not isinstance(node, Group):
         raise GroupNotFoundError(f"{path!r} is an array, not a group: pass the group that holds it")
     if zarr_format is not None and zarr_format_of(node) != zarr_format:
-        raise MetadataError(f"group {node.path or '/'!r} is zarr_format {zarr_format_of(node)}, not {zarr_format}")
+        raise MetadataError(
+            f"group {node.path or '/'!r} is zarr_format {zarr_format_of(node)}, not {zarr_format}"
+        )
     return node
 
 
@@ -70,7 +79,6 @@ class Zarr3BackendEntrypoint(BackendEntrypoint):
     """
 
     description = "Open Zarr v3 stores with zarr3_backend (no zarr-python)"
-    url = "https://github.com/zarr3_backend"
     supports_groups = True
 
     def guess_can_open(self, filename_or_obj: Any) -> bool:
@@ -93,11 +101,20 @@ class Zarr3BackendEntrypoint(BackendEntrypoint):
         use_zarr_fill_value_as_mask: bool | None,
         drop_variables: Iterable[str],
     ) -> Zarr3DataStore:
-        node = open_target_group(filename_or_obj, group, mode=mode, consolidated=consolidated,
-                                 storage_options=storage_options, zarr_format=zarr_format)
-        return Zarr3DataStore(node, use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
-                              drop_variables=drop_variables,
-                              close_store=not isinstance(filename_or_obj, Store | Group))
+        node = open_target_group(
+            filename_or_obj,
+            group,
+            mode=mode,
+            consolidated=consolidated,
+            storage_options=storage_options,
+            zarr_format=zarr_format,
+        )
+        return Zarr3DataStore(
+            node,
+            use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
+            drop_variables=drop_variables,
+            close_store=not isinstance(filename_or_obj, Store | Group),
+        )
 
     def open_dataset(
         self,
@@ -124,9 +141,14 @@ class Zarr3BackendEntrypoint(BackendEntrypoint):
         drop = _as_names(drop_variables)
         if store is None:
             store = self._data_store(
-                filename_or_obj, group=group, mode=mode, consolidated=consolidated,
-                storage_options=storage_options, zarr_format=zarr_format,
-                use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask, drop_variables=drop,
+                filename_or_obj,
+                group=group,
+                mode=mode,
+                consolidated=consolidated,
+                storage_options=storage_options,
+                zarr_format=zarr_format,
+                use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
+                drop_variables=drop,
             )
         with close_on_error(store):
             return StoreBackendEntrypoint().open_dataset(
@@ -160,11 +182,20 @@ class Zarr3BackendEntrypoint(BackendEntrypoint):
     ) -> DataTree:
         """The hierarchy below ``group`` as a DataTree (implicit groups included)."""
         groups = self.open_groups_as_dict(
-            filename_or_obj, mask_and_scale=mask_and_scale, decode_times=decode_times,
-            concat_characters=concat_characters, decode_coords=decode_coords,
-            drop_variables=drop_variables, use_cftime=use_cftime, decode_timedelta=decode_timedelta,
-            group=group, mode=mode, consolidated=consolidated, storage_options=storage_options,
-            zarr_format=zarr_format, use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
+            filename_or_obj,
+            mask_and_scale=mask_and_scale,
+            decode_times=decode_times,
+            concat_characters=concat_characters,
+            decode_coords=decode_coords,
+            drop_variables=drop_variables,
+            use_cftime=use_cftime,
+            decode_timedelta=decode_timedelta,
+            group=group,
+            mode=mode,
+            consolidated=consolidated,
+            storage_options=storage_options,
+            zarr_format=zarr_format,
+            use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
         )
         return datatree_from_dict_with_io_cleanup(groups)
 
@@ -189,8 +220,14 @@ class Zarr3BackendEntrypoint(BackendEntrypoint):
         """``{"/": ds, "/child": ds, ...}`` for every group below ``group``; the whole hierarchy's
         metadata is read once (level by level, or from consolidated metadata)."""
         drop = _as_names(drop_variables)
-        top = open_target_group(filename_or_obj, group, mode=mode, consolidated=consolidated,
-                                storage_options=storage_options, zarr_format=zarr_format)
+        top = open_target_group(
+            filename_or_obj,
+            group,
+            mode=mode,
+            consolidated=consolidated,
+            storage_options=storage_options,
+            zarr_format=zarr_format,
+        )
         members = top.members(max_depth=None)
         children: dict[str, dict[str, Any]] = {"": {}}
         for rel, node in members.items():
@@ -204,14 +241,22 @@ class Zarr3BackendEntrypoint(BackendEntrypoint):
         out: dict[str, Dataset] = {}
         for rel in sorted(children):
             datastore = Zarr3DataStore(
-                nodes[rel], children[rel], use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
-                drop_variables=drop, close_store=owns_store and rel == "",
+                nodes[rel],
+                children[rel],
+                use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
+                drop_variables=drop,
+                close_store=owns_store and rel == "",
             )
             with close_on_error(datastore):
                 out["/" + rel] = StoreBackendEntrypoint().open_dataset(
-                    datastore, mask_and_scale=mask_and_scale, decode_times=decode_times,
-                    concat_characters=concat_characters, decode_coords=decode_coords,
-                    drop_variables=drop, use_cftime=use_cftime, decode_timedelta=decode_timedelta,
+                    datastore,
+                    mask_and_scale=mask_and_scale,
+                    decode_times=decode_times,
+                    concat_characters=concat_characters,
+                    decode_coords=decode_coords,
+                    drop_variables=drop,
+                    use_cftime=use_cftime,
+                    decode_timedelta=decode_timedelta,
                 )
         return out
 

@@ -3,6 +3,7 @@ straight to the core Array, which reads only the chunks (or inner chunks of shar
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import numpy as np
@@ -33,8 +34,15 @@ class Zarr3BackendArray(BackendArray):
             method = self._oindex
         else:
             method = self._getitem
-        value = indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.VECTORIZED, method)
+        value = indexing.explicit_indexing_adapter(
+            key, self.shape, indexing.IndexingSupport.VECTORIZED, method
+        )
         return self._as_array(value)
+
+    async def async_getitem(self, key: indexing.ExplicitIndexer) -> np.ndarray:
+        """``__getitem__`` on a worker thread, for ``Dataset.load_async``; the core's I/O is
+        already batched and concurrent, so a thread is all an event loop needs."""
+        return await asyncio.to_thread(self.__getitem__, key)
 
     def _getitem(self, key: tuple) -> Any:
         return self._array[key]

@@ -84,7 +84,9 @@ def _checked_names(array: str, field: str, value: Any, ndim: int) -> list[str | 
     if isinstance(value, str) or not isinstance(value, Sequence):
         raise MetadataError(f"array {array!r}: {field} must be a list of names, got {value!r}")
     if len(value) != ndim:
-        raise MetadataError(f"array {array!r}: {field} {list(value)!r} has {len(value)} entries for {ndim} axes")
+        raise MetadataError(
+            f"array {array!r}: {field} {list(value)!r} has {len(value)} entries for {ndim} axes"
+        )
     bad = [v for v in value if v is not None and not isinstance(v, str)]
     if bad:
         raise MetadataError(f"array {array!r}: {field} entries must be strings or null, got {bad!r}")
@@ -174,7 +176,9 @@ def _decode_text_fill(value: Any, kind: str, where: str) -> Any:
         if isinstance(value, bytes):
             return value
         if not isinstance(value, str):
-            raise MetadataError(f"{where} {value!r} is not a valid fill value for bytes: expected base64 text")
+            raise MetadataError(
+                f"{where} {value!r} is not a valid fill value for bytes: expected base64 text"
+            )
         try:
             return base64.standard_b64decode(value.encode("ascii"))
         except (binascii.Error, UnicodeEncodeError) as e:
@@ -193,7 +197,10 @@ def encode_fill_value_attr(value: Any, dtype: np.dtype) -> Any:
         return base64.standard_b64encode(struct.pack("<d", float(value))).decode("ascii")
     if dt.kind == "c":
         c = complex(value)
-        return [encode_fill_value_attr(c.real, np.dtype("f8")), encode_fill_value_attr(c.imag, np.dtype("f8"))]
+        return [
+            encode_fill_value_attr(c.real, np.dtype("f8")),
+            encode_fill_value_attr(c.imag, np.dtype("f8")),
+        ]
     if dt.kind == "b":
         return bool(value)
     if dt.kind in "iu":

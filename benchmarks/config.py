@@ -1,0 +1,104 @@
+"""What the suite measures: sizes, libraries, workloads and the cases (workload x library) to run."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+#: Bytes in a GB for the GB/s columns (decimal, as disk and network vendors count).
+GB = 1e9
+MiB = 2**20
+
+
+@dataclass(frozen=True)
+class Size:
+    """Array edge ``n`` (shape n^3 float32), storage chunk edge, inner chunk edge, random reads."""
+
+    name: str
+    n: int
+    chunk: int
+    inner: int
+    random_reads: int
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.n,) * 3
+
+    @property
+    def nbytes(self) -> int:
+        return self.n**3 * 4
+
+
+SIZES = {
+    # The issue's workloads: 512 MiB float32, chunks 128^3, shards 128^3 of 64^3 inner chunks.
+    "full": Size("full", 512, 128, 64, 1000),
+    "small": Size("small", 256, 64, 32, 1000),
+    "tiny": Size("tiny", 32, 16, 8, 40),
+}
+
+#: Library names: ours, zarr-python (default pipeline), zarr-python with the zarrs (Rust) codec
+#: pipeline, tensorstore. ``numpy`` and ``file`` name the reference points.
+LIBS = ("z3", "zarr", "zarrs", "tensorstore")
+ANCHORS = ("zarr", "zarrs", "tensorstore")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One measured operation; ``unit`` is ``GB/s`` (uncompressed bytes / wall) or ``reads/s``."""
+
+    id: str
+    title: str
+    kind: str  # write | read | random_one | random_batch | xr_mean | to_zarr | copy | file_*
+    fixture: str | None = None  # raw | blosc | sharded (the store read from / layout written)
+    cold: bool = False
+    unit: str = "GB/s"
+    libs: tuple[str, ...] = LIBS
+    distributed: bool = False
+
+
+REFERENCE_LIBS = ("numpy", "file")
+WORKLOADS: tuple[Workload, ...] = (
+    Workload("ref_copy", "numpy copy (reference)", "copy", libs=("numpy",)),
+    Workload("ref_file_write", "one file write to page cache (reference)", "file_write", libs=("file",)),
+    Workload("ref_file_read_warm", "one file read, warm (reference)", "file_read", libs=("file",)),
+    Workload("ref_file_read_cold", "one file read, cold (reference)", "file_read", cold=True, libs=("file",)),
+    Workload("a_write_raw", "(a) write, uncompressed", "write", "raw"),
+    Workload("b_write_blosc", "(b) write, blosc lz4 shuffle", "write", "blosc"),
+    Workload("c_read_raw_warm", "(c) read uncompressed, warm", "read", "raw"),
+    Workload("c_read_raw_cold", "(c) read uncompressed, cold", "read", "raw", cold=True),
+    Workload("c_read_blosc_warm", "(c) read blosc, warm", "read", "blosc"),
+    Workload("c_read_blosc_cold", "(c) read blosc, cold", "read", "blosc", cold=True),
+    Workload("d_write_sharded", "(d) write sharded", "write", "sharded"),
+    Workload("d_read_sharded", "(d) read sharded, warm", "read", "sharded"),
+    Workload("e_random_one", "(e) random inner-chunk reads, one at a time", "random_one", "sharded", unit="reads/s"),
+    Workload("e_random_batch", "(e) random inner-chunk reads, one call", "random_batch", "sharded", unit="reads/s"),
+    Workload("f_xarray_mean", "(f) xarray open_dataset(chunks={}) + mean(time), threads", "xr_mean", "raw"),
+    Workload("g_to_zarr_threads", "(g) to_zarr of a dask dataset, threads", "to_zarr", "raw", libs=("z3", "zarr", "zarrs")),
+    Workload(
+        "h_to_zarr_distributed",
+        "(h) to_zarr on a LocalCluster of 2 processes",
+        "to_zarr",
+        "raw",
+        libs=("z3", "zarr", "zarrs"),
+        distributed=True,
+    ),
+)
+WORKLOADS_BY_ID = {w.id: w for w in WORKLOADS}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One (workload, library) measurement, run in its own process; JSON-serialisable."""
+
+    workload: str
+    lib: str
+    size: str
+    workdir: str
+    repeat: int
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: dict) -> Case:
+        return cls(**obj)

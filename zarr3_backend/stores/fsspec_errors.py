@@ -1,0 +1,123 @@
+"""Typed errors for remote stores, and the rules that sort an fsspec failure into one of them.
+
+fsspec backends raise whatever their client raises (botocore, aiohttp, OSError with an S3 error
+code as cause, ...). Stores must not import those clients, so the rules look at what every such
+exception carries: builtin base classes, class names, an HTTP status or an S3 error code, along
+the ``__cause__``/``__context__`` chain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..errors import StoreError
+
+
+class StoreAccessError(StoreError):
+    """The backend refused the credentials or denied access (HTTP 401/403, S3 AccessDenied)."""
+
+
+class BucketNotFoundError(StoreError):
+    """The bucket (or container) named in the URL does not exist: not a missing key."""
+
+
+class StoreTimeoutError(StoreError, TimeoutError):
+    """The backend did not answer within the configured connect or read timeout."""
+
+
+class StoreUnreachableError(StoreError, ConnectionError):
+    """The endpoint could not be reached, or dropped the connection (refused, reset, DNS)."""
+
+
+_ACCESS_CODES = frozenset(
+    {"AccessDenied", "AllAccessDisabled", "AccountProblem", "ExpiredToken", "InvalidAccessKeyId",
+     "InvalidToken", "SignatureDoesNotMatch", "Forbidden", "Unauthorized"}
+)
+_MISSING_BUCKET_CODES = frozenset({"NoSuchBucket"})
+_TRANSIENT_CODES = frozenset({"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "Throttling"})
+_TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from, each once."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _class_names(exc: BaseException) -> list[str]:
+    return [cls.__name__ for cls in type(exc).__mro__]
+
+
+def _status(exc: BaseException) -> int | None:
+    """The HTTP status an exception carries (aiohttp ``.status``, botocore ``.response``)."""
+    status = getattr(exc, "status", None)
+    if isinstance(status, int):
+        return status
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if isinstance(status, int):
+            return status
+    return None
+
+
+def _code(exc: BaseException) -> str | None:
+    """The S3-style error code an exception carries (botocore ``ClientError.response``)."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        code = response.get("Error", {}).get("Code")
+        return str(code) if code is not None else None
+    return None
+
+
+def is_missing_container(exc: BaseException) -> bool:
+    """True when a "not found" failure means the bucket is missing, not the key."""
+    for e in _chain(exc):
+        if _code(e) in _MISSING_BUCKET_CODES or "bucket does not exist" in str(e).lower():
+            return True
+    return False
+
+
+def error_class(exc: BaseException) -> type[StoreError]:
+    """The StoreError subclass that describes ``exc`` (plain StoreError when none fits)."""
+    for e in _chain(exc):
+        code, status, names = _code(e), _status(e), _class_names(e)
+        if code in _MISSING_BUCKET_CODES or "bucket does not exist" in str(e).lower():
+            return BucketNotFoundError
+        if code in _ACCESS_CODES or status in (401, 403) or isinstance(e, PermissionError):
+            return StoreAccessError
+        if isinstance(e, TimeoutError) or any("Timeout" in n for n in names):
+            return StoreTimeoutError
+        if isinstance(e, ConnectionError) or any("Connection" in n or "Disconnected" in n for n in names):
+            return StoreUnreachableError
+    return StoreError
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for failures worth retrying: timeouts, dropped connections, 5xx and throttling."""
+    if isinstance(exc, FileNotFoundError | IsADirectoryError | NotADirectoryError):
+        return False
+    if error_class(exc) in (StoreTimeoutError, StoreUnreachableError):
+        return True
+    return any(_status(e) in _TRANSIENT_STATUS or _code(e) in _TRANSIENT_CODES for e in _chain(exc))
+
+
+def store_error(action: str, where: str, exc: BaseException) -> StoreError:
+    """A typed StoreError for ``exc`` saying what was done where (``where`` is a URL)."""
+    return error_class(exc)(f"{action} {where!r} failed: {type(exc).__name__}: {exc}")
+
+
+__all__ = [
+    "BucketNotFoundError",
+    "StoreAccessError",
+    "StoreTimeoutError",
+    "StoreUnreachableError",
+    "error_class",
+    "is_missing_container",
+    "is_transient",
+    "store_error",
+]
