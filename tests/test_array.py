@@ -329,3 +329,14 @@ def test_sync_api_inside_running_event_loop_and_threads(tmp_path):
     expected[6:10, 0:4] = 0
     expected[6:10, 6:10] = 1
     np.testing.assert_array_equal(np.stack(results), expected)
+
+
+@pytest.mark.parametrize("shards", [None, (10, 8)])
+def test_negative_steps_read_and_write(store, shards):
+    data = sample("int32", (13, 11))
+    a = z3.create_array(store, "x", shape=data.shape, dtype="int32", chunks=(5, 4), shards=shards)
+    a[...] = data
+    np.testing.assert_array_equal(a[::-2, 9:1:-3], data[::-2, 9:1:-3])
+    a[12:2:-4, ::-1] = -data[12:2:-4, ::-1]
+    data[12:2:-4, ::-1] = -data[12:2:-4, ::-1]
+    np.testing.assert_array_equal(z3.open_array(store, "x")[...], data)

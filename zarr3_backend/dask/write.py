@@ -10,6 +10,7 @@ own that read-modify-write only their unit. No lock is needed, on threads or on 
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
 from itertools import product
 from typing import Any
@@ -123,9 +124,15 @@ def _write_graph(darr: da.Array, a: Array, starts: tuple[int, ...], token: str) 
         layer = {}
         src = darr.name
         per_axis = [[(i, b, inner, outer) for i, (b, inner, outer) in enumerate(p)] for p in axes]
-        for combo in product(*per_axis):
-            idx, blocks, inner, outer = zip(*combo, strict=True)
-            layer[(name, *idx)] = (_write_piece, (src, *blocks), target_key, inner, outer)
+        gc_was_enabled = gc.isenabled()
+        gc.disable()  # millions of small tuples: the cyclic collector would dominate the build
+        try:
+            for combo in product(*per_axis):
+                idx, blocks, inner, outer = zip(*combo, strict=True)
+                layer[(name, *idx)] = (_write_piece, (src, *blocks), target_key, inner, outer)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
         layers = {**darr.dask.layers, **target.dask.layers, name: MaterializedLayer(layer)}
         deps = {**darr.dask.dependencies, **target.dask.dependencies}
         deps[name] = {*darr.__dask_layers__(), *target.__dask_layers__()}
