@@ -340,3 +340,14 @@ def test_negative_steps_read_and_write(store, shards):
     a[12:2:-4, ::-1] = -data[12:2:-4, ::-1]
     data[12:2:-4, ::-1] = -data[12:2:-4, ::-1]
     np.testing.assert_array_equal(z3.open_array(store, "x")[...], data)
+
+
+def test_text_and_bytes_arrays_default_codecs(store):
+    s = z3.create_array(store, "s", shape=(3,), dtype=str, chunks=(2,))
+    s[...] = np.array(["a", "héllo", ""], dtype=object)
+    b = z3.create_array(store, "b", shape=(3,), dtype="variable_length_bytes", chunks=(2,))
+    b[...] = np.array([b"x", b"", b"\x00yz"], dtype=object)
+    assert z3.open_array(store, "s").codecs[0]["name"] == "vlen-utf8"
+    assert z3.open_array(store, "b").codecs[0]["name"] == "vlen-bytes"
+    assert list(z3.open_array(store, "s")[...]) == ["a", "héllo", ""]
+    assert list(z3.open_array(store, "b")[...]) == [b"x", b"", b"\x00yz"]

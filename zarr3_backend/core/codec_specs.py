@@ -62,7 +62,7 @@ def _as_list(value: Any) -> list:
 def default_serializer(dt: DataType) -> dict:
     """The array->bytes codec for a data type: ``bytes``, or the vlen codec for text/bytes."""
     if dt.numpy.kind in "OT":
-        return {"name": "vlen-bytes"} if dt.name == "bytes" else {"name": "vlen-utf8"}
+        return {"name": "vlen-bytes"} if dt.name in ("bytes", "variable_length_bytes") else {"name": "vlen-utf8"}
     return (
         {"name": "bytes", "configuration": {"endian": "little"}}
         if dt.numpy.itemsize > 1

@@ -30,7 +30,8 @@ def _local_path_from_file_url(url: str) -> str:
 def _url_store(url: str, mode: str, storage_options: dict[str, Any] | None) -> FsspecStore:
     """An FsspecStore for ``url``; http(s) URLs are read-only whatever the mode, and a mode
     that must write (``w``, ``w-``, ``r+``) is refused for them before anything is sent."""
-    store = FsspecStore.from_url(url, storage_options=storage_options, read_only=mode == "r" or None)
+    read_only = True if mode == "r" else None  # None: read-only only where the protocol is
+    store = FsspecStore.from_url(url, storage_options=storage_options, read_only=read_only)
     if store.protocol in READ_ONLY_PROTOCOLS:
         if mode in ("w", "w-", "r+"):
             raise ReadOnlyError(f"{url!r} is served over {store.protocol}, which is read-only; mode {mode!r} writes")

@@ -1,0 +1,64 @@
+"""Ratios to the fastest anchor and the result table (plain text and Markdown)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .config import ANCHORS, WORKLOADS_BY_ID
+
+COLUMNS = ("workload", "lib", "value", "unit", "vs best anchor", "CPU cores", "peak RSS Δ MiB", "check")
+
+
+def add_ratios(results: list[dict]) -> dict[str, dict]:
+    """Set ``ratio`` (value / fastest anchor's value, same workload) on every row; return per
+    workload ``{"best_anchor": lib, "best_value": v}``."""
+    best: dict[str, dict] = {}
+    for r in results:
+        if r.get("ok") and r["lib"] in ANCHORS:
+            b = best.get(r["workload"])
+            if b is None or r["value"] > b["best_value"]:
+                best[r["workload"]] = {"best_anchor": r["lib"], "best_value": r["value"]}
+    for r in results:
+        b = best.get(r["workload"])
+        r["ratio"] = r["value"] / b["best_value"] if r.get("ok") and b else None
+    return best
+
+
+def _row(r: dict) -> list[str]:
+    if not r.get("ok"):
+        status = "skipped" if r.get("skipped") else "FAILED"
+        return [r["workload"], r["lib"], "-", r["unit"], "-", "-", "-", f"{status}: {r.get('error', '')}"[:70]]
+    ratio = "" if r.get("ratio") is None else f"{r['ratio']:.2f}x"
+    mem = f"{r['peak_delta_mib']:.0f}"
+    if r.get("mem_ratio") is not None:
+        mem += f" ({r['mem_ratio']:.2f}x out)"
+    value = f"{r['value']:.0f}" if r["unit"] == "reads/s" else f"{r['value']:.2f}"
+    return [r["workload"], r["lib"], value, r["unit"], ratio, f"{r['cpu_cores']:.2f}", mem, "ok"]
+
+
+def text_table(results: Sequence[dict]) -> str:
+    """A fixed-width table, one row per case."""
+    rows = [list(COLUMNS), *(_row(r) for r in results)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    lines = []
+    for k, row in enumerate(rows):
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def markdown_table(results: Sequence[dict]) -> str:
+    """The same table in Markdown, with each workload's title."""
+    header = "| " + " | ".join(COLUMNS) + " |"
+    lines = [header, "|" + "---|" * len(COLUMNS)]
+    last = None
+    for r in results:
+        cells = _row(r)
+        if r["workload"] != last:
+            cells[0] = f"{r['workload']}: {WORKLOADS_BY_ID[r['workload']].title}"
+            last = r["workload"]
+        else:
+            cells[0] = ""
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,420 @@
+"""Real servers on 127.0.0.1 for the object-storage tests (a plain module, not a conftest).
+
+- ``MotoS3``: moto's standalone S3 server in a thread of the test process.
+- ``Proxy``: an HTTP proxy in front of any server that logs every request and injects faults
+  (5xx answers, denied access, stalls, a server that goes away), so tests can count requests
+  and break the network on purpose.
+- ``RangeHTTPServer``: a static file server honouring ``Range: bytes=a-b``, ``bytes=a-`` and
+  ``bytes=-n`` (like an object store's public HTTP endpoint), with a request log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.client
+import http.server
+import logging
+import os
+import socket
+import threading
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (now)."""
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request a server saw."""
+
+    method: str
+    path: str  # without the query
+    query: str
+    range: str | None
+    status: int | None = None
+
+    @property
+    def is_list(self) -> bool:
+        """An S3 bucket listing (ListObjects/ListObjectsV2)."""
+        return self.method == "GET" and ("list-type" in self.query or self.path.count("/") == 1)
+
+
+@dataclass
+class RequestLog:
+    """A thread-safe list of requests, with in-flight accounting."""
+
+    entries: list[Request] = field(default_factory=list)
+    in_flight: int = 0
+    max_in_flight: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self) -> None:
+        with self.lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def finish(self, request: Request) -> None:
+        with self.lock:
+            self.in_flight -= 1
+            self.entries.append(request)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.entries.clear()
+            self.max_in_flight = self.in_flight
+
+    def snapshot(self) -> list[Request]:
+        with self.lock:
+            return list(self.entries)
+
+    def of(self, method: str) -> list[Request]:
+        return [r for r in self.snapshot() if r.method == method]
+
+
+def _split(raw_path: str) -> tuple[str, str]:
+    parsed = urllib.parse.urlsplit(raw_path)
+    return urllib.parse.unquote(parsed.path), parsed.query
+
+
+# ---- moto ---------------------------------------------------------------------------------------
+class MotoS3:
+    """moto's S3 server on 127.0.0.1 (a free port), in a daemon thread."""
+
+    def __init__(self) -> None:
+        from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        self._server = ThreadedMotoServer(ip_address=HOST, port=0, verbose=False)
+        self.port = 0
+
+    def start(self) -> MotoS3:
+        self._server.start()
+        self.port = self._server.get_host_and_port()[1]
+        return self
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def create_bucket(self, name: str | None = None) -> str:
+        """Create a bucket (a fresh unique name by default) and return its name."""
+        name = name or f"z3-{uuid.uuid4().hex[:12]}"
+        request = urllib.request.Request(f"{self.endpoint}/{name}", method="PUT")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            response.read()
+        return name
+
+
+def s3_options(endpoint: str, *, attempts: int = 3, connect_timeout: float = 2, read_timeout: float = 10) -> dict:
+    """s3fs storage_options for a server at ``endpoint`` with dummy credentials and small,
+    bounded retries and timeouts (botocore's ``total_max_attempts`` counts the first try)."""
+    return {
+        "key": "testing",
+        "secret": "testing",
+        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+        "config_kwargs": {
+            "connect_timeout": connect_timeout,
+            "read_timeout": read_timeout,
+            "retries": {"total_max_attempts": attempts, "mode": "standard"},
+        },
+    }
+
+
+# ---- a logging, fault-injecting proxy ----------------------------------------------------------
+_S3_ERROR = (
+    '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{message}</Message>'
+    "<Resource>{path}</Resource><RequestId>z3test</RequestId></Error>"
+)
+_HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te", "trailer"}
+
+
+class _ProxyHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"  # one request per connection: a stopped proxy drops everyone
+    server: _ProxyServer
+
+    def log_message(self, format: str, *args: object) -> None:  # quiet
+        pass
+
+    def _body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _handle(self) -> None:
+        proxy = self.server.proxy
+        path, query = _split(self.path)
+        body = self._body()
+        request = Request(self.command, path, query, self.headers.get("Range"))
+        proxy.log.start()
+        status: int | None = None
+        try:
+            action = proxy.decide(request)
+            if action == "drop":
+                self.close_connection = True
+                with contextlib.suppress(OSError):
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            if action == "stall":
+                proxy.released.wait(proxy.stall_seconds)
+                self.close_connection = True
+                return
+            if isinstance(action, tuple):
+                status, code = action
+                self._send_error(status, code, path)
+                return
+            if proxy.delay:
+                proxy.released.wait(proxy.delay)
+            status = self._forward(proxy, body)
+        finally:
+            proxy.log.finish(Request(request.method, path, query, request.range, status))
+
+    def _send_error(self, status: int, code: str, path: str) -> None:
+        payload = _S3_ERROR.format(code=code, message=f"injected by the test proxy ({status})", path=path).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(payload)
+
+    def _forward(self, proxy: Proxy, body: bytes) -> int:
+        conn = http.client.HTTPConnection(proxy.upstream_host, proxy.upstream_port, timeout=30)
+        try:
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP | {"expect"}}
+            conn.request(self.command, self.path, body=body if body else None, headers=headers)
+            response = conn.getresponse()
+            payload = response.read()
+            self.send_response(response.status, response.reason)
+            for k, v in response.getheaders():
+                if k.lower() not in _HOP_BY_HOP | {"content-length", "date", "server"}:
+                    self.send_header(k, v)
+            length = response.getheader("Content-Length") if self.command == "HEAD" else None
+            self.send_header("Content-Length", length or str(len(payload)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(payload)
+            return response.status
+        finally:
+            conn.close()
+
+    do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _handle
+
+
+class _ProxyServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    proxy: Proxy
+
+
+class Proxy:
+    """An HTTP proxy on 127.0.0.1 in front of ``upstream`` that logs and breaks requests.
+
+    Faults (each applies to requests that ``match`` accepts, default: all):
+    ``fail(n, status, code)`` answers the next n with an S3-style error; ``deny(match)`` answers
+    403 AccessDenied; ``stall`` holds requests without answering; ``cut_after(n)`` forwards n
+    more requests, then the proxy goes away (connections dropped, new ones refused);
+    ``delay`` holds each forwarded request that long first (to make concurrency visible).
+    """
+
+    def __init__(self, upstream: str) -> None:
+        parsed = urllib.parse.urlsplit(upstream)
+        self.upstream_host, self.upstream_port = parsed.hostname, parsed.port
+        self.log = RequestLog()
+        self.delay = 0.0
+        self.stall_seconds = 0.0
+        self.released = threading.Event()  # set on stop: frees stalled and delayed requests
+        self._lock = threading.Lock()
+        self._fail: list[tuple[Callable[[Request], bool], int, str]] = []
+        self._deny: Callable[[Request], bool] | None = None
+        self._stall: Callable[[Request], bool] | None = None
+        self._cut_after: int | None = None
+        self._server = _ProxyServer((HOST, 0), _ProxyHandler)
+        self._server.proxy = self
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        self._stopped = False
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    # ---- faults --------------------------------------------------------------------------------
+    def fail(self, n: int, status: int = 500, code: str = "InternalError", match=None) -> None:
+        with self._lock:
+            self._fail.extend([(match or (lambda r: True), status, code)] * n)
+
+    def deny(self, match: Callable[[Request], bool]) -> None:
+        self._deny = match
+
+    def stall(self, seconds: float, match=None) -> None:
+        self.stall_seconds = seconds
+        self._stall = match or (lambda r: True)
+
+    def cut_after(self, n: int) -> None:
+        with self._lock:
+            self._cut_after = n
+
+    def decide(self, request: Request) -> str | tuple[int, str] | None:
+        """What to do with one request: None (forward), "drop", "stall" or (status, code)."""
+        with self._lock:
+            if self._stopped:
+                return "drop"
+            if self._cut_after is not None:
+                if self._cut_after <= 0:
+                    self._stopped = True
+                    threading.Thread(target=self.stop, daemon=True).start()
+                    return "drop"
+                self._cut_after -= 1
+            for i, (match, status, code) in enumerate(self._fail):
+                if match(request):
+                    del self._fail[i]
+                    return (status, code)
+        if self._deny is not None and self._deny(request):
+            return (403, "AccessDenied")
+        if self._stall is not None and self._stall(request):
+            return "stall"
+        return None
+
+    def stop(self) -> None:
+        """Stop listening (new connections are refused) and release held requests."""
+        with self._lock:
+            self._stopped = True
+        self.released.set()
+        with contextlib.suppress(OSError):
+            self._server.shutdown()
+            self._server.server_close()
+
+
+# ---- a static HTTP server with Range support ---------------------------------------------------
+def parse_range(header: str, size: int) -> tuple[int, int] | None:
+    """``(start, stop)`` for a single ``bytes=`` range of a ``size``-byte body; None when it
+    cannot be satisfied. Raises ValueError for a header this server does not understand."""
+    unit, _, spec = header.partition("=")
+    if unit.strip() != "bytes" or "," in spec:
+        raise ValueError(header)
+    first, _, last = spec.strip().partition("-")
+    if first == "":  # suffix: the last n bytes
+        n = int(last)
+        return (max(size - n, 0), size) if n > 0 and size > 0 else None
+    start = int(first)
+    stop = size if last == "" else min(int(last) + 1, size)
+    return (start, stop) if start < size and start < stop else None
+
+
+class _RangeHandler(http.server.SimpleHTTPRequestHandler):
+    server: _RangeServer
+
+    def log_message(self, format: str, *args: object) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:
+        self._serve(send_body=True)
+
+    def do_HEAD(self) -> None:
+        self._serve(send_body=False)
+
+    def _serve(self, send_body: bool) -> None:
+        owner = self.server.owner
+        path, query = _split(self.path)
+        request = Request(self.command, path, query, self.headers.get("Range"))
+        owner.log.start()
+        status = None
+        try:
+            status = self._respond(owner, send_body)
+        finally:
+            owner.log.finish(Request(request.method, path, query, request.range, status))
+
+    def _respond(self, owner: RangeHTTPServer, send_body: bool) -> int:
+        if owner.take_failure():
+            self.send_error(503, "injected by the test server")
+            return 503
+        local = self.translate_path(self.path)
+        if os.path.isdir(local):
+            (super().do_GET if send_body else super().do_HEAD)()
+            return 200
+        if not os.path.isfile(local):
+            self.send_error(404)
+            return 404
+        with open(local, "rb") as f:
+            data = f.read()
+        status, headers = 200, {}
+        header = self.headers.get("Range")
+        if header:
+            try:
+                window = parse_range(header, len(data))
+            except ValueError:
+                window = (0, len(data))  # not understood: ignore the header, like many servers
+            else:
+                if window is None:
+                    self.send_response(416)
+                    self.send_header("Content-Range", f"bytes */{len(data)}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return 416
+                status = 206
+                headers["Content-Range"] = f"bytes {window[0]}-{window[1] - 1}/{len(data)}"
+            data = data[window[0] : window[1]]
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if send_body:
+            self.wfile.write(data)
+        return status
+
+
+class _RangeServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    owner: RangeHTTPServer
+
+
+class RangeHTTPServer:
+    """Serves ``directory`` read-only on 127.0.0.1 with byte-range support and a request log;
+    ``fail(n)`` answers the next n requests with 503."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.log = RequestLog()
+        self._failures = 0
+        self._lock = threading.Lock()
+        handler = functools.partial(_RangeHandler, directory=os.fspath(directory))
+        self._server = _RangeServer((HOST, 0), handler)
+        self._server.owner = self
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def fail(self, n: int) -> None:
+        with self._lock:
+            self._failures += n
+
+    def take_failure(self) -> bool:
+        with self._lock:
+            if self._failures > 0:
+                self._failures -= 1
+                return True
+            return False
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self._server.shutdown()
+            self._server.server_close()

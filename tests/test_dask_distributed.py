@@ -1,0 +1,109 @@
+"""Writes on a LocalCluster of two worker processes: stores and tasks pickle, no lock, and a
+write task whose worker dies mid-write is retried and rewrites its shard whole."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+import zarr3_backend as z3
+from zarr3_backend.dask import from_array, store
+from zarr3_backend.stores import LocalStore
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+
+class DyingStore(LocalStore):
+    """A LocalStore whose first write of a ``victim`` key tears the file and kills the process.
+
+    The marker file makes the failure happen once: the retried task writes normally.
+    """
+
+    def __init__(self, root, marker, victim, *, read_only=False):
+        super().__init__(root, read_only=read_only)
+        self.marker = marker
+        self.victim = victim
+
+    def __reduce__(self):
+        return DyingStore, (self.root, self.marker, self.victim), {"read_only": self.read_only}
+
+    def __setstate__(self, state):
+        self.read_only = state["read_only"]
+
+    def set_many(self, items):
+        hit = [k for k in items if k.startswith(self.victim)]
+        if hit and not os.path.exists(self.marker):
+            with open(self.marker, "w") as f:
+                f.write(str(os.getpid()))
+            path = os.path.join(self.root, *hit[0].split("/"))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            data = bytes(items[hit[0]])
+            with open(path, "wb") as f:  # a torn shard, as a non-atomic store would leave it
+                f.write(data[: len(data) // 2])
+            os._exit(1)
+        super().set_many(items)
+
+    def set(self, key, value):
+        self.set_many({key: value})
+
+
+@pytest.fixture(scope="module")
+def client():
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0", silence_logs=40
+        ) as cluster,
+        distributed.Client(cluster) as c,
+    ):
+        yield c
+
+
+def climate(ntime=24, nlat=8, nlon=12, seed=0):
+    rng = np.random.default_rng(seed)
+    return xr.Dataset(
+        {
+            "t2m": (("time", "lat", "lon"), (250 + 40 * rng.random((ntime, nlat, nlon))).astype("float32"), {"units": "K"}),
+            "tp": (("time", "lat", "lon"), rng.random((ntime, nlat, nlon)), {"units": "m"}),
+        },
+        coords={
+            "time": pd.date_range("2000-01-01", periods=ntime, freq="D"),
+            "lat": np.linspace(-87.5, 87.5, nlat),
+            "lon": np.arange(nlon) * 30.0,
+        },
+    )
+
+
+def test_sharded_round_trip_on_two_worker_processes(client, tmp_path, capsys):
+    ds = climate()
+    src = ds.chunk({"time": 8, "lat": 8, "lon": 6})
+    encoding = {"t2m": {"chunks": (4, 4, 6), "shards": (8, 8, 6)}, "tp": {"chunks": (8, 8, 6)}}
+    z3.to_zarr(src, tmp_path / "out.zarr", mode="w", encoding=encoding, progress=True)
+    assert "100%" in capsys.readouterr().out  # distributed's progress bar
+    for engine in ("zarr3", "zarr"):
+        back = xr.open_dataset(tmp_path / "out.zarr", engine=engine).load()
+        xr.testing.assert_identical(back, ds)
+    # the graph builders directly: read on the workers, write with rechunking to shard boundaries
+    a = z3.open_array(tmp_path / "out.zarr", "t2m")
+    b = z3.create_array(tmp_path / "copy.zarr", "t2m", shape=a.shape, dtype=a.dtype, chunks=(2, 2, 2),
+                        shards=(6, 4, 4), dimension_names=a.dimension_names)
+    store(from_array(a), b, align_chunks=True)
+    np.testing.assert_array_equal(z3.open_array(tmp_path / "copy.zarr", "t2m")[...], ds.t2m.values)
+
+
+def test_worker_killed_mid_write_is_retried_and_reads_back_exactly(client, tmp_path):
+    ds = climate(ntime=32)
+    marker = str(tmp_path / "died-once")
+    root = str(tmp_path / "out.zarr")
+    dying = DyingStore(root, marker, victim="t2m/c/")
+    encoding = {"t2m": {"chunks": (4, 4, 6), "shards": (8, 8, 6)}}
+    z3.to_zarr(ds.chunk({"time": 8, "lat": 8, "lon": 6}), dying, mode="w", encoding=encoding)
+    assert os.path.exists(marker)  # a worker process really died while writing a shard
+    assert int(open(marker).read()) != os.getpid()
+    back = xr.open_dataset(root, engine="zarr3").load()
+    xr.testing.assert_identical(back, ds)
+    np.testing.assert_array_equal(z3.open_array(root, "t2m")[...], ds.t2m.values)
