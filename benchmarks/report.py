@@ -32,7 +32,7 @@ def _row(r: dict) -> list[str]:
     mem = f"{r['peak_delta_mib']:.0f}"
     if r.get("mem_ratio") is not None:
         mem += f" ({r['mem_ratio']:.2f}x out)"
-    value = f"{r['value']:.0f}" if r["unit"] == "reads/s" else f"{r['value']:.2f}"
+    value = f"{r['value']:.0f}" if r["value"] >= 100 else f"{r['value']:.3g}"
     return [r["workload"], r["lib"], value, r["unit"], ratio, f"{r['cpu_cores']:.2f}", mem, "ok"]
 
 

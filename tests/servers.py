@@ -55,12 +55,14 @@ class RequestLog:
     """A thread-safe list of requests, with in-flight accounting."""
 
     entries: list[Request] = field(default_factory=list)
+    started: int = 0  # requests received, answered or not
     in_flight: int = 0
     max_in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> None:
         with self.lock:
+            self.started += 1
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
 
@@ -72,7 +74,7 @@ class RequestLog:
     def clear(self) -> None:
         with self.lock:
             self.entries.clear()
-            self.max_in_flight = self.in_flight
+            self.started = self.max_in_flight = self.in_flight
 
     def snapshot(self) -> list[Request]:
         with self.lock:
@@ -143,7 +145,9 @@ _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encodin
 
 
 class _ProxyHandler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.0"  # one request per connection: a stopped proxy drops everyone
+    # HTTP/1.1 (so "Expect: 100-continue" is answered) but one request per connection, so a
+    # stopped proxy leaves no kept-alive connection behind
+    protocol_version = "HTTP/1.1"
     server: _ProxyServer
 
     def log_message(self, format: str, *args: object) -> None:  # quiet
@@ -157,6 +161,7 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
         proxy = self.server.proxy
         path, query = _split(self.path)
         body = self._body()
+        self.close_connection = True
         request = Request(self.command, path, query, self.headers.get("Range"))
         proxy.log.start()
         status: int | None = None
@@ -186,6 +191,7 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/xml")
         self.send_header("Content-Length", str(len(payload)))
+        self.send_header("Connection", "close")
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(payload)
@@ -203,6 +209,7 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
                     self.send_header(k, v)
             length = response.getheader("Content-Length") if self.command == "HEAD" else None
             self.send_header("Content-Length", length or str(len(payload)))
+            self.send_header("Connection", "close")
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(payload)

@@ -67,7 +67,11 @@ def climate(ntime=24, nlat=8, nlon=12, seed=0):
     rng = np.random.default_rng(seed)
     return xr.Dataset(
         {
-            "t2m": (("time", "lat", "lon"), (250 + 40 * rng.random((ntime, nlat, nlon))).astype("float32"), {"units": "K"}),
+            "t2m": (
+                ("time", "lat", "lon"),
+                (250 + 40 * rng.random((ntime, nlat, nlon))).astype("float32"),
+                {"units": "K"},
+            ),
             "tp": (("time", "lat", "lon"), rng.random((ntime, nlat, nlon)), {"units": "m"}),
         },
         coords={
@@ -89,8 +93,15 @@ def test_sharded_round_trip_on_two_worker_processes(client, tmp_path, capsys):
         xr.testing.assert_identical(back, ds)
     # the graph builders directly: read on the workers, write with rechunking to shard boundaries
     a = z3.open_array(tmp_path / "out.zarr", "t2m")
-    b = z3.create_array(tmp_path / "copy.zarr", "t2m", shape=a.shape, dtype=a.dtype, chunks=(2, 2, 2),
-                        shards=(6, 4, 4), dimension_names=a.dimension_names)
+    b = z3.create_array(
+        tmp_path / "copy.zarr",
+        "t2m",
+        shape=a.shape,
+        dtype=a.dtype,
+        chunks=(2, 2, 2),
+        shards=(6, 4, 4),
+        dimension_names=a.dimension_names,
+    )
     store(from_array(a), b, align_chunks=True)
     np.testing.assert_array_equal(z3.open_array(tmp_path / "copy.zarr", "t2m")[...], ds.t2m.values)
 

@@ -44,8 +44,15 @@ class CountingStore(MemoryStore):
 
 
 def make_array(store, shape=(10, 12), chunks=(2, 3), shards=(4, 6), dtype="float32"):
-    a = z3.create_array(store, "v", shape=shape, dtype=dtype, chunks=chunks, shards=shards,
-                        dimension_names=("y", "x")[: len(shape)])
+    a = z3.create_array(
+        store,
+        "v",
+        shape=shape,
+        dtype=dtype,
+        chunks=chunks,
+        shards=shards,
+        dimension_names=("y", "x")[: len(shape)],
+    )
     data = np.arange(math.prod(shape), dtype=dtype).reshape(shape)
     a[...] = data
     return a, data

@@ -36,8 +36,9 @@ class RecordingStore(MemoryStore):
 
 def new_array(store=None, shape=(10, 12), chunks=(2, 3), shards=(4, 6), dtype="float64", **kw):
     store = MemoryStore() if store is None else store
-    return z3.create_array(store, "v", shape=shape, dtype=dtype, chunks=chunks, shards=shards,
-                           dimension_names=("y", "x"), **kw)
+    return z3.create_array(
+        store, "v", shape=shape, dtype=dtype, chunks=chunks, shards=shards, dimension_names=("y", "x"), **kw
+    )
 
 
 def source(shape=(10, 12), chunks=(4, 6), dtype="float64"):
@@ -191,7 +192,7 @@ def test_graph_for_many_shards_is_built_without_touching_the_store():
     d = store(darr, a, compute=False)
     elapsed = time.perf_counter() - t0
     graph = d.__dask_graph__()
-    n_write = sum(1 for k in graph.layers[[n for n in graph.layers if n.startswith(WRITE_PREFIX)][0]])
+    n_write = sum(1 for k in graph.layers[next(n for n in graph.layers if n.startswith(WRITE_PREFIX))])
     print(f"store() graph build for {n_write} shards: {elapsed:.2f} s")
     assert n_write == 10**5
     assert rec.writes == []

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+import numpy as np
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -23,6 +25,10 @@ _SIZES = {
 _pools: dict[str, ThreadPoolExecutor] = {}
 _lock = threading.Lock()
 _local = threading.local()
+_scratch = threading.local()
+
+#: Scratch buffers larger than this are not kept between calls (bounded memory per thread).
+SCRATCH_KEEP_MAX = 64 * 2**20
 
 
 def _reset_after_fork() -> None:
@@ -70,3 +76,20 @@ def thread_map(fn: Callable[[T], R], items: Iterable[T], kind: str = "cpu") -> l
     if error is not None:
         raise error
     return results
+
+
+def scratch_buffer(nbytes: int, slot: int = 0) -> memoryview:
+    """A writable ``nbytes``-byte buffer owned by the calling thread, reused by its next call with
+    the same ``slot``: chunk I/O without allocating (and page-faulting) fresh memory per chunk.
+
+    The caller must be done with the buffer before the same thread asks for ``slot`` again.
+    """
+    buffers = getattr(_scratch, "buffers", None)
+    if buffers is None:
+        buffers = _scratch.buffers = {}
+    buf = buffers.get(slot)
+    if buf is None or buf.nbytes < nbytes:
+        buf = np.empty(max(nbytes, 1), dtype=np.uint8)
+        if nbytes <= SCRATCH_KEEP_MAX:
+            buffers[slot] = buf
+    return memoryview(buf)[:nbytes]

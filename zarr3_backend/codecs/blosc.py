@@ -114,19 +114,26 @@ class BloscCodec(BytesBytesCodec):
     def decode(self, data: Buffer, spec: ChunkSpec) -> bytes:
         """Decompress a blosc frame written with any compressor, shuffle and typesize."""
         view = as_bytes_view(data)
-        if len(view) < _HEADER_SIZE:
-            raise CorruptionError(
-                f"codec 'blosc': {len(view)} bytes is shorter than the 16-byte blosc header"
-            )
-        stored_size = int.from_bytes(view[12:16], "little")
-        if stored_size > len(view):
-            raise CorruptionError(
-                f"codec 'blosc': frame is truncated: header says {stored_size} bytes, got {len(view)}"
-            )
-        if int.from_bytes(view[4:8], "little") == 0:
+        if _frame_nbytes(view) == 0:
             return b""  # c-blosc reports decompressing an empty frame as an error
+        return self._decompress(view, None)
+
+    def decode_into(self, data: Buffer, spec: ChunkSpec, dest: memoryview) -> memoryview:
+        """Decompress straight into ``dest`` (writable, exactly the decompressed size): no
+        intermediate bytes object. Returns ``dest``."""
+        view = as_bytes_view(data)
+        nbytes = _frame_nbytes(view)
+        if nbytes != len(dest):
+            raise CorruptionError(
+                f"codec 'blosc': frame decompresses to {nbytes} bytes, expected {len(dest)}"
+            )
+        if nbytes:
+            self._decompress(view, dest)
+        return dest
+
+    def _decompress(self, view: memoryview, dest: memoryview | None) -> Any:
         try:
-            return _blosc.decompress(view)
+            return _blosc.decompress(view, dest)
         except (ValueError, RuntimeError) as e:
             cname = _HEADER_COMPRESSORS.get(view[2] >> 5)
             if cname is not None and cname not in available_cnames():
@@ -135,3 +142,15 @@ class BloscCodec(BytesBytesCodec):
                     "which this build of c-blosc cannot decompress"
                 ) from e
             raise CorruptionError(f"codec 'blosc': invalid blosc frame: {e}") from e
+
+
+def _frame_nbytes(view: memoryview) -> int:
+    """The decompressed size a blosc frame header declares, after checking the frame is whole."""
+    if len(view) < _HEADER_SIZE:
+        raise CorruptionError(f"codec 'blosc': {len(view)} bytes is shorter than the 16-byte blosc header")
+    stored_size = int.from_bytes(view[12:16], "little")
+    if stored_size > len(view):
+        raise CorruptionError(
+            f"codec 'blosc': frame is truncated: header says {stored_size} bytes, got {len(view)}"
+        )
+    return int.from_bytes(view[4:8], "little")

@@ -59,6 +59,26 @@ class ZstdCodec(BytesBytesCodec):
                 return b""  # numcodecs refuses frames of empty content, which zstd itself writes
             raise CorruptionError(f"codec 'zstd': invalid zstd frame: {e}") from e
 
+    def decode_into(self, data: Buffer, spec: ChunkSpec, dest: memoryview) -> memoryview:
+        """Decompress straight into ``dest`` (writable, exactly the decompressed size) when the
+        frame declares its content size; otherwise decompress and copy. Returns ``dest``."""
+        view = as_bytes_view(data)
+        declared = declared_content_size(view)
+        if declared is None:
+            out = as_bytes_view(self.decode(view, spec))
+            if len(out) != len(dest):
+                raise CorruptionError(f"codec 'zstd': frame decompresses to {len(out)} bytes, expected {len(dest)}")
+            dest[:] = out
+            return dest
+        if declared != len(dest):
+            raise CorruptionError(f"codec 'zstd': frame declares {declared} bytes, expected {len(dest)}")
+        if declared:
+            try:
+                _zstd.decompress(view, dest)
+            except (ValueError, RuntimeError) as e:
+                raise CorruptionError(f"codec 'zstd': invalid zstd frame: {e}") from e
+        return dest
+
 
 def declared_content_size(frame: memoryview) -> int | None:
     """The Frame_Content_Size a zstd frame header declares (RFC 8878), ``None`` if absent."""

@@ -7,6 +7,7 @@ writes a byte, so a failed call leaves the store as it was.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,44 +16,32 @@ import numpy as np
 from ..codecs import Codec
 from ..errors import (
     ArrayNotFoundError,
+    CodecError,
     GroupNotFoundError,
-    MetadataError,
     NodeExistsError,
     ShapeError,
 )
 from ..stores import make_store
-from ..stores.base import Store
+from ..stores.base import Store, StoreArgumentError
+from ..stores.resolve import MODES
 from .array import Array
 from .chunk_grid import RegularChunkGrid
 from .chunk_key_encoding import DefaultChunkKeyEncoding, parse_chunk_key_encoding
 from .codec_specs import build_codecs
-from .dtypes import DataType, data_type_from_numpy, default_fill_value, parse_data_type, parse_fill_value
+from .dtypes import DataType, as_data_type, default_fill_value, parse_fill_value
 from .group import Group, node_from_metadata, open_existing_group, read_node_metadata
-from .metadata import ArrayMetadata, GroupMetadata, to_bytes
+from .metadata import ArrayMetadata, GroupMetadata, parse_node, to_bytes
 from .paths import join_prefix, metadata_key, normalize_path, parent_path
 from .shard_index_cache import SHARD_INDEX_CACHE, store_token
-
-MODES = ("r", "r+", "a", "w", "w-")
 
 
 def _check_mode(mode: str) -> None:
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        raise StoreArgumentError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
 
 
 def _resolve_store(store: Any, mode: str, storage_options: dict | None) -> Store:
     return make_store(store, mode=mode, storage_options=storage_options)
-
-
-def _as_data_type(dtype: Any) -> DataType:
-    if isinstance(dtype, DataType):
-        return dtype
-    if isinstance(dtype, str | dict):
-        try:
-            return parse_data_type(dtype)
-        except MetadataError:
-            pass
-    return data_type_from_numpy(np.dtype(dtype))
 
 
 def guess_chunks(shape: tuple[int, ...], itemsize: int, target: int = 4 * 2**20) -> tuple[int, ...]:
@@ -70,9 +59,11 @@ def _as_shape(name: str, value: Any, ndim: int | None = None) -> tuple[int, ...]
     if isinstance(value, int | np.integer):
         value = (int(value),)
     try:
-        shape = tuple(int(v) for v in value)
+        shape = tuple(operator.index(v) for v in value)
     except TypeError as e:
         raise ShapeError(f"{name} must be a sequence of integers, got {value!r}") from e
+    if any(v < 0 for v in shape):
+        raise ShapeError(f"{name} must not be negative, got {shape}")
     if ndim is not None and len(shape) != ndim:
         raise ShapeError(f"{name} {shape} has {len(shape)} dimensions, the array has {ndim}")
     return shape
@@ -91,11 +82,8 @@ def _ensure_parents(store: Store, path: str) -> dict[str, bytes]:
         if doc is None:
             missing[metadata_key(a)] = to_bytes(GroupMetadata(attributes={}))
             continue
-        if b'"array"' in doc:
-            from .metadata import parse_node
-
-            if isinstance(parse_node(doc, a), ArrayMetadata):
-                raise NodeExistsError(f"cannot create {path!r}: ancestor {a or '/'!r} is an array")
+        if isinstance(parse_node(doc, a), ArrayMetadata):
+            raise NodeExistsError(f"cannot create {path!r}: ancestor {a or '/'!r} is an array")
     return missing
 
 
@@ -133,7 +121,7 @@ def array_metadata(
 ) -> ArrayMetadata:
     """Validated metadata for a new array (pure: touches no store)."""
     shape = _as_shape("shape", shape)
-    dt = _as_data_type(dtype)
+    dt = as_data_type(dtype)
     if fill_value is None:
         fill = default_fill_value(dt)
     elif isinstance(fill_value, np.generic | np.ndarray) or not isinstance(fill_value, str | list):
@@ -145,6 +133,17 @@ def array_metadata(
             raise ShapeError(
                 "give either a full `codecs` chain or `shards`, not both (put sharding_indexed in `codecs`)"
             )
+        conflicts = [
+            name
+            for name, value, default in (
+                ("compressors", compressors, "auto"),
+                ("filters", filters, None),
+                ("serializer", serializer, "auto"),
+            )
+            if not (value is default or (isinstance(value, str) and value == default))
+        ]
+        if conflicts:
+            raise CodecError(f"give either a full `codecs` chain or {', '.join(conflicts)}, not both")
         grid_shape = (
             _as_shape("chunks", chunks, len(shape))
             if chunks is not None
@@ -166,6 +165,10 @@ def array_metadata(
     if chunk_key_encoding is None:
         encoding = DefaultChunkKeyEncoding()
     elif isinstance(chunk_key_encoding, str | dict):
+        if isinstance(chunk_key_encoding, dict) and "separator" in chunk_key_encoding:
+            # zarr-python's flat spelling {"name": "v2", "separator": "."}
+            flat = dict(chunk_key_encoding)
+            chunk_key_encoding = {"name": flat.pop("name", "default"), "configuration": flat}
         encoding = parse_chunk_key_encoding(chunk_key_encoding)
     else:
         encoding = chunk_key_encoding
@@ -179,10 +182,8 @@ def array_metadata(
         attributes=dict(attributes or {}),
         dimension_names=dimension_names,
     )
-    # round trip through JSON: validates every field exactly as a reader will, and evolves
-    # codecs (endian, blosc typesize) so the written document is complete
-    chain = meta.codec_chain()
-    meta = meta.evolve(codecs=tuple(chain.codecs))
+    # ArrayMetadata holds the evolved codecs (endian, blosc typesize); the JSON round trip
+    # validates the document exactly as a reader will see it
     return ArrayMetadata.from_json(meta.to_json(), path)
 
 
@@ -328,8 +329,6 @@ def open_array(
         return create_array(
             store, path, overwrite=mode == "w", write_empty_chunks=write_empty_chunks, **create_kwargs
         )
-    if create_kwargs:
-        raise TypeError(f"open_array(mode={mode!r}) takes no creation arguments: {sorted(create_kwargs)}")
     meta = read_node_metadata(store, path)
     if meta is None:
         raise ArrayNotFoundError(f"no array at {path or '/'!r} in {store!r}")

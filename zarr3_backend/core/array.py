@@ -9,6 +9,8 @@ units equal to the fill value are erased instead of written unless ``write_empty
 
 from __future__ import annotations
 
+import json
+import operator
 from collections.abc import Iterator, MutableMapping
 from functools import cached_property
 from typing import Any
@@ -252,8 +254,9 @@ class Array:
         return out
 
     def __getitem__(self, selection: Any) -> Any:
-        if _is_fancy(selection):
-            return self.vindex[selection] if _is_bool_mask(selection, self.shape) else self.oindex[selection]
+        kind = _fancy_kind(selection, self.shape)
+        if kind is not None:
+            return self.vindex[selection] if kind == "vectorized" else self.oindex[selection]
         result = self._read(indexing.basic_indexer(selection, self.shape, self.storage_chunks))
         return result[()] if result.ndim == 0 else result
 
@@ -338,11 +341,12 @@ class Array:
             self.store.erase_many(erases)
 
     def __setitem__(self, selection: Any, value: Any) -> None:
-        if _is_fancy(selection):
-            if _is_bool_mask(selection, self.shape):
-                self.vindex[selection] = value
-            else:
-                self.oindex[selection] = value
+        kind = _fancy_kind(selection, self.shape)
+        if kind == "vectorized":
+            self.vindex[selection] = value
+            return
+        if kind == "orthogonal":
+            self.oindex[selection] = value
             return
         self._write(indexing.basic_indexer(selection, self.shape, self.storage_chunks), value)
 
@@ -358,15 +362,19 @@ class Array:
     def _set_attributes(self, attrs: dict) -> None:
         self._check_writable()
         new = self.metadata.evolve(attributes=attrs)
-        to_bytes(new)  # validate (e.g. NaN in attributes) before anything is written
-        self._write_metadata(new)
+        data = to_bytes(new)  # validates (e.g. NaN in attributes) before anything is written
+        self.store.set(metadata_key(self.path), data)
+        # keep in memory exactly what a reader of the document will see
+        self.metadata = new.evolve(attributes=json.loads(data)["attributes"])
 
     def resize(self, *shape: Any) -> None:
         """Change the shape; stored units wholly outside the new shape are deleted."""
         self._check_writable()
-        new_shape = tuple(
-            int(s) for s in (shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape)
-        )
+        raw = shape[0] if len(shape) == 1 and not isinstance(shape[0], int | np.integer) else shape
+        try:
+            new_shape = tuple(operator.index(s) for s in raw)
+        except TypeError as e:
+            raise ShapeError(f"array {self.path or '/'!r}: new shape must be integers, got {raw!r}") from e
         if len(new_shape) != self.ndim or any(s < 0 for s in new_shape):
             raise ShapeError(f"array {self.path or '/'!r}: cannot resize shape {self.shape} to {new_shape}")
         grid = self.metadata.chunk_grid
@@ -395,8 +403,14 @@ class Array:
             self._write_metadata(new_meta)
 
     def append(self, data: Any, axis: int = 0) -> None:
-        """Grow along ``axis`` and write ``data`` into the new part."""
+        """Grow along ``axis`` and write ``data`` into the new part (validated before resizing)."""
         data = np.asarray(data)
+        other = [n for i, n in enumerate(self.shape) if i != axis]
+        if data.ndim != self.ndim or [n for i, n in enumerate(data.shape) if i != axis] != other:
+            raise ShapeError(
+                f"array {self.path or '/'!r}: cannot append data of shape {data.shape} along axis {axis} "
+                f"to shape {self.shape}"
+            )
         new_shape = list(self.shape)
         start = new_shape[axis]
         new_shape[axis] += data.shape[axis]
@@ -406,16 +420,24 @@ class Array:
         self[tuple(region)] = data
 
 
-def _is_fancy(selection: Any) -> bool:
-    """True when ``selection`` holds an array or list (not plain ints/slices/Ellipsis)."""
+def _fancy_kind(selection: Any, shape: tuple[int, ...]) -> str | None:
+    """How numpy would read ``selection``: None (basic), "orthogonal" or "vectorized".
+
+    Like numpy (and zarr-python): several integer arrays with no slices, a multi-dimensional
+    index array, or one boolean mask of the array's shape select points (vectorized); one array
+    among slices and ints selects the same as orthogonal indexing.
+    """
     sel = selection if isinstance(selection, tuple) else (selection,)
-    return any(isinstance(s, np.ndarray | list) for s in sel)
-
-
-def _is_bool_mask(selection: Any, shape: tuple[int, ...]) -> bool:
-    """A single boolean array of the array's full shape (numpy's mask indexing)."""
-    sel = selection[0] if isinstance(selection, tuple) and len(selection) == 1 else selection
-    return isinstance(sel, np.ndarray) and sel.dtype == bool and sel.shape == shape and len(shape) > 1
+    arrays = [np.asarray(s) for s in sel if isinstance(s, np.ndarray | list)]
+    if not arrays:
+        return None
+    if len(sel) == 1 and arrays[0].dtype == bool and arrays[0].ndim == len(shape) > 1:
+        return "vectorized"
+    if any(a.ndim > 1 for a in arrays):
+        return "vectorized"
+    if len(arrays) > 1 and all(isinstance(s, np.ndarray | list | int | np.integer) for s in sel):
+        return "vectorized"
+    return "orthogonal"
 
 
 class _OIndex:

@@ -7,6 +7,7 @@ Prefixes that hold nodes but no ``zarr.json`` are implicit groups.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -76,7 +77,11 @@ class Group:
         )
         data = to_bytes(new)
         self.store.set(metadata_key(self.path), data)
-        self.metadata = new
+        self.metadata = GroupMetadata(
+            attributes=json.loads(data)["attributes"],
+            consolidated_metadata=new.consolidated_metadata,
+            extra_fields=new.extra_fields,
+        )
 
     # ---- consolidated metadata -------------------------------------------------------------
     @property
@@ -163,8 +168,8 @@ class Group:
             children: list[tuple[str, str]] = []
             for rel, path in level:
                 for child in self.store.list_dir(join_prefix(path)):
-                    if child == "zarr.json" or child.startswith("."):
-                        continue  # our own document, and stray files such as "._zarr.json"
+                    if child == "zarr.json":
+                        continue  # the group's own document; stray files have no zarr.json below
                     children.append((join_path(rel, child), join_path(path, child)))
             docs = self.store.get_many([metadata_key(p) for _, p in children])
             level = []

@@ -10,7 +10,7 @@ O(total blocks), so they stay instant for millions of blocks.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import accumulate
+from itertools import accumulate, pairwise
 
 from ..errors import ChunkAlignmentError
 
@@ -83,7 +83,7 @@ def aligned_sizes(sizes: Sequence[int], unit: int, start: int = 0) -> tuple[int,
         cuts.append(pos)
         pos += step
     edges = [start, *cuts, end]
-    return tuple(b - a for a, b in zip(edges, edges[1:], strict=False))
+    return tuple(b - a for a, b in pairwise(edges))
 
 
 def split_sizes(length: int, unit: int, start: int = 0) -> tuple[int, ...]:
@@ -100,7 +100,7 @@ def split_sizes(length: int, unit: int, start: int = 0) -> tuple[int, ...]:
         edges.append(pos)
         pos += unit
     edges.append(end)
-    return tuple(b - a for a, b in zip(edges, edges[1:], strict=False))
+    return tuple(b - a for a, b in pairwise(edges))
 
 
 def _chunk_hint(sizes: tuple[int, ...]) -> str:

@@ -38,5 +38,14 @@ def compute_with_progress(*collections: Any, progress: bool = False, **kwargs: A
     from distributed import progress as distributed_progress
 
     futures = client.compute(list(collections), **{k: v for k, v in kwargs.items() if k != "scheduler"})
-    distributed_progress(futures)
+    # in Jupyter distributed draws a widget when ipywidgets is there, else the text bar
+    distributed_progress(futures, notebook=None if _has_widgets() else False)
     return tuple(client.gather(futures))
+
+
+def _has_widgets() -> bool:
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        return False
+    return True

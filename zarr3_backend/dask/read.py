@@ -80,7 +80,9 @@ def resolve_chunks(array: Array, chunks: ChunksArg = "shards") -> tuple[tuple[in
     try:
         return normalize_chunks(chunks, shape, dtype=dtype, previous_chunks=array.storage_chunks)
     except (ValueError, TypeError) as e:
-        raise ShapeError(f"array {array.path or '/'!r}: invalid dask chunks {chunks!r} for shape {shape}: {e}") from e
+        raise ShapeError(
+            f"array {array.path or '/'!r}: invalid dask chunks {chunks!r} for shape {shape}: {e}"
+        ) from e
 
 
 def from_array(

@@ -2,10 +2,11 @@
 
 Before any byte is written the writer proves that no storage unit (shard, or chunk when
 unsharded) is touched by two tasks: misaligned dask chunks are refused with a message naming the
-fix, or rechunked when ``align_chunks=True``. The aligned blocks are then split at every unit
-boundary, so each write task owns exactly one unit; a retried task (worker lost) rewrites that
-unit whole, and the partly covered units at the edges of a region or append get tasks of their
-own that read-modify-write only their unit. No lock is needed, on threads or on a cluster.
+fix, or rechunked when ``align_chunks=True``. Each write task then takes the part of one aligned
+block that falls in one unit, so it owns exactly that unit; a retried task (worker lost)
+rewrites its unit whole, and the partly covered units at the edges of a region or append get
+tasks of their own that read-modify-write only their unit. No lock is needed, on threads or on
+a cluster.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import dask.array as da
 import numpy as np
 from dask.base import tokenize
 from dask.core import flatten
-from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.delayed import Delayed
+from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.layers import ArraySliceDep
 
 from ..core.array import Array
@@ -33,30 +34,42 @@ from .read import array_token
 WRITE_PREFIX = "zarr3-write-"
 
 
-def normalize_region(region: Sequence[slice] | None, shape: tuple[int, ...], value_shape: tuple[int, ...], name: str = "") -> tuple[slice, ...]:
+def normalize_region(
+    region: Sequence[slice] | None, shape: tuple[int, ...], value_shape: tuple[int, ...], name: str = ""
+) -> tuple[slice, ...]:
     """Concrete step-1 slices inside ``shape`` whose extent equals ``value_shape``."""
     label = name or "<unnamed>"
     if region is None:
         region = (slice(None),) * len(shape)
     region = tuple(region)
     if len(region) != len(shape):
-        raise SelectionError(f"array {label!r}: region {region} has {len(region)} dimensions, the array has {len(shape)}")
+        raise SelectionError(
+            f"array {label!r}: region {region} has {len(region)} dimensions, the array has {len(shape)}"
+        )
     out = []
     for axis, (sl, n) in enumerate(zip(region, shape, strict=True)):
         if not isinstance(sl, slice) or sl.step not in (None, 1):
-            raise SelectionError(f"array {label!r}: region entries must be slices with step 1, got {sl!r} on axis {axis}")
+            raise SelectionError(
+                f"array {label!r}: region entries must be slices with step 1, got {sl!r} on axis {axis}"
+            )
         start = 0 if sl.start is None else int(sl.start)
         stop = n if sl.stop is None else int(sl.stop)
         if not 0 <= start <= stop <= n:
-            raise SelectionError(f"array {label!r}: region {start}:{stop} on axis {axis} is outside the array's extent {n}")
+            raise SelectionError(
+                f"array {label!r}: region {start}:{stop} on axis {axis} is outside the array's extent {n}"
+            )
         out.append(slice(start, stop))
     extent = tuple(s.stop - s.start for s in out)
     if extent != tuple(value_shape):
-        raise ShapeError(f"array {label!r}: data of shape {tuple(value_shape)} does not fit the region {out} of shape {extent}")
+        raise ShapeError(
+            f"array {label!r}: data of shape {tuple(value_shape)} does not fit the region {out} of shape {extent}"
+        )
     return tuple(out)
 
 
-def _write_block(block: np.ndarray, target: Array, block_slices: tuple[slice, ...], starts: tuple[int, ...]) -> np.ndarray:
+def _write_block(
+    block: np.ndarray, target: Array, block_slices: tuple[slice, ...], starts: tuple[int, ...]
+) -> np.ndarray:
     """Write one block (exactly one storage unit's share) and return a one-element count."""
     region = tuple(slice(s.start + o, s.stop + o) for s, o in zip(block_slices, starts, strict=True))
     target.set_region(region, block)
@@ -68,7 +81,9 @@ def _write_whole(value: np.ndarray, target: Array, region: tuple[slice, ...]) ->
     return 1
 
 
-def _write_piece(block: np.ndarray, target: Array, in_block: tuple[slice, ...], region: tuple[slice, ...]) -> np.ndarray:
+def _write_piece(
+    block: np.ndarray, target: Array, in_block: tuple[slice, ...], region: tuple[slice, ...]
+) -> np.ndarray:
     """Write the part of a dask block that falls in one storage unit."""
     target.set_region(region, block[in_block])
     return np.ones((1,) * block.ndim, dtype=np.int64)

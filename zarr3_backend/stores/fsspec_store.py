@@ -270,16 +270,19 @@ class FsspecStore(Store):
             else:
                 batch.append(i)
         if batch:
+            # a whole value is asked for as "from byte 0": one GET, where s3fs would first ask
+            # for the size (HEAD) to decide on a multi-part download
+            whole = 0 if _is_async(self._fs) else None
             fetch = []
             for i in batch:
                 path, r = requests[i]
                 end = None if r is None or r.length is None else r.offset + r.length
-                fetch.append((path, None if r is None else r.offset, end))
+                fetch.append((path, whole if r is None else r.offset, end))
             for i, result in zip(batch, self._fetch(fetch), strict=True):
                 path, r = requests[i]
-                if r is not None and _is_error(result) and not isinstance(result, _MISSING):
-                    if not is_transient(result):
-                        result = self._range_by_size(path, r)
+                if _is_error(result) and not isinstance(result, _MISSING) and not is_transient(result):
+                    if r is not None or whole is not None:  # a range refused (e.g. 416 on b"")
+                        result = self._range_by_size(path, r or ByteRange(0))
                 out[i] = result
         return [self._value(path, res) for (path, _), res in zip(requests, out, strict=True)]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from .._threads import thread_map
 from ..byte_range import ByteRange
@@ -82,6 +82,35 @@ class LocalStore(Store):
             return None
         except OSError as e:
             raise self._error("reading", key, e) from e
+
+    #: Per-key calls are cheap synchronous system calls: callers may read, decode and write
+    #: chunk by chunk from their own worker threads instead of batching every value in memory.
+    inline_io = True
+
+    def get_into(self, key: str, alloc: Callable[[int], memoryview]) -> memoryview | None:
+        """The value of ``key`` read into ``alloc(size)`` (a writable buffer of exactly ``size``
+        bytes, e.g. reused scratch memory or the output array); ``None`` when missing."""
+        path = self._path(key)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        except _MISSING:
+            return None
+        except OSError as e:
+            raise self._error("reading", key, e) from e
+        try:
+            size = os.fstat(fd).st_size
+            buf = alloc(size)
+            got = 0
+            while got < size:
+                n = os.preadv(fd, [buf[got:]], got)
+                if n == 0:  # the file shrank under us: return what exists
+                    break
+                got += n
+            return buf[:got]
+        except OSError as e:
+            raise self._error("reading", key, e) from e
+        finally:
+            os.close(fd)
 
     def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         """Values of many keys, read concurrently on the "io" pool."""

@@ -29,13 +29,13 @@ from ..core.api import array_metadata, consolidate_metadata, create_group, open_
 from ..core.array import Array
 from ..core.codec_specs import coerce_codec
 from ..core.group import Group
-from ..core.metadata import to_bytes
+from ..core.metadata import GroupMetadata, to_bytes
 from ..core.paths import join_path, metadata_key, normalize_path
 from ..dask.alignment import check_region_edges
 from ..dask.progress import compute_with_progress
 from ..dask.write import plan_chunks
 from ..dask.write import store as dask_store
-from ..errors import GroupNotFoundError, Zarr3Error
+from ..errors import GroupNotFoundError, MetadataError, NodeExistsError, Zarr3Error
 from ..stores import make_store
 from ..stores.base import Store
 from .datastore import Zarr3DataStore
@@ -112,7 +112,9 @@ def _auto_region(ds: xr.Dataset, region: dict, group: Group | None, arrays: Mapp
             out[dim] = slice(0, ds.sizes[dim])
             continue
         if group is None or dim not in arrays:
-            raise KeyError(f"region={{{dim!r}: 'auto'}} needs the coordinate {dim!r} in the store, but it has none")
+            raise KeyError(
+                f"region={{{dim!r}: 'auto'}} needs the coordinate {dim!r} in the store, but it has none"
+            )
         stored = _decoded_existing(group, arrays, [dim])[dim]
         index = pd.Index(np.asarray(stored.values))
         idxs = index.get_indexer(np.asarray(ds[dim].values))
@@ -131,7 +133,12 @@ def _auto_region(ds: xr.Dataset, region: dict, group: Group | None, arrays: Mapp
 
 
 def _resolve_region(
-    ds: xr.Dataset, region: Any, mode: str, append_dim: Hashable | None, group: Group | None, arrays: Mapping[str, Array]
+    ds: xr.Dataset,
+    region: Any,
+    mode: str,
+    append_dim: Hashable | None,
+    group: Group | None,
+    arrays: Mapping[str, Array],
 ) -> tuple[xr.Dataset, dict[str, slice]]:
     """Validate ``region`` (auto-detecting ``"auto"`` entries) and drop the indexes it cannot change."""
     if region == "auto":
@@ -150,7 +157,8 @@ def _resolve_region(
             raise TypeError(f"region values must be slices, got {sel!r} for dimension {dim!r}")
         if sel.step not in (None, 1):
             raise ValueError(f"region slices must have step 1, got {sel!r} for dimension {dim!r}")
-    unmatched = [k for k, v in ds.variables.items() if not set(region) & set(v.dims)]
+    # index coordinates are dropped below anyway (a region write cannot change them)
+    unmatched = [k for k, v in ds.variables.items() if not set(region) & set(v.dims) and k not in ds.indexes]
     if region and unmatched:
         raise ValueError(
             f"with region={list(region)}, every variable must use one of those dimensions; these do not: "
@@ -180,7 +188,9 @@ def _as_tuple(value: Any, ndim: int, key: str, name: str) -> tuple[int, ...] | N
     try:
         out = tuple(int(v) for v in value)
     except TypeError as e:
-        raise TypeError(f"encoding[{key!r}] for variable {name!r} must be an int or a tuple of ints, got {value!r}") from e
+        raise TypeError(
+            f"encoding[{key!r}] for variable {name!r} must be an int or a tuple of ints, got {value!r}"
+        ) from e
     return out
 
 
@@ -199,7 +209,9 @@ def _codec_list(value: Any) -> list:
     return [coerce_codec(value)]
 
 
-def creation_kwargs(var: Variable, name: str, *, user_encoding: bool, write_empty_chunks: bool | None) -> dict[str, Any]:
+def creation_kwargs(
+    var: Variable, name: str, *, user_encoding: bool, write_empty_chunks: bool | None
+) -> dict[str, Any]:
     """Keyword arguments of ``array_metadata`` for a CF-encoded variable and its zarr encoding.
 
     Raises ``ValueError`` for unknown keys in an encoding the user passed (unknown keys left
@@ -223,10 +235,11 @@ def creation_kwargs(var: Variable, name: str, *, user_encoding: bool, write_empt
     kwargs: dict[str, Any] = {"shape": var.shape, "dtype": _dtype_for_store(var.dtype)}
     codecs = encoding.get("codecs")
     if codecs is not None:
-        given = [k for k in _LAYOUT_KEYS if encoding.get(k) is not None]
-        if given and user_encoding:
-            raise ValueError(f"variable {name!r}: give either encoding['codecs'] or {given}, not both")
-        if not user_encoding and given:
+        if user_encoding:
+            given = [k for k in _LAYOUT_KEYS if k in encoding]
+            if given:
+                raise ValueError(f"variable {name!r}: give either encoding['codecs'] or {given}, not both")
+        elif any(encoding.get(k) is not None for k in _LAYOUT_KEYS):
             codecs = None  # read back from a store: the split form carries the layout
     if codecs is not None:
         kwargs["codecs"] = _codec_list(codecs)
@@ -252,7 +265,9 @@ def creation_kwargs(var: Variable, name: str, *, user_encoding: bool, write_empt
         raise ValueError(
             f"variable {name!r}: encoding['write_empty_chunks']={enc_empty!r} differs from write_empty_chunks={write_empty_chunks!r}"
         )
-    kwargs["write_empty_chunks"] = bool(write_empty_chunks if write_empty_chunks is not None else enc_empty or False)
+    kwargs["write_empty_chunks"] = bool(
+        write_empty_chunks if write_empty_chunks is not None else enc_empty or False
+    )
     return kwargs
 
 
@@ -281,14 +296,16 @@ def _encode_like_stored(var: Variable, stored: Variable, name: str) -> Variable:
     var = var.copy(deep=False)
     if var.dtype.kind in "mMO" and isinstance(var.data, da.Array):
         var = var.load()  # times are small: encode them now so errors come before any write
-    var.encoding = {k: v for k, v in stored.encoding.items() if k not in ("chunks", "shards", "preferred_chunks")}
+    var.encoding = {
+        k: v for k, v in stored.encoding.items() if k not in ("chunks", "shards", "preferred_chunks")
+    }
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         encoded = _encode(var, name)
     for key in ("units", "calendar"):
         want = stored.encoding.get(key)
         got = encoded.attrs.get(key)
-        if want is not None and got is not None and str(want) != str(got):
+        if want is not None and got is not None and not _same_cf_setting(key, want, got):
             raise ValueError(
                 f"variable {name!r}: the new values cannot be encoded with the stored {key} {want!r} "
                 f"(they need {got!r}), so they cannot be written to this store; "
@@ -297,6 +314,24 @@ def _encode_like_stored(var: Variable, stored: Variable, name: str) -> Variable:
     for w in caught:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return encoded
+
+
+def _same_cf_setting(key: str, a: Any, b: Any) -> bool:
+    """Whether two ``units`` (``"<unit> since <date>"``) or ``calendar`` strings mean the same."""
+    a, b = str(a).strip(), str(b).strip()
+    if a == b:
+        return True
+    if key == "calendar":
+        aliases = {"standard": "gregorian", "proleptic_gregorian": "proleptic_gregorian"}
+        return aliases.get(a.lower(), a.lower()) == aliases.get(b.lower(), b.lower())
+    ua, _, ra = a.partition(" since ")
+    ub, _, rb = b.partition(" since ")
+    if ua.strip().lower() != ub.strip().lower() or not ra or not rb:
+        return False
+    try:
+        return pd.Timestamp(ra) == pd.Timestamp(rb)
+    except (ValueError, TypeError, OverflowError):
+        return ra.replace(" 00:00:00", "").strip() == rb.replace(" 00:00:00", "").strip()
 
 
 def _check_append_dtype(name: str, stored: Variable, new: Variable) -> None:
@@ -313,8 +348,14 @@ def _check_append_dtype(name: str, stored: Variable, new: Variable) -> None:
         )
 
 
-def _match_dims(name: str, var: Variable, stored_dims: tuple[str, ...], stored_shape: tuple[int, ...],
-                region: Mapping[str, slice], append_dim: Hashable | None) -> Variable:
+def _match_dims(
+    name: str,
+    var: Variable,
+    stored_dims: tuple[str, ...],
+    stored_shape: tuple[int, ...],
+    region: Mapping[str, slice],
+    append_dim: Hashable | None,
+) -> Variable:
     if var.dims != stored_dims:
         if set(var.dims) != set(stored_dims):
             raise ValueError(
@@ -339,7 +380,7 @@ def _match_dims(name: str, var: Variable, stored_dims: tuple[str, ...], stored_s
 
 
 # ---- the plan ----------------------------------------------------------------------------------
-@dataclass
+@dataclass(frozen=True)
 class _Write:
     """One variable's write: encoded data, target array (metadata maybe not yet stored), region."""
 
@@ -395,12 +436,18 @@ def _plan(
     if mode in ("a", "a-", "r+"):
         clash = sorted(set(encoding) & set(existing_names))
         if clash:
-            raise ValueError(f"variables {clash} already exist in the store, but encoding was provided for them")
+            raise ValueError(
+                f"variables {clash} already exist in the store, but encoding was provided for them"
+            )
     if append_dim is not None:
         stored_dims = {d for a in arrays.values() for d in (a.dimension_names or ())}
         if append_dim not in stored_dims:
-            raise ValueError(f"append_dim={append_dim!r} is not a dimension of the stored dataset {sorted(stored_dims)}")
-        left_out = [n for n, a in arrays.items() if append_dim in (a.dimension_names or ()) and n not in variables]
+            raise ValueError(
+                f"append_dim={append_dim!r} is not a dimension of the stored dataset {sorted(stored_dims)}"
+            )
+        left_out = [
+            n for n, a in arrays.items() if append_dim in (a.dimension_names or ()) and n not in variables
+        ]
         if left_out:
             raise ValueError(
                 f"stored variables {left_out} have dimension {append_dim!r} but are missing from the dataset to "
@@ -409,55 +456,120 @@ def _plan(
 
     stored = _decoded_existing(group, arrays, existing_names) if group is not None else {}
     plan = _Plan(attrs={k: encode_attr_value(v) for k, v in attrs.items()} if mode != "r+" else None)
-    for name in variables:
-        var = variables[name]
+    if plan.attrs is not None:
+        try:  # written last, so checked first: a bad attribute must not strand written data
+            to_bytes(GroupMetadata(attributes=plan.attrs))
+        except (Zarr3Error, TypeError, ValueError) as e:
+            raise MetadataError(f"dataset attributes cannot be stored in zarr.json: {e}") from e
+    for name, var in variables.items():
         if name in existing_names:
-            a = arrays[name]
-            dims = _array_dims(a)
-            has_append = append_dim is not None and append_dim in dims
-            if append_dim is not None and not has_append:
-                if mode == "a-":
-                    continue
-                if name in ds.coords:
-                    if not ds[name].variable.transpose(*dims).equals(stored[name]):
-                        raise ValueError(
-                            f"coordinate {name!r} differs from the one in the store; appending along "
-                            f"{append_dim!r} needs the other coordinates unchanged"
-                        )
-                    continue  # identical: nothing to write
-            encoded = _encode_like_stored(var, stored[name], name)
-            encoded = _match_dims(name, encoded, dims, a.shape, region, append_dim)
-            target, reg, pending = a, _region_tuple(dims, region), False
-            if write_empty_chunks is not None:
-                target = Array(store, a.path, a.metadata, write_empty_chunks=write_empty_chunks)
-            if has_append:
-                axis = dims.index(append_dim)
-                old = a.shape[axis]
-                shape = tuple(old + encoded.shape[axis] if i == axis else n for i, n in enumerate(a.shape))
-                target = Array(store, a.path, a.metadata.evolve(shape=shape), write_empty_chunks=target.write_empty_chunks)
-                reg = tuple(slice(old, shape[axis]) if i == axis else s for i, s in enumerate(reg))
-                pending = True
+            write = _plan_existing(
+                name,
+                var,
+                arrays[name],
+                stored[name],
+                ds=ds,
+                store=store,
+                mode=mode,
+                append_dim=append_dim,
+                region=region,
+                write_empty_chunks=write_empty_chunks,
+            )
         else:
-            encoded = _encode(var, name)
-            kwargs = creation_kwargs(encoded, name, user_encoding=name in encoding, write_empty_chunks=write_empty_chunks)
-            wec = kwargs.pop("write_empty_chunks")
-            apath = join_path(path, name)
-            try:
-                meta = array_metadata(
-                    **kwargs, dimension_names=encoded.dims, attributes=stored_attributes(encoded), path=apath
-                )
-            except Zarr3Error as e:
-                raise type(e)(f"variable {name!r}: {e}") from e
-            target = Array(store, apath, meta, write_empty_chunks=wec)
-            reg, pending = (slice(None),) * encoded.ndim, True
-        reg = _concrete(reg, target.shape)
-        if isinstance(encoded.data, da.Array):
-            plan_chunks(encoded.data, target, reg, align_chunks=align_chunks, name=name, dims=encoded.dims)
+            write = _plan_new(
+                name,
+                var,
+                store=store,
+                path=path,
+                user_encoding=name in encoding,
+                write_empty_chunks=write_empty_chunks,
+            )
+        if write is None:
+            continue
+        if isinstance(write.variable.data, da.Array):
+            plan_chunks(
+                write.variable.data,
+                write.target,
+                write.region,
+                align_chunks=align_chunks,
+                name=name,
+                dims=write.variable.dims,
+            )
             if region and mode == "r+" and safe_chunks:
-                check_region_edges(reg, target.shape, target.storage_chunks, name=name, dims=encoded.dims,
-                                   sharded=target.shards is not None)
-        plan.writes.append(_Write(name, encoded, target, reg, pending))
+                check_region_edges(
+                    write.region,
+                    write.target.shape,
+                    write.target.storage_chunks,
+                    name=name,
+                    dims=write.variable.dims,
+                    sharded=write.target.shards is not None,
+                )
+        plan.writes.append(write)
     return plan
+
+
+def _plan_new(
+    name: str, var: Variable, *, store: Store, path: str, user_encoding: bool, write_empty_chunks: bool | None
+) -> _Write:
+    """A new array: CF-encode, build its metadata (held back until the data is written)."""
+    encoded = _encode(var, name)
+    kwargs = creation_kwargs(
+        encoded, name, user_encoding=user_encoding, write_empty_chunks=write_empty_chunks
+    )
+    wec = kwargs.pop("write_empty_chunks")
+    apath = join_path(path, name)
+    try:
+        meta = array_metadata(
+            **kwargs, dimension_names=encoded.dims, attributes=stored_attributes(encoded), path=apath
+        )
+        to_bytes(meta)  # the document written after the data must be writable: check it now
+    except Zarr3Error as e:
+        raise type(e)(f"variable {name!r}: {e}") from e
+    target = Array(store, apath, meta, write_empty_chunks=wec)
+    return _Write(name, encoded, target, _concrete((slice(None),) * encoded.ndim, target.shape), True)
+
+
+def _plan_existing(
+    name: str,
+    var: Variable,
+    a: Array,
+    stored: Variable,
+    *,
+    ds: xr.Dataset,
+    store: Store,
+    mode: str,
+    append_dim: Hashable | None,
+    region: Mapping[str, slice],
+    write_empty_chunks: bool | None,
+) -> _Write | None:
+    """A stored array: encode like the store, check dims and sizes, grow it when appending.
+
+    ``None`` when nothing is to be written (``a-`` mode, or an unchanged non-append coordinate).
+    """
+    dims = _array_dims(a)
+    has_append = append_dim is not None and append_dim in dims
+    if append_dim is not None and not has_append:
+        if mode == "a-":
+            return None
+        if name in ds.coords:
+            if not ds[name].variable.transpose(*dims).equals(stored):
+                raise ValueError(
+                    f"coordinate {name!r} differs from the one in the store; appending along "
+                    f"{append_dim!r} needs the other coordinates unchanged"
+                )
+            return None  # identical: nothing to write
+    encoded = _match_dims(name, _encode_like_stored(var, stored, name), dims, a.shape, region, append_dim)
+    wec = a.write_empty_chunks if write_empty_chunks is None else write_empty_chunks
+    reg = _region_tuple(dims, region)
+    meta, pending = a.metadata, False
+    if has_append:
+        axis = dims.index(append_dim)
+        old = a.shape[axis]
+        shape = tuple(old + encoded.shape[axis] if i == axis else n for i, n in enumerate(a.shape))
+        meta, pending = a.metadata.evolve(shape=shape), True  # the new shape is stored after the data
+        reg = tuple(slice(old, shape[axis]) if i == axis else s for i, s in enumerate(reg))
+    target = Array(store, a.path, meta, write_empty_chunks=wec)
+    return _Write(name, encoded, target, _concrete(reg, target.shape), pending)
 
 
 # ---- executing it ------------------------------------------------------------------------------
@@ -520,8 +632,6 @@ def to_zarr(
             if mode == "r+":
                 raise
     if mode == "w-" and existing is not None:
-        from ..errors import NodeExistsError
-
         raise NodeExistsError(f"a group already exists at {path or '/'!r} in {zstore!r} (mode='w-')")
     arrays = dict(existing.arrays()) if existing is not None else {}
 
@@ -531,8 +641,17 @@ def to_zarr(
         encoding = {k: v for k, v in encoding.items() if k in ds.variables}
 
     plan = _plan(
-        ds, store=zstore, path=path, mode=mode, group=existing, arrays=arrays, encoding=encoding,
-        append_dim=append_dim, region=reg, safe_chunks=safe_chunks, align_chunks=align_chunks,
+        ds,
+        store=zstore,
+        path=path,
+        mode=mode,
+        group=existing,
+        arrays=arrays,
+        encoding=encoding,
+        append_dim=append_dim,
+        region=reg,
+        safe_chunks=safe_chunks,
+        align_chunks=align_chunks,
         write_empty_chunks=write_empty_chunks,
     )
 
@@ -543,13 +662,26 @@ def to_zarr(
     for w in plan.writes:
         data = w.variable.data
         if isinstance(data, da.Array):
-            lazy.append(dask_store(data, w.target, w.region, compute=False, align_chunks=align_chunks,
-                                   name=w.name, dims=w.variable.dims))
+            lazy.append(
+                dask_store(
+                    data,
+                    w.target,
+                    w.region,
+                    compute=False,
+                    align_chunks=align_chunks,
+                    name=w.name,
+                    dims=w.variable.dims,
+                )
+            )
         else:
             w.target.set_region(w.region, np.asarray(w.variable.values))
 
     def write_metadata() -> Group:
-        docs = {metadata_key(w.target.path): to_bytes(w.target.metadata) for w in plan.writes if w.metadata_pending}
+        docs = {
+            metadata_key(w.target.path): to_bytes(w.target.metadata)
+            for w in plan.writes
+            if w.metadata_pending
+        }
         if docs:
             zstore.set_many(docs)
         if plan.attrs is not None and plan.attrs != dict(target_group.attrs):

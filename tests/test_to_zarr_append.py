@@ -1,0 +1,172 @@
+"""Appends: successive jobs grow the store along time, encoded exactly as the store already is,
+validated in full before any array is resized."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+import zarr3_backend as z3
+from zarr3_backend.errors import ChunkAlignmentError
+from zarr3_backend.stores import LocalStore, MemoryStore
+
+
+def hourly(start, hours, nlat=4, nlon=6, seed=0):
+    rng = np.random.default_rng(seed)
+    return xr.Dataset(
+        {
+            "t2m": (("time", "lat", "lon"), (260 + 30 * rng.random((hours, nlat, nlon))).astype("float32")),
+            "station_count": (("time",), rng.integers(0, 100, hours).astype("int32")),
+            "orography": (("lat", "lon"), np.arange(nlat * nlon, dtype="float64").reshape(nlat, nlon)),
+        },
+        coords={
+            "time": pd.date_range(start, periods=hours, freq="h"),
+            "lat": np.linspace(-60, 60, nlat),
+            "lon": np.arange(nlon) * 60.0,
+        },
+    )
+
+
+def snapshot(store) -> dict:
+    """Every key and value of a store, to show a refused call changed nothing."""
+    return {k: store.get(k) for k in store.list()}
+
+
+def test_three_hourly_jobs_into_an_hours_since_store_with_partly_filled_shards(tmp_path):
+    store = LocalStore(tmp_path / "hourly.zarr")
+    jobs = [
+        hourly("2000-01-01", 20, seed=0),
+        hourly("2000-01-01T20", 18, seed=1),
+        hourly("2000-01-02T14", 20, seed=2),
+    ]
+    enc = {
+        "t2m": {"chunks": (4, 4, 6), "shards": (8, 4, 6)},
+        "time": {"units": "hours since 2000-01-01", "dtype": "int64"},
+    }
+    z3.to_zarr(jobs[0].chunk({"time": 8}), store, encoding=enc)
+    # each append starts inside a partly filled shard (at 20, then 38): plain 8-hour dask chunks
+    # would split a shard between two tasks; the error names the chunking that lines up
+    for job, fix in zip(jobs[1:], [(4, 8, 6), (2, 8, 8, 2)], strict=True):
+        before = snapshot(store)
+        with pytest.raises(ChunkAlignmentError, match=rf"\.chunk\(\{{'time': {re.escape(str(fix))}\}}\)"):
+            z3.to_zarr(job.chunk({"time": 8}), store, append_dim="time")
+        assert snapshot(store) == before  # refused before any write or resize
+        z3.to_zarr(job.chunk({"time": fix}), store, append_dim="time")
+    expected = xr.concat(jobs, dim="time", data_vars="minimal", coords="minimal", compat="override")
+    for engine in ("zarr3", "zarr"):
+        back = xr.open_dataset(tmp_path / "hourly.zarr", engine=engine).load()
+        xr.testing.assert_identical(back, expected)
+    time_meta = json.loads(store.get("time/zarr.json"))
+    assert time_meta["attributes"]["units"] == "hours since 2000-01-01"
+    assert time_meta["shape"] == [58]
+
+
+def test_align_chunks_handles_an_append_into_a_partly_filled_shard():
+    store = MemoryStore()
+    a, b = hourly("2000-01-01", 10), hourly("2000-01-01T10", 13, seed=3)
+    z3.to_zarr(a, store, encoding={"t2m": {"chunks": (2, 4, 6), "shards": (4, 4, 6)}})
+    z3.to_zarr(b.chunk({"time": 3}), store, append_dim="time", align_chunks=True)
+    back = xr.open_dataset(store, engine="zarr3").load()
+    xr.testing.assert_identical(
+        back, xr.concat([a, b], "time", data_vars="minimal", coords="minimal", compat="override")
+    )
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_hourly_values_cannot_go_into_an_integer_days_since_store(chunked):
+    store = MemoryStore()
+    daily = hourly("2000-01-01", 3).assign_coords(time=pd.date_range("2000-01-01", periods=3, freq="D"))
+    z3.to_zarr(daily, store, encoding={"time": {"units": "days since 2000-01-01", "dtype": "int64"}})
+    before = snapshot(store)
+    more = hourly("2000-01-04", 5)
+    with pytest.raises(ValueError, match=r"'time'.*days since 2000-01-01"):
+        z3.to_zarr(more.chunk({"time": 5}) if chunked else more, store, append_dim="time")
+    assert snapshot(store) == before
+    # whole days still append fine, encoded in the stored units
+    z3.to_zarr(
+        daily.assign_coords(time=pd.date_range("2000-01-04", periods=3, freq="D")), store, append_dim="time"
+    )
+    assert json.loads(store._data["time/zarr.json"])["attributes"]["units"] == "days since 2000-01-01"
+    times = xr.open_dataset(store, engine="zarr3").time.values
+    np.testing.assert_array_equal(times, pd.date_range("2000-01-01", periods=6, freq="D").values)
+
+
+def test_hourly_jobs_into_a_float_days_since_store():
+    store = MemoryStore()
+    jobs = [hourly(f"2000-01-0{d}", 24, seed=d) for d in (1, 2, 3)]
+    z3.to_zarr(jobs[0], store, encoding={"time": {"units": "days since 2000-01-01", "dtype": "float64"}})
+    for job in jobs[1:]:
+        z3.to_zarr(job, store, append_dim="time")
+    back = xr.open_dataset(store, engine="zarr3").load()
+    assert json.loads(store._data["time/zarr.json"])["attributes"]["units"] == "days since 2000-01-01"
+    np.testing.assert_array_equal(back.time.values, pd.date_range("2000-01-01", periods=72, freq="h").values)
+    np.testing.assert_array_equal(back.t2m.values, np.concatenate([j.t2m.values for j in jobs]))
+
+
+def test_noleap_calendar_appends_keep_the_stored_calendar():
+    pytest.importorskip("cftime")
+    store = MemoryStore()
+    times = xr.date_range("2001-02-27", periods=6, freq="D", calendar="noleap", use_cftime=True)
+    ds = hourly("2000-01-01", 6).assign_coords(time=times)
+    z3.to_zarr(ds.isel(time=slice(0, 3)), store)
+    z3.to_zarr(ds.isel(time=slice(3, 6)), store, append_dim="time")
+    back = xr.open_dataset(
+        store, engine="zarr3", decode_times=xr.coders.CFDatetimeCoder(use_cftime=True)
+    ).load()
+    assert back.time.encoding["calendar"] == "noleap"
+    assert list(back.time.values) == list(times)  # Feb 28 is followed by Mar 1
+
+
+def test_every_variable_is_validated_before_any_array_is_resized():
+    store = MemoryStore()
+    z3.to_zarr(hourly("2000-01-01", 4), store)
+    before = snapshot(store)
+    bad = hourly("2000-01-01T04", 4)
+    bad["station_count"] = bad.station_count.astype("S3")  # cannot be appended to int32
+    with pytest.raises(ValueError, match="station_count"):
+        z3.to_zarr(bad, store, append_dim="time")
+    assert snapshot(store) == before
+    wrong_size = hourly("2000-01-01T04", 4, nlon=5)
+    with pytest.raises(ValueError, match="lon"):
+        z3.to_zarr(wrong_size.drop_vars("lon"), store, append_dim="time")
+    assert snapshot(store) == before
+
+
+def test_non_append_coordinates_must_match_the_store():
+    store = MemoryStore()
+    z3.to_zarr(hourly("2000-01-01", 4), store)
+    before = snapshot(store)
+    moved = hourly("2000-01-01T04", 4).assign_coords(lat=np.linspace(-50, 50, 4))
+    with pytest.raises(ValueError, match="coordinate 'lat' differs"):
+        z3.to_zarr(moved, store, append_dim="time")
+    assert snapshot(store) == before
+    z3.to_zarr(hourly("2000-01-01T04", 4), store, append_dim="time")
+    assert xr.open_dataset(store, engine="zarr3").sizes["time"] == 8
+
+
+def test_stored_variables_missing_from_the_append_are_refused():
+    store = MemoryStore()
+    z3.to_zarr(hourly("2000-01-01", 4), store)
+    with pytest.raises(ValueError, match=r"\['station_count'\]"):
+        z3.to_zarr(hourly("2000-01-01T04", 4).drop_vars("station_count"), store, append_dim="time")
+    with pytest.raises(ValueError, match="append_dim='level'"):
+        z3.to_zarr(hourly("2000-01-01T04", 4), store, append_dim="level")
+
+
+def test_mode_a_minus_leaves_variables_without_the_append_dimension_alone():
+    store = MemoryStore()
+    z3.to_zarr(hourly("2000-01-01", 4), store)
+    changed = hourly("2000-01-01T04", 4)
+    changed["orography"] = changed.orography + 1000
+    z3.to_zarr(changed, store, append_dim="time", mode="a-")
+    back = xr.open_dataset(store, engine="zarr3").load()
+    assert back.orography.max() < 1000 and back.sizes["time"] == 8
+    z3.to_zarr(
+        hourly("2000-01-01T08", 4).assign(orography=changed.orography), store, append_dim="time", mode="a"
+    )
+    assert xr.open_dataset(store, engine="zarr3").orography.min() >= 1000
