@@ -44,11 +44,6 @@ class Request:
     range: str | None
     status: int | None = None
 
-    @property
-    def is_list(self) -> bool:
-        """An S3 bucket listing (ListObjects/ListObjectsV2)."""
-        return self.method == "GET" and ("list-type" in self.query or self.path.count("/") == 1)
-
 
 @dataclass
 class RequestLog:
@@ -121,7 +116,9 @@ class MotoS3:
         return name
 
 
-def s3_options(endpoint: str, *, attempts: int = 3, connect_timeout: float = 2, read_timeout: float = 10) -> dict:
+def s3_options(
+    endpoint: str, *, attempts: int = 3, connect_timeout: float = 2, read_timeout: float = 10
+) -> dict:
     """s3fs storage_options for a server at ``endpoint`` with dummy credentials and small,
     bounded retries and timeouts (botocore's ``total_max_attempts`` counts the first try)."""
     return {
@@ -141,7 +138,15 @@ _S3_ERROR = (
     '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{message}</Message>'
     "<Resource>{path}</Resource><RequestId>z3test</RequestId></Error>"
 )
-_HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te", "trailer"}
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "te",
+    "trailer",
+}
 
 
 class _ProxyHandler(http.server.BaseHTTPRequestHandler):
@@ -187,7 +192,9 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
             proxy.log.finish(Request(request.method, path, query, request.range, status))
 
     def _send_error(self, status: int, code: str, path: str) -> None:
-        payload = _S3_ERROR.format(code=code, message=f"injected by the test proxy ({status})", path=path).encode()
+        payload = _S3_ERROR.format(
+            code=code, message=f"injected by the test proxy ({status})", path=path
+        ).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/xml")
         self.send_header("Content-Length", str(len(payload)))
@@ -413,6 +420,10 @@ class RangeHTTPServer:
     def fail(self, n: int) -> None:
         with self._lock:
             self._failures += n
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._failures = 0
 
     def take_failure(self) -> bool:
         with self._lock:

@@ -351,3 +351,41 @@ def test_text_and_bytes_arrays_default_codecs(store):
     assert z3.open_array(store, "b").codecs[0]["name"] == "vlen-bytes"
     assert list(z3.open_array(store, "s")[...]) == ["a", "héllo", ""]
     assert list(z3.open_array(store, "b")[...]) == [b"x", b"", b"\x00yz"]
+
+
+def test_reserved_node_names_refused_and_dot_names_listed(store):
+    from zarr3_backend.errors import InvalidKeyError
+
+    for bad in ["...", "__res", "g/__x"]:
+        with pytest.raises(InvalidKeyError, match="reserved"):
+            z3.create_array(store, bad, shape=(1,), dtype="i1")
+    assert list(store.list()) == []
+    z3.create_array(store, ".hidden", shape=(1,), dtype="i1")
+    assert list(z3.open_group(store, mode="r")) == [".hidden"]
+
+
+def test_fancy_selection_routing_matches_numpy(store):
+    data = np.arange(30).reshape(5, 6)
+    a = z3.create_array(store, "x", shape=(5, 6), dtype="i8", chunks=(2, 4))
+    a[...] = data
+    np.testing.assert_array_equal(a[[1, 2], [3, 4]], data[[1, 2], [3, 4]])  # points, not outer
+    np.testing.assert_array_equal(a[[4, 0], 1:5], data[[4, 0], 1:5])
+    idx = np.array([[0, 1], [4, 3]])
+    np.testing.assert_array_equal(a[idx], data[idx])
+    a[[1, 2], [3, 4]] = -1
+    data[[1, 2], [3, 4]] = -1
+    np.testing.assert_array_equal(a[...], data)
+    assert (a[...] == -1).sum() == 2
+    a[idx, 1:3] = np.array([[7, 8]])
+    data[idx, 1:3] = np.array([[7, 8]])
+    np.testing.assert_array_equal(a[...], data)
+
+
+def test_append_validates_before_resizing(store):
+    a = z3.create_array(store, "x", shape=(6, 3), dtype="f4", chunks=(2, 3))
+    for bad in [np.ones((2, 5)), np.ones(3)]:
+        with pytest.raises(ShapeError):
+            a.append(bad)
+    assert z3.open_array(store, "x").shape == (6, 3)
+    with pytest.raises(ShapeError):
+        a.resize(5.5, 3)

@@ -10,6 +10,7 @@ import json
 import math
 import multiprocessing
 import pickle
+import re
 import subprocess
 import sys
 import threading
@@ -20,6 +21,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto.server")
+
 from servers import MotoS3, Proxy, Request, free_port, s3_options
 
 import zarr3_backend as z3
@@ -31,6 +36,8 @@ from zarr3_backend.stores.fsspec_errors import (
     StoreAccessError,
     StoreTimeoutError,
     StoreUnreachableError,
+    error_class,
+    is_transient,
 )
 
 
@@ -68,7 +75,11 @@ def climate(ntime: int = 6, nlat: int = 4, nlon: int = 8, seed: int = 0) -> xr.D
     rng = np.random.default_rng(seed)
     return xr.Dataset(
         {
-            "t2m": (("time", "lat", "lon"), (250 + 40 * rng.random((ntime, nlat, nlon))).astype("f4"), {"units": "K"}),
+            "t2m": (
+                ("time", "lat", "lon"),
+                (250 + 40 * rng.random((ntime, nlat, nlon))).astype("f4"),
+                {"units": "K"},
+            ),
             "tp": (("time", "lat", "lon"), rng.random((ntime, nlat, nlon)), {"units": "m"}),
         },
         coords={
@@ -110,7 +121,9 @@ def test_chunked_array_round_trip_and_listing(moto, bucket):
 
 def test_sharded_array_is_one_put_per_shard_and_reads_back(moto, bucket, proxy):
     url, opts = f"s3://{bucket}/data.zarr", s3_options(proxy.endpoint)
-    a = z3.create_array(url, "s", shape=(16, 16), dtype="i4", chunks=(4, 4), shards=(8, 8), storage_options=opts)
+    a = z3.create_array(
+        url, "s", shape=(16, 16), dtype="i4", chunks=(4, 4), shards=(8, 8), storage_options=opts
+    )
     data = np.arange(256, dtype="i4").reshape(16, 16)
     proxy.log.clear()
     a[...] = data
@@ -152,7 +165,9 @@ def test_append_by_resize_and_write(moto, bucket, proxy):
 
 def test_missing_chunks_read_as_fill_one_get_each_and_nothing_else(moto, bucket, proxy):
     url, opts = f"s3://{bucket}/data.zarr", s3_options(proxy.endpoint)
-    a = z3.create_array(url, "t", shape=(6, 6), dtype="f8", chunks=(2, 2), fill_value=-9.0, storage_options=opts)
+    a = z3.create_array(
+        url, "t", shape=(6, 6), dtype="f8", chunks=(2, 2), fill_value=-9.0, storage_options=opts
+    )
     a[2:4, 2:4] = 1.0
     proxy.log.clear()
     out = a[...]
@@ -227,7 +242,9 @@ def test_zarr_python_reads_what_we_wrote_to_s3(moto, bucket):
     zarr = pytest.importorskip("zarr")
     url, opts = f"s3://{bucket}/data.zarr", s3_options(moto.endpoint)
     data = np.arange(200, dtype="f8").reshape(10, 20)
-    a = z3.create_array(url, "x", shape=data.shape, dtype=data.dtype, chunks=(2, 5), shards=(4, 10), storage_options=opts)
+    a = z3.create_array(
+        url, "x", shape=data.shape, dtype=data.dtype, chunks=(2, 5), shards=(4, 10), storage_options=opts
+    )
     a[...] = data
     theirs = zarr.open_array(url, path="x", mode="r", storage_options=opts)
     np.testing.assert_array_equal(theirs[...], data)
@@ -235,7 +252,9 @@ def test_zarr_python_reads_what_we_wrote_to_s3(moto, bucket):
 
 # ---- request counting on sharded reads ----------------------------------------------------------
 def _sharded(url, opts):
-    a = z3.create_array(url, "s", shape=(16, 16), dtype="i4", chunks=(4, 4), shards=(8, 8), storage_options=opts)
+    a = z3.create_array(
+        url, "s", shape=(16, 16), dtype="i4", chunks=(4, 4), shards=(8, 8), storage_options=opts
+    )
     data = np.arange(256, dtype="i4").reshape(16, 16)
     a[...] = data
     return data
@@ -267,7 +286,13 @@ def test_cached_shard_index_makes_the_next_inner_chunk_one_get(moto, bucket, pro
 def test_threaded_writes_through_one_store(moto, bucket, proxy):
     url = f"s3://{bucket}/data.zarr"
     a = z3.create_array(
-        url, "t", shape=(32, 12), dtype="f8", chunks=(2, 6), shards=(4, 12), storage_options=s3_options(proxy.endpoint)
+        url,
+        "t",
+        shape=(32, 12),
+        dtype="f8",
+        chunks=(2, 6),
+        shards=(4, 12),
+        storage_options=s3_options(proxy.endpoint),
     )
     data = np.random.default_rng(1).random((32, 12))
     proxy.log.clear()
@@ -275,7 +300,9 @@ def test_threaded_writes_through_one_store(moto, bucket, proxy):
         list(pool.map(lambda i: a.__setitem__(slice(i, i + 4), data[i : i + 4]), range(0, 32, 4)))
     shard_puts = [r.path for r in chunk_requests(proxy.log.snapshot(), "PUT")]
     assert sorted(shard_puts) == sorted(f"/{bucket}/data.zarr/t/c/{i}/0" for i in range(8))
-    np.testing.assert_array_equal(z3.open_array(url, "t", storage_options=s3_options(moto.endpoint))[...], data)
+    np.testing.assert_array_equal(
+        z3.open_array(url, "t", storage_options=s3_options(moto.endpoint))[...], data
+    )
 
 
 def test_store_pickles_by_configuration_and_reconnects(moto, bucket):
@@ -326,7 +353,9 @@ def test_two_process_cluster_writes_and_reads(moto, bucket):
 
     url, opts = f"s3://{bucket}/data.zarr", s3_options(moto.endpoint)
     data = np.random.default_rng(2).random((24, 16))
-    a = z3.create_array(url, "t", shape=data.shape, dtype="f8", chunks=(4, 8), shards=(8, 16), storage_options=opts)
+    a = z3.create_array(
+        url, "t", shape=data.shape, dtype="f8", chunks=(4, 8), shards=(8, 16), storage_options=opts
+    )
     ds = climate(ntime=8)
     with (
         distributed.LocalCluster(
@@ -337,7 +366,9 @@ def test_two_process_cluster_writes_and_reads(moto, bucket):
         dask_store(da.from_array(data, chunks=(8, 16)), a)
         pids = set(client.run(lambda: __import__("os").getpid()).values())
         assert len(pids) == 2 and not pids & {__import__("os").getpid()}
-        np.testing.assert_array_equal(from_array(z3.open_array(url, "t", storage_options=opts)).compute(), data)
+        np.testing.assert_array_equal(
+            from_array(z3.open_array(url, "t", storage_options=opts)).compute(), data
+        )
 
         z3.to_zarr(ds.chunk({"time": 4}), f"s3://{bucket}/ds.zarr", mode="w", storage_options=opts)
         back = xr.open_dataset(f"s3://{bucket}/ds.zarr", engine="zarr3", storage_options=opts, chunks={})
@@ -349,33 +380,35 @@ def test_two_process_cluster_writes_and_reads(moto, bucket):
 def test_unreachable_endpoint_raises_typed_error_naming_the_url():
     url = "s3://some-bucket/data.zarr"
     opts = s3_options(f"http://127.0.0.1:{free_port()}", attempts=1, connect_timeout=1)
-    with pytest.raises(StoreUnreachableError, match="s3://some-bucket/data.zarr") as info:
+    with pytest.raises(StoreUnreachableError, match=re.escape(url)) as info:
         z3.open_group(url, mode="r", storage_options=opts)
     assert isinstance(info.value, StoreError) and isinstance(info.value, ConnectionError)
-    with pytest.raises(StoreUnreachableError, match="s3://some-bucket/data.zarr"):
+    with pytest.raises(StoreUnreachableError, match=re.escape(url)):
         z3.create_array(url, "x", shape=(2,), dtype="i1", storage_options=opts)
 
 
 def test_missing_bucket_is_not_a_missing_key(moto):
     url, opts = f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/data.zarr", s3_options(moto.endpoint)
-    with pytest.raises(BucketNotFoundError, match=url):
+    with pytest.raises(BucketNotFoundError, match=re.escape(url)):
         z3.open_group(url, mode="r", storage_options=opts)
-    with pytest.raises(BucketNotFoundError, match=url):
+    with pytest.raises(BucketNotFoundError, match=re.escape(url)):
         z3.create_array(url, "x", shape=(2,), dtype="i1", storage_options=opts)
     store = FsspecStore.from_url(url, opts)
-    with pytest.raises(BucketNotFoundError, match=url):
+    with pytest.raises(BucketNotFoundError, match=re.escape(url)):
         list(store.list())
-    with pytest.raises(BucketNotFoundError, match=url):
+    with pytest.raises(BucketNotFoundError, match=re.escape(url)):
         store.set("k", b"v")
 
 
 def test_denied_access_raises_typed_error_and_keeps_the_old_object(moto, bucket, proxy):
     url = f"s3://{bucket}/data.zarr"
-    a = z3.create_array(url, "t", shape=(4, 4), dtype="i4", chunks=(2, 2), storage_options=s3_options(proxy.endpoint))
+    a = z3.create_array(
+        url, "t", shape=(4, 4), dtype="i4", chunks=(2, 2), storage_options=s3_options(proxy.endpoint)
+    )
     a[...] = 1
     old = a.store.get("t/c/1/0")
     proxy.deny(lambda r: r.method == "PUT" and r.path.endswith("/t/c/1/0"))
-    with pytest.raises(StoreAccessError, match=f"{url}/t/c/1/0"):
+    with pytest.raises(StoreAccessError, match=re.escape(f"{url}/t/c/1/0")):
         a[...] = 2
     assert a.store.get("t/c/1/0") == old  # the denied object is untouched, never torn
     expected = np.full((4, 4), 2)
@@ -383,7 +416,7 @@ def test_denied_access_raises_typed_error_and_keeps_the_old_object(moto, bucket,
     np.testing.assert_array_equal(a[...], expected)
 
     proxy.deny(lambda r: r.method == "GET")
-    with pytest.raises(StoreAccessError, match=f"{url}/zarr.json"):
+    with pytest.raises(StoreAccessError, match=re.escape(f"{url}/zarr.json")):
         z3.open_group(url, mode="r", storage_options=s3_options(proxy.endpoint))
 
 
@@ -395,7 +428,7 @@ def test_stalled_server_raises_timeout_naming_the_url(moto, bucket, proxy):
     # s3fs retries timeouts by itself, nested twice (5 x 5 tries by default); its only knob is
     # this attribute, not a storage option. This filesystem instance belongs to this test.
     store.fs.retries = 1
-    with pytest.raises(StoreTimeoutError, match=f"{url}/k") as info:
+    with pytest.raises(StoreTimeoutError, match=re.escape(f"{url}/k")) as info:
         store.get("k")
     assert isinstance(info.value, TimeoutError)
     assert proxy.log.started == 1  # bounded: the store adds no retries of its own here
@@ -403,23 +436,29 @@ def test_stalled_server_raises_timeout_naming_the_url(moto, bucket, proxy):
 
 def test_server_stopped_mid_read_raises_typed_error(moto, bucket, proxy):
     url = f"s3://{bucket}/data.zarr"
-    a = z3.create_array(url, "t", shape=(8, 8), dtype="i4", chunks=(2, 2), storage_options=s3_options(moto.endpoint))
+    a = z3.create_array(
+        url, "t", shape=(8, 8), dtype="i4", chunks=(2, 2), storage_options=s3_options(moto.endpoint)
+    )
     a[...] = np.arange(64).reshape(8, 8)
     store = FsspecStore.from_url(url, s3_options(proxy.endpoint, attempts=2, connect_timeout=1), batch_size=2)
     b = z3.Array(store, "t", a.metadata)
     proxy.cut_after(5)  # 5 chunk reads get through, then the server is gone
-    with pytest.raises(StoreUnreachableError, match=url):
+    with pytest.raises(StoreUnreachableError, match=re.escape(url)):
         b[...]
     assert sum(r.status == 206 for r in proxy.log.snapshot()) == 5
 
 
 def test_transient_500s_are_retried_for_reads_and_writes(moto, bucket, proxy):
     url = f"s3://{bucket}/data.zarr"
-    a = z3.create_array(url, "t", shape=(4, 4), dtype="i4", chunks=(2, 2), storage_options=s3_options(proxy.endpoint))
+    a = z3.create_array(
+        url, "t", shape=(4, 4), dtype="i4", chunks=(2, 2), storage_options=s3_options(proxy.endpoint)
+    )
     data = np.arange(16, dtype="i4").reshape(4, 4)
     proxy.fail(2, match=lambda r: r.method == "PUT" and r.path.endswith("/t/c/0/1"))
     a[...] = data
-    proxy.fail(2, status=503, code="SlowDown", match=lambda r: r.method == "GET" and r.path.endswith("/t/c/1/1"))
+    proxy.fail(
+        2, status=503, code="SlowDown", match=lambda r: r.method == "GET" and r.path.endswith("/t/c/1/1")
+    )
     proxy.log.clear()
     np.testing.assert_array_equal(a[...], data)
     statuses = [r.status for r in proxy.log.snapshot() if r.path.endswith("/t/c/1/1")]
@@ -431,7 +470,7 @@ def test_persistent_500s_give_up_with_a_store_error_naming_the_key(moto, bucket,
     store = FsspecStore.from_url(url, s3_options(proxy.endpoint, attempts=2))
     store.set("k", b"v")
     proxy.fail(100, match=lambda r: r.path.endswith("/k"))
-    with pytest.raises(StoreError, match=f"{url}/k"):
+    with pytest.raises(StoreError, match=re.escape(f"{url}/k")):
         store.get("k")
     assert 2 <= len(proxy.log.of("GET")) <= 4  # bounded: botocore's attempts, nothing endless
 
@@ -456,7 +495,9 @@ def test_killed_writer_leaves_every_object_old_or_new(moto, bucket, proxy):
     opts = s3_options(moto.endpoint)
     base = np.arange(256 * 256, dtype="f8").reshape(256, 256)
     for name, shards in (("chunked", None), ("sharded", (128, 128))):
-        a = z3.create_array(url, name, shape=(256, 256), dtype="f8", chunks=(64, 64), shards=shards, storage_options=opts)
+        a = z3.create_array(
+            url, name, shape=(256, 256), dtype="f8", chunks=(64, 64), shards=shards, storage_options=opts
+        )
         a[...] = base + 1e6
     proxy.delay = 0.02  # the writer spends its time mid-request: the kill lands there
     writer = subprocess.Popen(
@@ -489,13 +530,58 @@ def test_killed_writer_leaves_every_object_old_or_new(moto, bucket, proxy):
     assert min(gens) >= 3  # generations 2 and 3 were complete before the kill
 
 
+def _client_errors():
+    import aiohttp
+    import botocore.exceptions as bx
+    import yarl
+
+    def client_error(code, status):
+        return bx.ClientError(
+            {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "GetObject"
+        )
+
+    def http_error(status):
+        url = yarl.URL("http://127.0.0.1/x")
+        return aiohttp.ClientResponseError(aiohttp.RequestInfo(url, "GET", {}, url), (), status=status)
+
+    def translated(cause, exc):  # what s3fs raises: a builtin error with the client error as cause
+        exc.__cause__ = cause
+        return exc
+
+    return [
+        (bx.EndpointConnectionError(endpoint_url="http://x"), StoreUnreachableError, True),
+        (bx.ReadTimeoutError(endpoint_url="http://x"), StoreTimeoutError, True),
+        (bx.ConnectTimeoutError(endpoint_url="http://x"), StoreTimeoutError, True),
+        (aiohttp.ServerDisconnectedError(), StoreUnreachableError, True),
+        (ConnectionResetError(104, "reset"), StoreUnreachableError, True),
+        (translated(client_error("AccessDenied", 403), PermissionError("denied")), StoreAccessError, False),
+        (
+            translated(client_error("NoSuchBucket", 404), FileNotFoundError("gone")),
+            BucketNotFoundError,
+            False,
+        ),
+        (translated(client_error("InternalError", 500), OSError(5, "internal")), StoreError, True),
+        (http_error(503), StoreError, True),
+        (http_error(429), StoreError, True),
+        (http_error(403), StoreAccessError, False),
+        (FileNotFoundError("k"), StoreError, False),
+        (ValueError("bad range"), StoreError, False),
+    ]
+
+
+@pytest.mark.parametrize(("exc", "kind", "transient"), _client_errors())
+def test_client_exceptions_are_classified(exc, kind, transient):
+    assert error_class(exc) is kind
+    assert is_transient(exc) is transient
+
+
 # ---- URLs and options ---------------------------------------------------------------------------
 def test_any_fsspec_protocol_and_unknown_ones_name_the_url():
     url = f"memory://z3-test-s3/{uuid.uuid4().hex}/data.zarr"
     g = z3.open_group(url, mode="w")
     g.create_array("x", shape=(3,), dtype="i4")[...] = [1, 2, 3]
     assert z3.open_group(url, mode="r")["x"][...].tolist() == [1, 2, 3]
-    with pytest.raises(StoreArgumentError, match="gs://bucket/data.zarr"):
+    with pytest.raises(StoreArgumentError, match=re.escape("gs://bucket/data.zarr")):
         z3.open_group("gs://bucket/data.zarr", mode="r", storage_options={"token": "anon"})
 
 

@@ -134,7 +134,7 @@ class BloscCodec(BytesBytesCodec):
     def _decompress(self, view: memoryview, dest: memoryview | None) -> Any:
         try:
             return _blosc.decompress(view, dest)
-        except (ValueError, RuntimeError) as e:
+        except (ValueError, RuntimeError, SystemError, MemoryError, OverflowError) as e:
             cname = _HEADER_COMPRESSORS.get(view[2] >> 5)
             if cname is not None and cname not in available_cnames():
                 raise CodecError(

@@ -134,82 +134,46 @@ def merge_ranges(
     return [(s, e - s) for s, e in spans], placement
 
 
-def is_fill(chunk: np.ndarray, fill_value: Any) -> bool:
-    """True when every element of ``chunk`` equals ``fill_value`` bit for bit.
+def inner_indexer(selection: Any, shard_shape: Sequence[int], chunk_shape: Sequence[int]) -> indexing.Indexer:
+    """Project a numpy-ready selection of one shard onto its inner chunk grid.
 
-    Floats compare by bits (``-0.0`` is not ``0.0``), except that with a NaN fill value any NaN
-    counts as fill; complex numbers apply this to the real and imaginary parts separately.
+    Takes what the Array's indexers put in ``ChunkProjection.chunk_selection``: ints and slices of
+    any step (basic), 1-d or ``np.ix_``-shaped int arrays (orthogonal), or int arrays that
+    broadcast together (vectorized points); the projections' shape is ``shard[selection].shape``.
     """
-    chunk = np.asarray(chunk)
-    dtype = chunk.dtype
-    if dtype.hasobject:
-        return bool(np.all(chunk == fill_value))
-    fill = np.asarray(fill_value, dtype=dtype)
-    if dtype.kind == "c":
-        return _float_is_fill(chunk.real, fill.real) and _float_is_fill(chunk.imag, fill.imag)
-    if dtype.kind == "f":
-        return _float_is_fill(chunk, fill)
-    return _bits_equal(chunk, fill)
+    sel = indexing.normalize_selection(selection, shard_shape)
+    if not any(isinstance(s, np.ndarray) for s in sel):
+        return indexing.basic_indexer(sel, shard_shape, chunk_shape)
+    orthogonal = _as_orthogonal(sel)
+    if orthogonal is not None:
+        return indexing.orthogonal_indexer(orthogonal, shard_shape, chunk_shape)
+    if not any(isinstance(s, slice) for s in sel):
+        return indexing.vectorized_indexer(sel, shard_shape, chunk_shape)
+    # arrays mixed with slices in neither form: spell out every selected coordinate, numpy's way
+    coords = tuple(
+        np.broadcast_to(np.arange(n, dtype=np.intp).reshape([-1 if d == axis else 1 for d in range(len(sel))]),
+                        tuple(shard_shape))[sel]
+        for axis, n in enumerate(shard_shape)
+    )
+    return indexing.vectorized_indexer(coords, shard_shape, chunk_shape)
 
 
-def _float_is_fill(chunk: np.ndarray, fill: np.ndarray) -> bool:
-    if np.isnan(fill):
-        return bool(np.isnan(chunk).all())
-    return _bits_equal(chunk, fill)
-
-
-def _bits_equal(chunk: np.ndarray, fill: np.ndarray) -> bool:
-    size = chunk.dtype.itemsize
-    if size in (1, 2, 4, 8):  # same-size views work on any strides, no copy
-        uint = np.dtype(f"u{size}")
-        return bool(np.all(chunk.view(uint) == fill.reshape(()).view(uint)))
-    raw = np.ascontiguousarray(chunk).view(np.uint8).reshape(-1, size)
-    return bool(np.all(raw == np.frombuffer(fill.tobytes(), dtype=np.uint8)))
-
-
-def normalize_region(region: Sequence[slice], shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
-    """``(start, stop)`` per axis of a region of step-1 slices (missing trailing axes: whole)."""
-    if len(region) > len(shape):
-        raise SelectionError(f"region {tuple(region)} has more axes than the shard shape {shape}")
-    out = []
-    for axis, n in enumerate(shape):
-        s = region[axis] if axis < len(region) else slice(None)
-        if not isinstance(s, slice):
-            raise SelectionError(f"region axis {axis}: expected a slice, got {s!r}")
-        start, stop, step = s.indices(n)
-        if step != 1:
-            raise SelectionError(f"region axis {axis}: only step-1 slices are supported, got {s}")
-        out.append((start, max(start, stop)))
-    return tuple(out)
-
-
-@dataclass(frozen=True)
-class TouchedChunk:
-    """An inner chunk a region touches: its grid coordinates, the part of it the region covers,
-    where that part goes in the region's output, and whether the chunk is covered whole."""
-
-    coords: tuple[int, ...]
-    chunk_selection: tuple[slice, ...]
-    out_selection: tuple[slice, ...]
-    is_complete: bool
-
-
-def touched_chunks(region: Sequence[tuple[int, int]], chunk_shape: Sequence[int]) -> Iterator[TouchedChunk]:
-    """The inner chunks that a region of ``(start, stop)`` per axis overlaps, in C order."""
-    per_axis = []
-    for (start, stop), c in zip(region, chunk_shape, strict=True):
-        items = []
-        for i in range(start // c, -(-stop // c)):
-            lo, hi = max(start, i * c), min(stop, (i + 1) * c)
-            items.append((i, slice(lo - i * c, hi - i * c), slice(lo - start, hi - start), hi - lo == c))
-        per_axis.append(items)
-    for combo in itertools.product(*per_axis):
-        yield TouchedChunk(
-            tuple(a[0] for a in combo),
-            tuple(a[1] for a in combo),
-            tuple(a[2] for a in combo),
-            all(a[3] for a in combo),
-        )
+def _as_orthogonal(sel: tuple) -> tuple | None:
+    """``sel`` as per-axis ints, slices and 1-d arrays when numpy gives it outer-product meaning:
+    one 1-d array whose fellow ints sit next to it, or ``np.ix_``-shaped arrays (no slices)."""
+    arrays = [s for s in sel if isinstance(s, np.ndarray)]
+    if len(arrays) == 1 and arrays[0].ndim == 1:
+        advanced = [i for i, s in enumerate(sel) if not isinstance(s, slice)]
+        return sel if advanced[-1] - advanced[0] + 1 == len(advanced) else None
+    if any(isinstance(s, slice) for s in sel):
+        return None
+    m = len(arrays)  # every non-int entry is an array here
+    if m < 2:
+        return None
+    for k, a in enumerate(arrays):
+        if a.ndim != m or any(d != 1 for j, d in enumerate(a.shape) if j != k):
+            return None
+    return tuple(s.reshape(-1) if isinstance(s, np.ndarray) else s for s in sel)
 
 
 # --- the codec ----------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from .codec_specs import build_codecs
 from .dtypes import DataType, as_data_type, default_fill_value, parse_fill_value
 from .group import Group, node_from_metadata, open_existing_group, read_node_metadata
 from .metadata import ArrayMetadata, GroupMetadata, parse_node, to_bytes
-from .paths import join_prefix, metadata_key, normalize_path, parent_path
+from .paths import join_prefix, metadata_key, normalize_path, parent_path, validate_new_node_path
 from .shard_index_cache import SHARD_INDEX_CACHE, store_token
 
 
@@ -235,7 +235,7 @@ def create_array(
     ``chunks`` is the read chunk (the inner chunk when ``shards`` is given). With a full
     ``codecs`` chain, ``chunks`` is the chunk grid's shape and ``shards`` must be None.
     """
-    path = normalize_path(path)
+    path = validate_new_node_path(normalize_path(path))
     store = _resolve_store(store, "w" if overwrite else "a", storage_options)
     meta = array_metadata(
         shape=shape,
@@ -271,7 +271,7 @@ def create_group(
     storage_options: dict | None = None,
 ) -> Group:
     """Create a group and write its ``zarr.json`` (and any missing parent groups)."""
-    path = normalize_path(path)
+    path = validate_new_node_path(normalize_path(path))
     store = _resolve_store(store, "w" if overwrite else "a", storage_options)
     meta = GroupMetadata(attributes=dict(attributes or {}))
     doc = to_bytes(meta)

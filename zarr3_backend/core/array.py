@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .. import indexing
-from .._threads import thread_map
+from .._threads import scratch_buffer, thread_map
 from ..byte_range import ByteRange
 from ..codecs import CodecChain
 from ..errors import CorruptionError, ReadOnlyError, ShapeError
@@ -72,6 +72,8 @@ class Attributes(MutableMapping):
 
 def is_fill(chunk: np.ndarray, fill_value: Any) -> bool:
     """True when every element of ``chunk`` equals the fill value (NaN equals NaN)."""
+    if chunk.size and chunk.dtype.kind in "biufc" and not _probe_fill(chunk, fill_value):
+        return False  # fast path: data chunks almost always differ at the first or last element
     if chunk.dtype.kind in "fc":
         if np.isnan(fill_value):
             return bool(np.isnan(chunk).all())
@@ -79,6 +81,33 @@ def is_fill(chunk: np.ndarray, fill_value: Any) -> bool:
     if chunk.dtype.kind == "V":
         return chunk.tobytes() == bytes(fill_value.tobytes()) * chunk.size
     return bool(np.all(chunk == fill_value))
+
+
+def _probe_fill(chunk: np.ndarray, fill_value: Any) -> bool:
+    """Whether the first and last elements equal the fill value (with is_fill's NaN rule)."""
+    probe = np.array([chunk.flat[0], chunk.flat[-1]])
+    if probe.dtype.kind in "fc" and np.isnan(fill_value):
+        return bool(np.isnan(probe).all())
+    return bool((probe == fill_value).all())
+
+
+def _whole_chunk_target(p: Any, out: np.ndarray, chunk_shape: tuple[int, ...]) -> np.ndarray | None:
+    """The region of ``out`` that chunk projection ``p`` fills, when it takes the whole chunk in
+    C order and is one contiguous block of memory (then a chunk can be decoded straight into it)."""
+    if not p.is_complete:
+        return None
+    for s, n in zip(p.chunk_selection, chunk_shape, strict=True):
+        if isinstance(s, slice):
+            if s.start != 0 or s.stop != n or s.step not in (None, 1):
+                return None
+        elif not isinstance(s, int | np.integer) or s != 0 or n != 1:
+            return None
+    region = out[p.out_selection]
+    if not isinstance(region, np.ndarray) or not np.may_share_memory(region, out):
+        return None  # a 0-d selection gives a numpy scalar: a copy, not a view
+    if region.size != int(np.prod(chunk_shape)) or not region.flags.c_contiguous or region.size == 0:
+        return None
+    return region
 
 
 class Array:
@@ -197,6 +226,80 @@ class Array:
     def _fill_chunk(self) -> np.ndarray:
         return self._chain.spec.fill_array()
 
+    @cached_property
+    def _direct(self) -> tuple[np.dtype, tuple, Any] | None:
+        """``(stored dtype, outer bytes->bytes codecs, innermost compressor or None)`` when a chunk
+        is plain C-order elements under bytes->bytes codecs whose innermost one can decode into a
+        given buffer (blosc, zstd), else ``None``: such chunks skip the generic codec chain."""
+        chain = self._chain
+        if chain.array_array or getattr(chain.array_bytes, "name", None) != "bytes":
+            return None
+        bb = chain.bytes_bytes
+        inner = bb[0] if bb else None
+        if inner is not None and not hasattr(inner, "decode_into"):
+            return None
+        return chain.array_bytes.wire_dtype(chain.spec.dtype), bb[1:], inner
+
+    def _scatter(self, key: str, data: Any, p: Any, out: np.ndarray, target: np.ndarray | None) -> None:
+        """Decode chunk bytes ``data`` into ``out`` for projection ``p``. With ``_direct``, the
+        innermost compressor decodes into ``target`` (the whole-chunk region of ``out``, or None)
+        or into per-thread scratch memory: no intermediate chunk allocation."""
+        direct = self._direct
+        if direct is None:
+            out[p.out_selection] = self._decode(key, data)[p.chunk_selection]
+            return
+        wire, outer, inner = direct
+        spec = self._chain.spec
+        try:
+            for c in reversed(outer):
+                data = c.decode(data, spec)
+            if inner is not None:
+                if target is not None and wire == out.dtype:
+                    inner.decode_into(data, spec, memoryview(target.reshape(-1)).cast("B"))
+                    return
+                data = inner.decode_into(data, spec, scratch_buffer(spec.nbytes, 1))
+            if len(data) != spec.nbytes:
+                raise CorruptionError(
+                    f"codec 'bytes': chunk holds {len(data)} bytes, expected {spec.nbytes} "
+                    f"for shape {spec.shape} of {spec.dtype}"
+                )
+        except CorruptionError as e:
+            raise type(e)(f"chunk {key!r}: {e}") from e
+        chunk = np.frombuffer(data, dtype=wire).reshape(spec.shape)
+        out[p.out_selection] = chunk[p.chunk_selection]
+
+    def _read_inline(self, whole: list, keys: list[str], out: np.ndarray) -> None:
+        """Stores with cheap synchronous reads (local files, memory): each CPU worker reads one
+        chunk into reused scratch memory (or, for an uncompressed whole chunk whose output
+        region is contiguous, straight into ``out``), decodes and scatters it."""
+        get_into = self.store.get_into  # type: ignore[attr-defined]
+        fill = self.fill_value
+        direct = self._direct
+        raw = direct is not None and direct[2] is None and not direct[1] and direct[0] == out.dtype
+        shape = self._chain.spec.shape
+
+        def read_one(i: int) -> None:
+            p = whole[i]
+            target = _whole_chunk_target(p, out, shape) if direct is not None else None
+            placed = False
+
+            def alloc(n: int) -> memoryview:
+                nonlocal placed
+                if raw and target is not None and n == target.nbytes:
+                    placed = True
+                    return memoryview(target.reshape(-1)).cast("B")
+                return scratch_buffer(n, 0)
+
+            data = get_into(keys[i], alloc)
+            if data is None:
+                out[p.out_selection] = fill
+            elif placed and len(data) == target.nbytes:
+                return  # the file's bytes are the chunk's elements, already in place
+            else:
+                self._scatter(keys[i], data, p, out, target)
+
+        thread_map(read_one, range(len(whole)), kind="cpu")
+
     # ---- reading ---------------------------------------------------------------------------
     def _read(self, indexer: Any) -> np.ndarray:
         out = np.empty(indexer.shape, dtype=self.dtype)
@@ -206,16 +309,20 @@ class Array:
         parts = [p for p in projections if not (p.is_complete or not partial_ok)]
         fill = self.fill_value
 
-        if whole:
+        if whole and getattr(self.store, "inline_io", False):
+            self._read_inline(whole, [self._chunk_key(p.chunk_coords) for p in whole], out)
+        elif whole:
             keys = [self._chunk_key(p.chunk_coords) for p in whole]
             values = self.store.get_many(keys)
+            shape = self._chain.spec.shape
 
             def decode_into(i: int) -> None:
                 p, data = whole[i], values[i]
                 if data is None:
                     out[p.out_selection] = fill
                 else:
-                    out[p.out_selection] = self._decode(keys[i], data)[p.chunk_selection]
+                    target = _whole_chunk_target(p, out, shape) if self._direct is not None else None
+                    self._scatter(keys[i], data, p, out, target)
 
             thread_map(decode_into, range(len(whole)), kind="cpu")
 
@@ -255,6 +362,10 @@ class Array:
 
     def __getitem__(self, selection: Any) -> Any:
         kind = _fancy_kind(selection, self.shape)
+        if kind == "nd-array":
+            flat, pos, index_shape = _flatten_nd(selection)
+            result = self.oindex[flat]
+            return result.reshape(result.shape[:pos] + index_shape + result.shape[pos + 1 :])
         if kind is not None:
             return self.vindex[selection] if kind == "vectorized" else self.oindex[selection]
         result = self._read(indexing.basic_indexer(selection, self.shape, self.storage_chunks))
@@ -312,13 +423,22 @@ class Array:
         stale = [i for i, p in enumerate(projections) if not p.is_complete]
         old = dict(zip(stale, self.store.get_many([keys[i] for i in stale]), strict=True)) if stale else {}
         fill = self.fill_value
+        # Stores with cheap synchronous writes: each CPU worker encodes one unit into reused
+        # scratch memory and writes it at once (bounded memory, encoding overlaps writing).
+        inline = getattr(self.store, "inline_io", False)
+        nbytes = int(np.prod(unit)) * self.dtype.itemsize
+
+        def new_chunk() -> np.ndarray:
+            if inline and not self.dtype.hasobject:
+                return np.frombuffer(scratch_buffer(nbytes, 0), dtype=self.dtype).reshape(unit)
+            return np.empty(unit, dtype=self.dtype)
 
         def encode(i: int) -> Any:
             p = projections[i]
             if p.is_complete:
                 region = grid.chunk_region(p.chunk_coords, self.shape)
                 edge = any(r.stop - r.start != c for r, c in zip(region, unit, strict=True))
-                chunk = self._fill_chunk() if edge else np.empty(unit, dtype=self.dtype)
+                chunk = self._fill_chunk() if edge else new_chunk()
             elif old[i] is None:
                 chunk = self._fill_chunk()
             else:
@@ -330,6 +450,19 @@ class Array:
                 return None
             return self._chain.encode(chunk)
 
+        if inline:
+            if self.store.cache_shard_index:
+                SHARD_INDEX_CACHE.invalidate(store_token(self.store), keys)
+
+            def encode_and_store(i: int) -> None:
+                data = encode(i)
+                if data is None:
+                    self.store.erase(keys[i])
+                else:
+                    self.store.set(keys[i], data)
+
+            thread_map(encode_and_store, range(len(projections)), kind="cpu")
+            return
         encoded = thread_map(encode, range(len(projections)), kind="cpu")
         writes = {k: v for k, v in zip(keys, encoded, strict=True) if v is not None}
         erases = [k for k, v in zip(keys, encoded, strict=True) if v is None]
@@ -342,6 +475,12 @@ class Array:
 
     def __setitem__(self, selection: Any, value: Any) -> None:
         kind = _fancy_kind(selection, self.shape)
+        if kind == "nd-array":
+            flat, pos, index_shape = _flatten_nd(selection)
+            indexer = indexing.orthogonal_indexer(flat, self.shape, self.storage_chunks)
+            nd_shape = (*indexer.shape[:pos], *index_shape, *indexer.shape[pos + 1 :])
+            self._write(indexer, self._coerce_value(value, nd_shape).reshape(indexer.shape))
+            return
         if kind == "vectorized":
             self.vindex[selection] = value
             return
@@ -434,10 +573,27 @@ def _fancy_kind(selection: Any, shape: tuple[int, ...]) -> str | None:
     if len(sel) == 1 and arrays[0].dtype == bool and arrays[0].ndim == len(shape) > 1:
         return "vectorized"
     if any(a.ndim > 1 for a in arrays):
-        return "vectorized"
+        return "nd-array" if len(arrays) == 1 and arrays[0].dtype != bool else "vectorized"
     if len(arrays) > 1 and all(isinstance(s, np.ndarray | list | int | np.integer) for s in sel):
         return "vectorized"
     return "orthogonal"
+
+
+def _flatten_nd(selection: Any) -> tuple[tuple, int, tuple[int, ...]]:
+    """For one multi-dimensional integer index array among slices/ints: the selection with that
+    array raveled, the axis position of its result, and its shape (numpy places the array's
+    dimensions where the indexed axis was)."""
+    sel = selection if isinstance(selection, tuple) else (selection,)
+    out, pos, shape = [], 0, ()
+    for i, s in enumerate(sel):
+        if isinstance(s, np.ndarray | list):
+            arr = np.asarray(s)
+            pos = sum(1 for t in sel[:i] if not isinstance(t, int | np.integer))
+            shape = arr.shape
+            out.append(arr.ravel())
+        else:
+            out.append(s)
+    return tuple(out), pos, shape
 
 
 class _OIndex:

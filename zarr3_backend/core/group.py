@@ -2,22 +2,31 @@
 
 Listing a hierarchy fetches every ``zarr.json`` of one level in one batched store call, and uses
 the inline consolidated metadata of the root instead when it is present (no listing at all).
-Prefixes that hold nodes but no ``zarr.json`` are implicit groups.
+Prefixes that hold nodes (a ``zarr.json`` somewhere below) but no ``zarr.json`` of their own are
+implicit groups; a prefix holding Zarr v2 metadata is refused with ``ZarrV2Error``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 from ..errors import GroupNotFoundError, MetadataError, NodeExistsError, NodeNotFoundError, ReadOnlyError
 from ..stores.base import Store
 from .array import Array, Attributes
-from .metadata import ArrayMetadata, GroupMetadata, parse_node, to_bytes
+from .metadata import ArrayMetadata, GroupMetadata, parse_node, parse_node_json, to_bytes
 from .paths import join_path, join_prefix, metadata_key, node_name, normalize_path
 
 Node = Array | Any  # Array | Group
+
+#: The metadata documents of Zarr v2 (a group, an array, consolidated metadata).
+V2_METADATA_KEYS = (".zgroup", ".zarray", ".zmetadata")
+
+
+class ZarrV2Error(MetadataError):
+    """The node is stored in the Zarr v2 format (``.zgroup``/``.zarray``/``.zmetadata``), which
+    this package does not read: it reads and writes Zarr v3 only."""
 
 
 def node_from_metadata(store: Store, path: str, meta: ArrayMetadata | GroupMetadata, **kwargs: Any) -> Node:
@@ -40,18 +49,54 @@ def read_node_metadata(store: Store, path: str) -> ArrayMetadata | GroupMetadata
 
 
 def is_implicit_group(store: Store, path: str) -> bool:
-    """True when ``path`` has no ``zarr.json`` but holds keys (an implicit group)."""
-    return next(iter(store.list_dir(join_prefix(path))), None) is not None
+    """True when ``path`` has no ``zarr.json`` but a node lies below it (an implicit group).
+
+    Searched level by level (one listing per prefix, one batched get per level), stopping at the
+    first ``zarr.json``; stray files (``._zarr.json``) and folders holding no v3 node do not
+    make a group.
+    """
+    level = [path]
+    while level:
+        children = [
+            join_path(p, name)
+            for p in level
+            for name in store.list_dir(join_prefix(p))
+            if name != "zarr.json"
+        ]
+        if not children:
+            return False
+        if any(doc is not None for doc in store.get_many([metadata_key(c) for c in children])):
+            return True
+        level = children
+    return False
+
+
+def v2_metadata_keys(store: Store, path: str) -> list[str]:
+    """The Zarr v2 metadata documents (``.zgroup``, ``.zarray``, ``.zmetadata``) at ``path``."""
+    keys = [join_path(path, name) for name in V2_METADATA_KEYS]
+    return [k for k in keys if store.exists(k)]
 
 
 class Group:
-    """A Zarr v3 group: attributes plus named children (arrays and groups)."""
+    """A Zarr v3 group: attributes plus named children (arrays and groups).
 
-    def __init__(self, store: Store, path: str, metadata: GroupMetadata, *, read_only: bool = False) -> None:
+    ``implicit`` is True for a prefix with no ``zarr.json`` of its own that holds nodes below.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        path: str,
+        metadata: GroupMetadata,
+        *,
+        read_only: bool = False,
+        implicit: bool = False,
+    ) -> None:
         self.store = store
         self.path = path
         self.metadata = metadata
         self.read_only = read_only or store.read_only
+        self.implicit = implicit
 
     @property
     def name(self) -> str:
@@ -126,7 +171,9 @@ class Group:
         if meta is not None:
             return node_from_metadata(self.store, path, meta, read_only=self.read_only)
         if self.consolidated is None and is_implicit_group(self.store, path):
-            return Group(self.store, path, GroupMetadata(attributes={}), read_only=self.read_only)
+            return Group(
+                self.store, path, GroupMetadata(attributes={}), read_only=self.read_only, implicit=True
+            )
         raise NodeNotFoundError(f"no array or group named {rel!r} in group {self.path or '/'!r}")
 
     def __contains__(self, name: str) -> bool:
@@ -148,17 +195,22 @@ class Group:
     def __len__(self) -> int:
         return len(self.members(max_depth=1))
 
-    def members(self, max_depth: int | None = 1) -> dict[str, Node]:
+    def members(self, max_depth: int | None = 1, *, skip_arrays: Collection[str] = ()) -> dict[str, Node]:
         """Descendants by relative path, to ``max_depth`` levels (``None``: all), sorted.
 
         With consolidated metadata no store call is made; otherwise each level costs one
-        listing per group plus one batched get of all ``zarr.json`` documents.
+        listing per group plus one batched get of all ``zarr.json`` documents. Arrays whose
+        name (last path part) is in ``skip_arrays`` are left out before their metadata is parsed,
+        so a dropped array with metadata this package cannot read does not fail the listing.
         """
+        skip = frozenset(skip_arrays)
         if self.consolidated is not None:
             docs = self.consolidated
             out = {}
             for rel in sorted(docs):
                 if max_depth is None or rel.count("/") < max_depth:
+                    if skip and _is_skipped_array(docs[rel], rel, skip):
+                        continue
                     out[rel] = self._child_from_consolidated(rel)
             return out
         out: dict[str, Node] = {}
@@ -178,7 +230,13 @@ class Group:
                 if data is None:
                     maybe_implicit.append((rel, path))
                     continue
-                meta = parse_node(data, path)
+                if skip:
+                    doc = _json_or_none(data)
+                    if doc is not None and _is_skipped_array(doc, rel, skip):
+                        continue
+                    meta = parse_node(data, path) if doc is None else parse_node_json(doc, path)
+                else:
+                    meta = parse_node(data, path)
                 out[rel] = node_from_metadata(self.store, path, meta, read_only=self.read_only)
                 if isinstance(meta, GroupMetadata):
                     level.append((rel, path))
@@ -186,7 +244,13 @@ class Group:
                 # a prefix with no zarr.json: an implicit group if anything is below it
                 # (a stray file is not a prefix, so list_dir below it finds nothing)
                 if is_implicit_group(self.store, path):
-                    out[rel] = Group(self.store, path, GroupMetadata(attributes={}), read_only=self.read_only)
+                    out[rel] = Group(
+                        self.store,
+                        path,
+                        GroupMetadata(attributes={}),
+                        read_only=self.read_only,
+                        implicit=True,
+                    )
                     level.append((rel, path))
             depth += 1
         return dict(sorted(out.items()))
@@ -264,12 +328,22 @@ class Group:
 
 
 def open_existing_group(store: Store, path: str, *, read_only: bool, use_consolidated: bool | None) -> Group:
-    """The group at ``path``; an implicit group when only keys below it exist."""
+    """The group at ``path``; an implicit group when it has no ``zarr.json`` but nodes below it.
+
+    Raises ``ZarrV2Error`` when ``path`` holds Zarr v2 metadata instead, and
+    ``GroupNotFoundError`` when neither it nor anything below it is a v3 node.
+    """
     meta = read_node_metadata(store, path)
     if meta is None:
+        v2 = v2_metadata_keys(store, path)
+        if v2:
+            raise ZarrV2Error(
+                f"{path or '/'!r} in {store!r} is a Zarr v2 node (found {v2}, no zarr.json): "
+                "zarr3_backend reads Zarr v3 only"
+            )
         if is_implicit_group(store, path):
-            return Group(store, path, GroupMetadata(attributes={}), read_only=read_only)
-        raise GroupNotFoundError(f"no group at {path or '/'!r} in {store!r}")
+            return Group(store, path, GroupMetadata(attributes={}), read_only=read_only, implicit=True)
+        raise GroupNotFoundError(f"no group at {path or '/'!r} in {store!r} (no zarr.json at or below it)")
     if isinstance(meta, ArrayMetadata):
         raise GroupNotFoundError(f"{path or '/'!r} is an array, not a group")
     if use_consolidated is False and meta.consolidated_metadata is not None:
@@ -279,3 +353,16 @@ def open_existing_group(store: Store, path: str, *, read_only: bool, use_consoli
     elif use_consolidated is True and meta.consolidated_metadata is None:
         raise MetadataError(f"group {path or '/'!r} has no consolidated metadata (use_consolidated=True)")
     return Group(store, path, meta, read_only=read_only)
+
+
+def _json_or_none(data: Any) -> Any:
+    """The parsed JSON of a document, or ``None`` when it is not JSON (``parse_node`` says why)."""
+    try:
+        return json.loads(bytes(data).decode("utf-8") if not isinstance(data, str) else data)
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+def _is_skipped_array(doc: Any, rel: str, skip: frozenset[str]) -> bool:
+    """Whether a ``zarr.json`` document is an array whose name is in ``skip``."""
+    return isinstance(doc, dict) and doc.get("node_type") == "array" and node_name(rel) in skip

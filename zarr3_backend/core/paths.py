@@ -44,3 +44,14 @@ def parent_path(path: str) -> str | None:
 def join_prefix(path: str) -> str:
     """The key prefix of everything below a node ("" for the root)."""
     return path + "/" if path else ""
+
+
+def validate_new_node_path(path: str) -> str:
+    """Refuse node names the core spec reserves: a name made only of periods, or one starting
+    with ``__`` (for the creation of new nodes; existing ones are still readable)."""
+    for name in path.split("/") if path else ():
+        if set(name) == {"."} or name.startswith("__"):
+            raise InvalidKeyError(
+                f"invalid node name {name!r} in {path!r}: names made of periods only and names starting with '__' are reserved"
+            )
+    return path

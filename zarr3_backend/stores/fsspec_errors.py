@@ -30,11 +30,22 @@ class StoreUnreachableError(StoreError, ConnectionError):
 
 
 _ACCESS_CODES = frozenset(
-    {"AccessDenied", "AllAccessDisabled", "AccountProblem", "ExpiredToken", "InvalidAccessKeyId",
-     "InvalidToken", "SignatureDoesNotMatch", "Forbidden", "Unauthorized"}
+    {
+        "AccessDenied",
+        "AllAccessDisabled",
+        "AccountProblem",
+        "ExpiredToken",
+        "InvalidAccessKeyId",
+        "InvalidToken",
+        "SignatureDoesNotMatch",
+        "Forbidden",
+        "Unauthorized",
+    }
 )
 _MISSING_BUCKET_CODES = frozenset({"NoSuchBucket"})
-_TRANSIENT_CODES = frozenset({"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "Throttling"})
+_TRANSIENT_CODES = frozenset(
+    {"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "Throttling"}
+)
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 
@@ -74,10 +85,17 @@ def _code(exc: BaseException) -> str | None:
     return None
 
 
+def _says_bucket_missing(exc: BaseException) -> bool:
+    try:
+        return "bucket does not exist" in str(exc).lower()
+    except Exception:  # a client exception whose __str__ needs what it was not given
+        return False
+
+
 def is_missing_container(exc: BaseException) -> bool:
     """True when a "not found" failure means the bucket is missing, not the key."""
     for e in _chain(exc):
-        if _code(e) in _MISSING_BUCKET_CODES or "bucket does not exist" in str(e).lower():
+        if _code(e) in _MISSING_BUCKET_CODES or _says_bucket_missing(e):
             return True
     return False
 
@@ -86,7 +104,7 @@ def error_class(exc: BaseException) -> type[StoreError]:
     """The StoreError subclass that describes ``exc`` (plain StoreError when none fits)."""
     for e in _chain(exc):
         code, status, names = _code(e), _status(e), _class_names(e)
-        if code in _MISSING_BUCKET_CODES or "bucket does not exist" in str(e).lower():
+        if code in _MISSING_BUCKET_CODES or _says_bucket_missing(e):
             return BucketNotFoundError
         if code in _ACCESS_CODES or status in (401, 403) or isinstance(e, PermissionError):
             return StoreAccessError
@@ -106,9 +124,9 @@ def is_transient(exc: BaseException) -> bool:
     return any(_status(e) in _TRANSIENT_STATUS or _code(e) in _TRANSIENT_CODES for e in _chain(exc))
 
 
-def store_error(action: str, where: str, exc: BaseException) -> StoreError:
+def store_error(action: str, where: str, exc: BaseException, note: str = "") -> StoreError:
     """A typed StoreError for ``exc`` saying what was done where (``where`` is a URL)."""
-    return error_class(exc)(f"{action} {where!r} failed: {type(exc).__name__}: {exc}")
+    return error_class(exc)(f"{action} {where!r} failed{note}: {type(exc).__name__}: {exc}")
 
 
 __all__ = [

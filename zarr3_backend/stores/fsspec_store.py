@@ -13,6 +13,7 @@ a live connection, and rebuilds its filesystem in a process forked after it was 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import time
@@ -102,7 +103,9 @@ class FsspecStore(Store):
             )
         for name, value in (("batch_size", batch_size), ("retries", retries)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-                raise StoreArgumentError(f"FsspecStore {name} must be a non-negative int or None, got {value!r}")
+                raise StoreArgumentError(
+                    f"FsspecStore {name} must be a non-negative int or None, got {value!r}"
+                )
         if batch_size == 0:
             raise StoreArgumentError("FsspecStore batch_size must be at least 1 (or None)")
         super().__init__(read_only=read_only)
@@ -229,14 +232,15 @@ class FsspecStore(Store):
         pending = list(range(len(requests)))
         attempt = 0
         while pending:
-            paths = [requests[i][0] for i in pending]
-            starts = [requests[i][1] for i in pending]
-            ends = [requests[i][2] for i in pending]
-            got = self._call(
-                "reading",
-                self.url,
-                lambda: self.fs.cat_ranges(paths, starts, ends, on_error="return", **self._batch_kwargs()),
+            call = functools.partial(
+                self.fs.cat_ranges,
+                [requests[i][0] for i in pending],
+                [requests[i][1] for i in pending],
+                [requests[i][2] for i in pending],
+                on_error="return",
+                **self._batch_kwargs(),
             )
+            got = self._call("reading", self.url, call)
             for i, result in zip(pending, got, strict=True):
                 results[i] = result
             pending = [i for i in pending if _is_error(results[i]) and is_transient(results[i])]
@@ -336,11 +340,8 @@ class FsspecStore(Store):
         attempt = 0
         while True:
             fs = self.fs
-            results = self._call(
-                "writing",
-                self.url,
-                lambda: fsspec.asyn.sync(fs.loop, _pipe_each, fs, pending, self.batch_size),
-            )
+            call = functools.partial(fsspec.asyn.sync, fs.loop, _pipe_each, fs, pending, self.batch_size)
+            results = self._call("writing", self.url, call)
             failed = [(item, r) for item, r in zip(pending, results, strict=True) if _is_error(r)]
             if not failed:
                 return
@@ -351,9 +352,7 @@ class FsspecStore(Store):
                 continue
             (path, _), error = failed[0]
             others = f" (and {len(failed) - 1} more keys)" if len(failed) > 1 else ""
-            err = store_error("writing", self._key_url(path), error)
-            err.args = (f"{err.args[0]}{others}",)
-            raise err from error
+            raise store_error("writing", self._key_url(path), error, note=others) from error
 
     def _pipe(self, data: dict[str, bytes]) -> None:
         """Filesystems with directories: one ``fs.pipe`` call, making parents when asked to."""

@@ -83,8 +83,9 @@ class LocalStore(Store):
         except OSError as e:
             raise self._error("reading", key, e) from e
 
-    #: Per-key calls are cheap synchronous system calls: callers may read, decode and write
-    #: chunk by chunk from their own worker threads instead of batching every value in memory.
+    #: Per-key calls are cheap synchronous system calls: callers (Array) may read, decode and
+    #: write chunk by chunk from their own worker threads instead of batching every value in
+    #: memory. A subclass that overrides get/get_many/set/set_many should set this to False.
     inline_io = True
 
     def get_into(self, key: str, alloc: Callable[[int], memoryview]) -> memoryview | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 
 from ..byte_range import ByteRange
 from .base import BytesLike, Store, rebuild_store, validate_key, validate_prefix
@@ -32,16 +32,6 @@ class MemoryStore(Store):
         if byte_range is None:
             return bytes(value)
         return byte_range.apply(value)
-
-    #: Per-key calls are dict look-ups: callers may read and write chunk by chunk from worker
-    #: threads instead of batching.
-    inline_io = True
-
-    def get_into(self, key: str, alloc: Callable[[int], memoryview]) -> memoryview | None:
-        """The value of ``key`` as a read-only view of the stored bytes (no copy; ``alloc`` is
-        not needed since stored values are immutable); ``None`` when missing."""
-        value = self._data.get(validate_key(key))
-        return None if value is None else memoryview(value)
 
     def exists(self, key: str) -> bool:
         """Whether ``key`` holds a value."""

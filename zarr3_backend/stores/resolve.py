@@ -34,7 +34,9 @@ def _url_store(url: str, mode: str, storage_options: dict[str, Any] | None) -> F
     store = FsspecStore.from_url(url, storage_options=storage_options, read_only=read_only)
     if store.protocol in READ_ONLY_PROTOCOLS:
         if mode in ("w", "w-", "r+"):
-            raise ReadOnlyError(f"{url!r} is served over {store.protocol}, which is read-only; mode {mode!r} writes")
+            raise ReadOnlyError(
+                f"{url!r} is served over {store.protocol}, which is read-only; mode {mode!r} writes"
+            )
         return store if store.read_only else store.with_read_only(True)
     return store
 

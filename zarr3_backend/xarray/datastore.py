@@ -27,23 +27,21 @@ from .encoding import (
 )
 
 
-def zarr_format_of(node: Array | Group) -> int:
-    """2 or 3: the format of the node's metadata (3 unless the core says otherwise)."""
-    return int(getattr(node.metadata, "zarr_format", 3))
-
-
 def array_encoding(array: Array, dims: tuple[str, ...]) -> dict[str, Any]:
     """The encoding keys of an array that let a writer keep its layout.
 
     ``chunks`` is the read chunk (inner chunk when sharded), ``shards`` the shard shape or
-    ``None``, and ``preferred_chunks`` the unit of storage (shard, else chunk) so that dask
-    gets one task per stored object.
+    ``None``, ``shard_index`` the shard index settings, the codecs split as ``split_codecs``
+    says, ``chunk_key_encoding`` as in ``zarr.json``, and ``preferred_chunks`` the unit of
+    storage (shard, else chunk) so that dask gets one task per stored object.
     """
+    layout = split_codecs(array.codecs, array.storage_chunks)
     encoding: dict[str, Any] = {
-        "chunks": tuple(array.chunks),
+        "chunks": layout.pop("chunks"),
         "preferred_chunks": dict(zip(dims, array.storage_chunks, strict=True)),
-        "shards": None if array.shards is None else tuple(array.shards),
-        **split_codecs(array.codecs),
+        "shards": layout.pop("shards"),
+        **layout,
+        "chunk_key_encoding": array.metadata.chunk_key_encoding.to_json(),
     }
     if array.dtype.kind == "T":  # numpy StringDType: tell CF encoding not to make it bytes
         encoding["dtype"] = array.dtype
@@ -54,7 +52,10 @@ class Zarr3DataStore(AbstractDataStore):
     """The arrays directly inside one group, as xarray variables (lazy, CF-encoded).
 
     ``members`` may be given when the caller already read the hierarchy (``open_datatree``),
-    so no store call is repeated; ``drop_variables`` are skipped before any checks.
+    so no store call is repeated. ``drop_variables`` are skipped before their metadata is parsed
+    (when the members are listed here, or by a caller that lists with ``skip_arrays``).
+    The zarr ``fill_value`` masks only with ``use_zarr_fill_value_as_mask=True``; by default
+    (as xarray's zarr engine does for v3) it means "never written" and goes to the encoding.
     """
 
     __slots__ = ("_close_store", "_drop", "_members", "_use_fill_as_mask", "group")
@@ -69,11 +70,11 @@ class Zarr3DataStore(AbstractDataStore):
         close_store: bool = False,
     ) -> None:
         self.group = group
-        self._members = dict(group.members(max_depth=1) if members is None else members)
-        if use_zarr_fill_value_as_mask is None:  # xarray's default: v3 fill values mean "never written"
-            use_zarr_fill_value_as_mask = zarr_format_of(group) == 2
-        self._use_fill_as_mask = use_zarr_fill_value_as_mask
         self._drop = frozenset(drop_variables)
+        if members is None:
+            members = group.members(max_depth=1, skip_arrays=self._drop)
+        self._members = dict(members)
+        self._use_fill_as_mask = bool(use_zarr_fill_value_as_mask)
         self._close_store = close_store
 
     # ---- reading ---------------------------------------------------------------------------
@@ -86,7 +87,7 @@ class Zarr3DataStore(AbstractDataStore):
 
     def open_store_variable(self, name: str, array: Array) -> Variable:
         """One lazy variable: dimensions resolved, ``_ARRAY_DIMENSIONS`` hidden, fill value handled
-        the way xarray's zarr engine does for this format."""
+        the way xarray's zarr engine does for Zarr v3."""
         raw_attrs = dict(array.attrs)
         dims = array_dimensions(self._describe(name), array.shape, array.dimension_names, raw_attrs)
         attributes = visible_attributes(raw_attrs)
@@ -96,8 +97,7 @@ class Zarr3DataStore(AbstractDataStore):
             if array.fill_value is not None:
                 attributes["_FillValue"] = array.fill_value
         else:
-            if zarr_format_of(array) == 3:
-                encoding["fill_value"] = array.fill_value
+            encoding["fill_value"] = array.fill_value
             where = f"array {self._describe(name)!r} attribute"
             if "_FillValue" in attributes:
                 attributes["_FillValue"] = decode_fill_value_attr(

@@ -2,8 +2,8 @@
 
 Pure functions: dimension names (``dimension_names``, the legacy ``_ARRAY_DIMENSIONS``
 attribute, generated ``dim_i``), the CF ``_FillValue`` attribute in its base64 and plain JSON
-forms, JSON-safe attribute values, and the split of a codec chain into the
-``filters``/``serializer``/``compressors`` encoding keys that xarray's zarr engine uses.
+forms, JSON-safe attribute values, and the split of a codec chain into the layout encoding keys
+(``chunks``/``shards``/``filters``/``serializer``/``compressors``) that xarray's zarr engine uses.
 """
 
 from __future__ import annotations
@@ -23,6 +23,13 @@ from ..errors import CodecError, MetadataError, ShapeError
 
 #: The attribute older (xarray + zarr v2) stores use to name an array's dimensions.
 DIMENSION_KEY = "_ARRAY_DIMENSIONS"
+
+#: The encoding key of a sharded array's index settings (``index_location``, ``index_codecs``).
+#: xarray's own writer silently drops it (an unknown key in ``variable.encoding``).
+SHARD_INDEX_KEY = "shard_index"
+
+#: The name of the sharding codec in ``zarr.json``.
+SHARDING = "sharding_indexed"
 
 #: Encoding keys the zarr engines understand when writing (``fill_value`` is v3 only).
 ZARR_ENCODING_KEYS = frozenset(
@@ -241,24 +248,71 @@ def codec_kind(codec: Mapping[str, Any]) -> str:
     raise CodecError(f"codec {name!r} is none of array->array, array->bytes, bytes->bytes")
 
 
-def split_codecs(codecs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The ``filters``, ``serializer``, ``compressors`` encoding keys of a codec chain.
-
-    When the chain is a ``sharding_indexed`` codec, its inner chain is split (as zarr-python
-    reports it): the sharding layout itself is carried by the ``chunks``/``shards`` keys.
-    """
-    chain = [dict(c) for c in codecs]
-    if len(chain) == 1 and chain[0].get("name") == "sharding_indexed":
-        chain = [dict(c) for c in (chain[0].get("configuration") or {}).get("codecs", [])]
+def split_chain(chain: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The ``filters``, ``serializer``, ``compressors`` encoding keys of one codec chain, as is
+    (array->array codecs before the array->bytes codec, bytes->bytes codecs after it)."""
     filters: list[dict] = []
     serializer: dict | None = None
     compressors: list[dict] = []
     for c in chain:
         kind = codec_kind(c)
         if kind == "array_array" and serializer is None:
-            filters.append(c)
+            filters.append(dict(c))
         elif kind == "array_bytes" and serializer is None:
-            serializer = c
+            serializer = dict(c)
         else:
-            compressors.append(c)
+            compressors.append(dict(c))
     return {"filters": tuple(filters), "serializer": serializer, "compressors": tuple(compressors)}
+
+
+def split_codecs(codecs: Sequence[Mapping[str, Any]], grid_shape: Sequence[int]) -> dict[str, Any]:
+    """The layout encoding keys of an array with codec chain ``codecs`` and chunk grid shape
+    ``grid_shape``, in a form both ``to_zarr`` writers (ours and xarray's) write back.
+
+    Returns ``chunks``, ``shards``, ``shard_index`` and either the split chain (``filters``,
+    ``serializer``, ``compressors``) or, when the chain cannot be split, the whole chain as
+    ``codecs`` (only our writer reads that key; xarray's falls back to its defaults):
+
+    - unsharded: ``chunks`` is the grid shape, ``shards`` and ``shard_index`` are ``None``;
+    - one ``sharding_indexed`` codec, optionally after ``transpose`` codecs: ``shards`` is the
+      grid shape, ``chunks`` the inner chunk in array axis order, the inner chain is split (the
+      transposes lead its filters) and ``shard_index`` holds ``index_location``/``index_codecs``;
+    - any other chain with sharding (other filters before it, codecs after it): ``chunks`` is the
+      grid shape, ``shards`` ``None`` and ``codecs`` the chain as written.
+    """
+    chain = [dict(c) for c in codecs]
+    grid = tuple(int(n) for n in grid_shape)
+    at = next((i for i, c in enumerate(chain) if c.get("name") == SHARDING), None)
+    if at is None:
+        return {"chunks": grid, "shards": None, SHARD_INDEX_KEY: None, **split_chain(chain)}
+    before, sharding, after = chain[:at], chain[at], chain[at + 1 :]
+    config = dict(sharding.get("configuration") or {})
+    inner_chunks = _inner_chunks_in_array_order(before, config.get("chunk_shape"), len(grid))
+    if after or inner_chunks is None:
+        return {"chunks": grid, "shards": None, SHARD_INDEX_KEY: None, "codecs": tuple(chain)}
+    layout = split_chain([*before, *config.get("codecs", [])])
+    shard_index = {
+        "index_location": config.get("index_location", "end"),
+        "index_codecs": tuple(dict(c) for c in config.get("index_codecs", [])),
+    }
+    return {"chunks": inner_chunks, "shards": grid, SHARD_INDEX_KEY: shard_index, **layout}
+
+
+def _inner_chunks_in_array_order(
+    before: Sequence[Mapping[str, Any]], chunk_shape: Any, ndim: int
+) -> tuple[int, ...] | None:
+    """The sharding codec's inner ``chunk_shape`` in the array's axis order, undoing the
+    ``transpose`` codecs ``before`` it; ``None`` when another codec precedes it or a shape is
+    malformed (the chain is then kept whole)."""
+    if not isinstance(chunk_shape, list | tuple) or len(chunk_shape) != ndim:
+        return None
+    axes = list(range(ndim))  # axes[i]: the array axis that the encoded axis i holds
+    for codec in before:
+        order = (codec.get("configuration") or {}).get("order") if codec.get("name") == "transpose" else None
+        if not isinstance(order, list | tuple) or sorted(order) != list(range(ndim)):
+            return None
+        axes = [axes[int(i)] for i in order]
+    out = [0] * ndim
+    for encoded_axis, array_axis in enumerate(axes):
+        out[array_axis] = int(chunk_shape[encoded_axis])
+    return tuple(out)
