@@ -34,9 +34,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@dataclass(frozen=True)
+@dataclass
 class Request:
-    """One request a server saw."""
+    """One request a server saw; logged when it arrives, ``status`` set before the answer is
+    sent (so a client that has its answer always finds the request in the log)."""
 
     method: str
     path: str  # without the query
@@ -55,16 +56,17 @@ class RequestLog:
     max_in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def start(self) -> None:
+    def start(self, request: Request) -> Request:
         with self.lock:
+            self.entries.append(request)
             self.started += 1
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        return request
 
-    def finish(self, request: Request) -> None:
+    def finish(self) -> None:
         with self.lock:
             self.in_flight -= 1
-            self.entries.append(request)
 
     def clear(self) -> None:
         with self.lock:
@@ -167,9 +169,7 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
         path, query = _split(self.path)
         body = self._body()
         self.close_connection = True
-        request = Request(self.command, path, query, self.headers.get("Range"))
-        proxy.log.start()
-        status: int | None = None
+        request = proxy.log.start(Request(self.command, path, query, self.headers.get("Range")))
         try:
             action = proxy.decide(request)
             if action == "drop":
@@ -182,14 +182,14 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
             if isinstance(action, tuple):
-                status, code = action
-                self._send_error(status, code, path)
+                request.status, code = action
+                self._send_error(request.status, code, path)
                 return
             if proxy.delay:
                 proxy.released.wait(proxy.delay)
-            status = self._forward(proxy, body)
+            self._forward(proxy, body, request)
         finally:
-            proxy.log.finish(Request(request.method, path, query, request.range, status))
+            proxy.log.finish()
 
     def _send_error(self, status: int, code: str, path: str) -> None:
         payload = _S3_ERROR.format(
@@ -203,13 +203,14 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(payload)
 
-    def _forward(self, proxy: Proxy, body: bytes) -> int:
+    def _forward(self, proxy: Proxy, body: bytes, request: Request) -> None:
         conn = http.client.HTTPConnection(proxy.upstream_host, proxy.upstream_port, timeout=30)
         try:
             headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP | {"expect"}}
             conn.request(self.command, self.path, body=body if body else None, headers=headers)
             response = conn.getresponse()
             payload = response.read()
+            request.status = response.status
             self.send_response(response.status, response.reason)
             for k, v in response.getheaders():
                 if k.lower() not in _HOP_BY_HOP | {"content-length", "date", "server"}:
@@ -220,7 +221,6 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(payload)
-            return response.status
         finally:
             conn.close()
 
@@ -343,25 +343,26 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
     def _serve(self, send_body: bool) -> None:
         owner = self.server.owner
         path, query = _split(self.path)
-        request = Request(self.command, path, query, self.headers.get("Range"))
-        owner.log.start()
-        status = None
+        request = owner.log.start(Request(self.command, path, query, self.headers.get("Range")))
         try:
-            status = self._respond(owner, send_body)
+            self._respond(owner, send_body, request)
         finally:
-            owner.log.finish(Request(request.method, path, query, request.range, status))
+            owner.log.finish()
 
-    def _respond(self, owner: RangeHTTPServer, send_body: bool) -> int:
+    def _respond(self, owner: RangeHTTPServer, send_body: bool, request: Request) -> None:
         if owner.take_failure():
+            request.status = 503
             self.send_error(503, "injected by the test server")
-            return 503
+            return
         local = self.translate_path(self.path)
         if os.path.isdir(local):
+            request.status = 200
             (super().do_GET if send_body else super().do_HEAD)()
-            return 200
+            return
         if not os.path.isfile(local):
+            request.status = 404
             self.send_error(404)
-            return 404
+            return
         with open(local, "rb") as f:
             data = f.read()
         status, headers = 200, {}
@@ -373,14 +374,16 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
                 window = (0, len(data))  # not understood: ignore the header, like many servers
             else:
                 if window is None:
+                    request.status = 416
                     self.send_response(416)
                     self.send_header("Content-Range", f"bytes */{len(data)}")
                     self.send_header("Content-Length", "0")
                     self.end_headers()
-                    return 416
+                    return
                 status = 206
                 headers["Content-Range"] = f"bytes {window[0]}-{window[1] - 1}/{len(data)}"
             data = data[window[0] : window[1]]
+        request.status = status
         self.send_response(status)
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Accept-Ranges", "bytes")
@@ -390,7 +393,6 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
         self.end_headers()
         if send_body:
             self.wfile.write(data)
-        return status
 
 
 class _RangeServer(http.server.ThreadingHTTPServer):

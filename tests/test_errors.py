@@ -1,31 +1,55 @@
-"""Each typed error: the right class, a message naming the culprit, nothing written by the call."""
+"""Each typed error: the right class (always a Zarr3Error), a message naming the culprit, and
+nothing written to the store by the call that failed."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
 
 import zarr3_backend as z3
 from zarr3_backend import errors
+from zarr3_backend.codecs import BloscCodec, ChunkSpec
+from zarr3_backend.stores import StoreArgumentError
+
+BLOSC = [{"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle"}}]
+ZSTD_CRC = [{"name": "zstd", "configuration": {"level": 1, "checksum": False}}, {"name": "crc32c"}]
+
+
+@contextmanager
+def zraises(exc: type[Exception], match: str) -> Iterator[pytest.ExceptionInfo]:
+    """``pytest.raises`` that also checks the error belongs to the package's hierarchy."""
+    with pytest.raises(exc, match=match) as info:
+        yield info
+    assert isinstance(info.value, errors.Zarr3Error), type(info.value).__mro__
 
 
 def snapshot(store) -> dict:
+    """Every key and value of a store; for a LocalStore every file and directory on disk too
+    (a failed call must not leave an empty directory or a temporary file behind)."""
+    if isinstance(store, z3.LocalStore):
+        found: dict = {}
+        for dirpath, dirnames, filenames in os.walk(store.root):
+            rel = os.path.relpath(dirpath, store.root)
+            for d in dirnames:
+                found[os.path.join(rel, d) + "/"] = None
+            for f in filenames:
+                with open(os.path.join(dirpath, f), "rb") as fh:
+                    found[os.path.join(rel, f)] = fh.read()
+        return found
     return {k: store.get(k) for k in store.list()}
 
 
-@pytest.fixture
-def store():
-    s = z3.MemoryStore()
-    a = z3.create_array(
-        s,
-        "x",
-        shape=(4,),
-        dtype="f4",
-        chunks=(2,),
-        compressors=[{"name": "zstd", "configuration": {"level": 1, "checksum": False}}, {"name": "crc32c"}],
-    )
+@pytest.fixture(params=["memory", "local"])
+def store(request, tmp_path):
+    """A store holding float32 array ``x`` (4 elements, chunks of 2, zstd + crc32c) = 0..3."""
+    s = z3.MemoryStore() if request.param == "memory" else z3.LocalStore(tmp_path / "root")
+    a = z3.create_array(s, "x", shape=(4,), dtype="f4", chunks=(2,), compressors=ZSTD_CRC)
     a[:] = np.arange(4)
     return s
 
@@ -40,19 +64,34 @@ def test_root_of_hierarchy():
         "CorruptionError",
         "ChecksumError",
         "NodeNotFoundError",
+        "ArrayNotFoundError",
+        "GroupNotFoundError",
         "NodeExistsError",
         "ReadOnlyError",
         "SelectionError",
         "ShapeError",
+        "ChunkAlignmentError",
         "StoreError",
         "InvalidKeyError",
     ]:
-        assert issubclass(getattr(errors, name), errors.Zarr3Error)
+        assert issubclass(getattr(errors, name), errors.Zarr3Error), name
+    assert issubclass(StoreArgumentError, errors.Zarr3Error)
 
 
-def test_invalid_json(store):
+# ---- metadata ----------------------------------------------------------------------------------
+def test_invalid_json_names_the_key(store):
     store.set("x/zarr.json", b"{not json")
-    with pytest.raises(errors.MetadataError, match="x"):
+    with zraises(errors.MetadataError, match="x/zarr.json"):
+        z3.open_array(store, "x")
+    with zraises(errors.MetadataError, match="x/zarr.json"):
+        z3.open_group(store, mode="r")["x"]
+
+
+def test_missing_required_field_names_field_and_array(store):
+    doc = json.loads(store.get("x/zarr.json"))
+    del doc["shape"]
+    store.set("x/zarr.json", json.dumps(doc).encode())
+    with zraises(errors.MetadataError, match=r"'x'.*'shape'"):
         z3.open_array(store, "x")
 
 
@@ -60,7 +99,7 @@ def test_unknown_field_vs_must_understand_false(store):
     doc = json.loads(store.get("x/zarr.json"))
     doc["surprise"] = {"must_understand": True}
     store.set("x/zarr.json", json.dumps(doc).encode())
-    with pytest.raises(errors.UnknownFieldError, match="surprise"):
+    with zraises(errors.UnknownFieldError, match="surprise"):
         z3.open_array(store, "x")
     doc["surprise"] = {"must_understand": False, "value": 1}
     store.set("x/zarr.json", json.dumps(doc).encode())
@@ -71,36 +110,144 @@ def test_unknown_codec_on_open(store):
     doc = json.loads(store.get("x/zarr.json"))
     doc["codecs"].append({"name": "mystery"})
     store.set("x/zarr.json", json.dumps(doc).encode())
-    with pytest.raises(errors.UnknownCodecError, match="mystery"):
+    with zraises(errors.UnknownCodecError, match="mystery"):
         z3.open_array(store, "x")
 
 
 def test_unknown_codec_on_create_writes_nothing(store):
     before = snapshot(store)
-    with pytest.raises(errors.UnknownCodecError, match="nope"):
-        z3.create_array(store, "y", shape=(2,), dtype="i4", compressors=[{"name": "nope"}])
+    with zraises(errors.UnknownCodecError, match="nope"):
+        z3.create_array(store, "g/y", shape=(2,), dtype="i4", compressors=[{"name": "nope"}])
     assert snapshot(store) == before
 
 
-def test_bad_dtype_and_fill_write_nothing(store):
+def test_bad_codec_configuration_writes_nothing(store):
     before = snapshot(store)
-    with pytest.raises(errors.DataTypeError, match=r"float128|f16"):
-        z3.create_array(store, "y", shape=(2,), dtype="float128")
-    with pytest.raises(errors.DataTypeError, match="300"):
-        z3.create_array(store, "y", shape=(2,), dtype="uint8", fill_value=300)
+    with zraises(errors.CodecError, match=r"gzip.*level.*12"):
+        z3.create_array(
+            store,
+            "g/y",
+            shape=(2,),
+            dtype="i4",
+            compressors=[{"name": "gzip", "configuration": {"level": 12}}],
+        )
+    with zraises(errors.CodecError, match=r"gzip.*level.*12"):
+        z3.create_array(
+            store,
+            "g/y",
+            shape=(2,),
+            dtype="i4",
+            codecs=[{"name": "bytes"}, {"name": "gzip", "configuration": {"level": 12}}],
+        )
     assert snapshot(store) == before
 
 
-def test_shards_not_multiple_of_chunks_writes_nothing(store):
+def test_codec_chain_of_wrong_form_writes_nothing(store):
     before = snapshot(store)
-    with pytest.raises(errors.ShapeError, match=r"\(10,\).*\(3,\)"):
-        z3.create_array(store, "y", shape=(20,), dtype="i4", chunks=(3,), shards=(10,))
+    with zraises(errors.CodecError, match="gzip"):
+        z3.create_array(store, "y", shape=(2,), dtype="i4", codecs=[{"name": "gzip"}, {"name": "bytes"}])
     assert snapshot(store) == before
 
 
+def test_codecs_chain_with_compressors_writes_nothing(store):
+    before = snapshot(store)
+    with zraises(errors.CodecError, match="compressors"):
+        z3.create_array(
+            store,
+            "y",
+            shape=(2,),
+            dtype="i4",
+            codecs=[{"name": "bytes", "configuration": {"endian": "little"}}],
+            compressors=[{"name": "gzip"}],
+        )
+    assert snapshot(store) == before
+
+
+def test_bad_dimension_names_write_nothing(store):
+    before = snapshot(store)
+    with zraises(errors.MetadataError, match=r"dimension_names.*2"):
+        z3.create_array(store, "g/y", shape=(4,), dtype="i4", dimension_names=("a", "b"))
+    with zraises(errors.MetadataError, match="dimension_names"):
+        z3.create_array(store, "g/y", shape=(4,), dtype="i4", dimension_names=(1,))
+    assert snapshot(store) == before
+
+
+# ---- data types and fill values ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"dtype": "float33"}, "float33"),
+        ({"dtype": "float128"}, r"float128|f16"),
+        ({"dtype": "uint8", "fill_value": 300}, "300"),
+        ({"dtype": "int8", "fill_value": "NaN"}, r"NaN.*int8"),
+    ],
+)
+def test_bad_dtype_and_fill_write_nothing(store, kwargs, match):
+    before = snapshot(store)
+    with zraises(errors.DataTypeError, match=match):
+        z3.create_array(store, "g/y", shape=(2,), **kwargs)
+    assert snapshot(store) == before
+
+
+def test_bad_dtype_at_new_path_creates_no_directory(tmp_path):
+    with zraises(errors.DataTypeError, match="float33"):
+        z3.create_array(tmp_path / "new.zarr", "g/y", shape=(2,), dtype="float33")
+    assert not (tmp_path / "new.zarr").exists()
+
+
+# ---- shapes ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"shape": (20,), "chunks": (3,), "shards": (10,)}, r"\(10,\).*\(3,\)"),
+        ({"shape": (4,), "chunks": (2.5,)}, r"chunks.*2\.5"),
+        ({"shape": (4.0,)}, r"shape.*4\.0"),
+        ({"shape": "abc"}, r"shape.*abc"),
+        ({"shape": (-4,)}, r"shape.*-4"),
+        ({"shape": (4, -1), "chunks": (2, 2)}, r"shape.*-1"),
+        ({"shape": (4,), "chunks": (-1,)}, r"chunks.*-1"),
+        ({"shape": (4,), "chunks": (0,)}, r"chunk.*\(0,\)"),
+        ({"shape": (4, 4), "chunks": (2,)}, r"chunks.*\(2,\)"),
+    ],
+)
+def test_bad_shapes_write_nothing(store, kwargs, match):
+    before = snapshot(store)
+    with zraises(errors.ShapeError, match=match):
+        z3.create_array(store, "g/y", dtype="i4", **kwargs)
+    assert snapshot(store) == before
+
+
+def test_value_of_wrong_shape_writes_nothing(store):
+    a = z3.open_array(store, "x", mode="r+")
+    before = snapshot(store)
+    with zraises(errors.ShapeError, match=r"'x'.*\(3,\).*\(4,\)"):
+        a[:] = np.arange(3)
+    with zraises(errors.ShapeError, match=r"'x'.*str"):
+        a[:] = "hello"
+    with zraises(errors.ShapeError, match=r"'x'.*\(4, 4\)"):
+        a.resize((4, 4))
+    assert snapshot(store) == before
+
+
+# ---- store and mode arguments ------------------------------------------------------------------
+@pytest.mark.parametrize("bad", ["x", "rw", "W"])
+def test_bad_mode_writes_nothing(tmp_path, store, bad):
+    before = snapshot(store)
+    with zraises(StoreArgumentError, match=re.escape(repr(bad))) as info:
+        z3.open_group(store, mode=bad)
+    assert isinstance(info.value, ValueError)
+    with zraises(StoreArgumentError, match=re.escape(repr(bad))):
+        z3.open_array(store, "x", mode=bad)
+    with zraises(StoreArgumentError, match=re.escape(repr(bad))):
+        z3.open_group(tmp_path / "new.zarr", mode=bad)
+    assert snapshot(store) == before
+    assert not (tmp_path / "new.zarr").exists()
+
+
+# ---- corruption --------------------------------------------------------------------------------
 def test_truncated_chunk(store):
     store.set("x/c/1", store.get("x/c/1")[:3])
-    with pytest.raises(errors.CorruptionError, match="x/c/1"):
+    with zraises(errors.CorruptionError, match="x/c/1"):
         z3.open_array(store, "x")[...]
 
 
@@ -108,43 +255,172 @@ def test_checksum_mismatch(store):
     data = bytearray(store.get("x/c/0"))
     data[-1] ^= 0xFF
     store.set("x/c/0", bytes(data))
-    with pytest.raises(errors.ChecksumError, match="x/c/0"):
+    with zraises(errors.ChecksumError, match="x/c/0"):
         z3.open_array(store, "x")[:2]
+    assert z3.open_array(store, "x")[2:].tolist() == [2, 3]  # the other chunk still reads
 
 
-def test_node_not_found_and_exists(store):
-    with pytest.raises(errors.ArrayNotFoundError, match="nothere"):
+# Blosc header: 0 version, 4-7 uncompressed size, 8-11 block size, 12-15 compressed size.
+@pytest.mark.parametrize("offset", [0, 2, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15])
+def test_corrupted_blosc_header_raises_corruption_error(offset):
+    s = z3.MemoryStore()
+    a = z3.create_array(s, "b", shape=(8,), dtype="f8", chunks=(4,), compressors=BLOSC)
+    a[:] = np.arange(8.0)
+    frame = bytearray(s.get("b/c/1"))
+    frame[offset] ^= 0xFF
+    s.set("b/c/1", bytes(frame))
+    with zraises(errors.CorruptionError, match="b/c/1"):
+        a[...]
+    with zraises(errors.CorruptionError, match="blosc"):  # the codec alone, without the array
+        BloscCodec(cname="lz4", shuffle="shuffle", typesize=8).decode(
+            bytes(frame), ChunkSpec((4,), np.dtype("f8"), 0.0)
+        )
+    np.testing.assert_array_equal(a[:4], np.arange(4.0))  # the intact chunk still reads
+
+
+def test_corrupted_blosc_frames_only_raise_package_errors():
+    """Random byte damage and truncation either decode or raise a CorruptionError (never a
+    SystemError, MemoryError or a crash inside the C library)."""
+    rng = np.random.default_rng(7)
+    spec = ChunkSpec((256,), np.dtype("f8"), 0.0)
+    codec = BloscCodec(cname="zstd", shuffle="bitshuffle", typesize=8)
+    frame = codec.encode(rng.standard_normal(256).tobytes(), spec)
+    for _ in range(300):
+        damaged = bytearray(frame)
+        for _ in range(int(rng.integers(1, 4))):
+            damaged[int(rng.integers(0, 16))] = int(rng.integers(0, 256))
+        if rng.random() < 0.3:
+            damaged = damaged[: int(rng.integers(0, len(damaged)))]
+        try:
+            codec.decode(bytes(damaged), spec)
+        except errors.CorruptionError:
+            pass
+
+
+# ---- hierarchy ---------------------------------------------------------------------------------
+def test_node_not_found(store):
+    with zraises(errors.ArrayNotFoundError, match="nothere"):
         z3.open_array(store, "nothere")
-    with pytest.raises(errors.GroupNotFoundError, match="nothere"):
+    with zraises(errors.GroupNotFoundError, match="nothere"):
         z3.open_group(store, "nothere", mode="r")
-    with pytest.raises(errors.NodeExistsError, match="'x'"):
+    z3.create_group(store, "g")
+    with zraises(errors.ArrayNotFoundError, match=r"'g'.*group"):
+        z3.open_array(store, "g")
+
+
+def test_node_exists_writes_nothing(store):
+    z3.create_group(store, "g", attributes={"keep": 1})
+    before = snapshot(store)
+    with zraises(errors.NodeExistsError, match="'x'"):
         z3.create_group(store, "x")
+    with zraises(errors.NodeExistsError, match="'x'"):
+        z3.create_array(store, "x", shape=(1,), dtype="i1")
+    with zraises(errors.NodeExistsError, match="'g'"):
+        z3.create_array(store, "g", shape=(1,), dtype="i1")
+    with zraises(errors.NodeExistsError, match="'x'"):
+        z3.open_group(store, "x", mode="w-")
+    with zraises(errors.NodeExistsError, match=r"'x/c'.*'x'.*array"):
+        z3.create_group(store, "x/c")  # an array cannot have children
+    with zraises(errors.NodeExistsError, match=r"'x/sub/y'.*'x'.*array"):
+        z3.create_array(store, "x/sub/y", shape=(1,), dtype="i1")
+    assert snapshot(store) == before
+    assert z3.open_array(store, "x")[...].tolist() == [0, 1, 2, 3]
 
 
-def test_read_only_writes_nothing(store):
+# ---- read-only ---------------------------------------------------------------------------------
+def test_read_only_array_names_it_and_writes_nothing(store):
     before = snapshot(store)
     a = z3.open_array(store, "x", mode="r")
-    with pytest.raises(errors.ReadOnlyError):
+    with zraises(errors.ReadOnlyError, match="array 'x'"):
         a[:] = 5
-    with pytest.raises(errors.ReadOnlyError):
+    with zraises(errors.ReadOnlyError, match="array 'x'"):
+        a.oindex[[0, 2]] = 5
+    with zraises(errors.ReadOnlyError, match="array 'x'"):
+        a.vindex[[1]] = 5
+    with zraises(errors.ReadOnlyError, match="array 'x'"):
         a.resize(8)
+    with zraises(errors.ReadOnlyError, match="array 'x'"):
+        a.attrs["new"] = 1
     assert snapshot(store) == before
 
 
-def test_out_of_bounds_selection(store):
-    a = z3.open_array(store, "x")
-    with pytest.raises(errors.SelectionError):
+def test_read_only_group_and_store_write_nothing(store):
+    before = snapshot(store)
+    g = z3.open_group(store, mode="r")
+    with zraises(errors.ReadOnlyError, match="group '/'"):
+        g.create_array("y", shape=(1,), dtype="i1")
+    with zraises(errors.ReadOnlyError, match="group '/'"):
+        g.create_group("h")
+    ro = store.with_read_only()
+    with zraises(errors.ReadOnlyError, match="'x/c/0'"):
+        ro.set("x/c/0", b"junk")
+    with zraises(errors.ReadOnlyError, match="'x/c/0'"):
+        ro.erase("x/c/0")
+    with zraises(errors.ReadOnlyError, match="'r\\+'"):
+        z3.open_array(ro, "x", mode="r+")
+    with zraises(errors.ReadOnlyError, match="read-only"):
+        z3.create_array(ro, "y", shape=(1,), dtype="i1")
+    assert snapshot(store) == before
+
+
+# ---- selections --------------------------------------------------------------------------------
+def test_out_of_bounds_names_index_axis_and_size(store):
+    a = z3.open_array(store, "x", mode="r+")
+    before = snapshot(store)
+    with zraises(errors.SelectionError, match=r"index 7 .*axis 0 .*size 4"):
         a[7]
-    with pytest.raises(IndexError):  # also a plain IndexError for numpy-style callers
+    with zraises(errors.SelectionError, match=r"index -5 .*axis 0 .*size 4") as info:
         a[-5]
+    assert isinstance(info.value, IndexError)  # also a plain IndexError for numpy-style callers
+    with zraises(errors.SelectionError, match=r"index 9 .*axis 0 .*size 4"):
+        a.oindex[[0, 9]]
+    with zraises(errors.SelectionError, match=r"index -9 .*axis 0 .*size 4"):
+        a.vindex[[0, -9]]
+    with zraises(errors.SelectionError, match=r"index 9 .*axis 0 .*size 4"):
+        a[9] = 1.0
+    with zraises(errors.SelectionError, match=r"index 4 .*axis 0 .*size 4"):
+        a.oindex[[1, 4]] = 1.0  # index 1 is valid: nothing may be written before the check
+    assert snapshot(store) == before
 
 
-@pytest.mark.parametrize("bad", ["../evil", "a/../../b", "/abs", "a\\b"])
-def test_keys_cannot_escape(tmp_path, bad):
+def test_out_of_bounds_on_second_axis_names_it(store):
+    a = z3.create_array(store, "m", shape=(3, 5), dtype="i2", chunks=(2, 2))
+    with zraises(errors.SelectionError, match=r"index 5 .*axis 1 .*size 5"):
+        a[0, 5]
+    with zraises(errors.SelectionError, match=r"index -6 .*axis 1 .*size 5"):
+        a.oindex[:, [0, -6]]
+    with zraises(errors.SelectionError, match=r"1\.5.*axis 0|axis 0.*1\.5"):
+        a[1.5]
+
+
+# ---- keys --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", ["../evil", "a/../../evil", "/abs", "a\\b", "a//b", ""])
+def test_store_keys_cannot_escape(tmp_path, bad):
     s = z3.LocalStore(tmp_path / "root")
-    with pytest.raises(errors.InvalidKeyError):
+    with zraises(errors.InvalidKeyError, match=re.escape(repr(bad))):
         s.set(bad, b"x")
-    if not bad.startswith("/"):  # a node path may start with "/" (it names the root)
-        with pytest.raises(errors.InvalidKeyError):
-            z3.create_array(s, bad, shape=(1,), dtype="i1")
+    with zraises(errors.InvalidKeyError, match=re.escape(repr(bad))):
+        s.set_many({"ok": b"1", bad: b"x"})
+    assert snapshot(s) == {}
     assert not (tmp_path / "evil").exists()
+
+
+@pytest.mark.parametrize("bad", ["../evil", "a/../../evil", "a\\b", "a//b", "x/./y"])
+def test_node_paths_cannot_escape(tmp_path, bad):
+    s = z3.LocalStore(tmp_path / "root")
+    z3.create_group(s)
+    before = snapshot(s)
+    with zraises(errors.InvalidKeyError, match=re.escape(repr(bad))):
+        z3.create_array(s, bad, shape=(1,), dtype="i1")
+    with zraises(errors.InvalidKeyError, match=re.escape(repr(bad))):
+        z3.create_group(s, bad)
+    assert snapshot(s) == before
+    assert sorted(os.listdir(tmp_path)) == ["root"]
+
+
+@pytest.mark.parametrize("bad", ["...", "__res", "g/__x"])
+def test_reserved_node_names_write_nothing(store, bad):
+    before = snapshot(store)
+    with zraises(errors.InvalidKeyError, match=re.escape(repr(bad.rsplit("/", 1)[-1]))):
+        z3.create_group(store, bad)
+    assert snapshot(store) == before

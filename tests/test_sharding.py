@@ -29,11 +29,18 @@ from zarr3_backend.codecs.sharding import (
     decode_index,
     encode_index,
     index_spec,
-    is_fill,
+    inner_indexer,
     merge_ranges,
-    touched_chunks,
 )
-from zarr3_backend.errors import ChecksumError, CodecError, CorruptionError, SelectionError, Zarr3Error
+from zarr3_backend.codecs.fill import is_fill
+from zarr3_backend.errors import (
+    ChecksumError,
+    CodecError,
+    CorruptionError,
+    SelectionError,
+    UnknownCodecError,
+    Zarr3Error,
+)
 from zarr3_backend.stores import MemoryStore, Store
 
 BYTES = {"name": "bytes", "configuration": {"endian": "little"}}
@@ -139,6 +146,29 @@ def test_all_empty_shard_encodes_to_none():
     assert codec.encode(np.full((4, 4), 3.0), spec) is None
 
 
+def test_write_empty_chunks_stores_every_inner_chunk():
+    nested = {"name": "sharding_indexed", "configuration": {"chunk_shape": [1, 1], "codecs": [BYTES]}}
+    for inner in ([BYTES, GZIP], [nested]):
+        codec, spec = make((4, 4), (2, 2), fill=3, codecs=inner)
+        fill = np.full((4, 4), 3.0)
+        assert codec.encode(fill, spec) is None
+        data = codec.encode(fill, spec, write_empty_chunks=True)
+        assert data is not None
+        index = raw_index(data, 4, "end", crc=True)
+        assert (index[:, 0] != EMPTY).all()
+        np.testing.assert_array_equal(codec.decode(data, spec), fill)
+        # the flag reaches the codec through a chain holding it
+        chain = CodecChain.build([codec], spec)
+        assert chain.encode(fill) is None
+        assert bytes(chain.encode(fill, write_empty_chunks=True)) == data
+    # nested: the inner shards store their fill chunks too (4 entries of 1 x 1 each)
+    off, nb = (int(v) for v in index[0])
+    assert (raw_index(data[off : off + nb], 4, "end", crc=True)[:, 0] != EMPTY).all()
+    # a chain without sharding ignores the flag
+    plain = CodecChain.build([BYTES], ChunkSpec((2,), np.dtype("f8"), 0.0))
+    assert bytes(plain.encode(np.zeros(2), write_empty_chunks=True)) == bytes(16)
+
+
 def test_nan_fill_is_bit_level_and_nan_aware():
     codec, spec = make((4,), (2,), fill=np.nan)
     # all-NaN chunk (any payload) is empty; -0.0 is not the fill 0.0 of another array
@@ -166,6 +196,28 @@ def test_is_fill_kinds():
     assert is_fill(np.zeros(2, dtype="S3"), b"")
     assert not is_fill(np.array([b"a", b""], dtype="S3"), b"")
     assert is_fill(np.array([True, True]), True)
+    # the fast first/last probe must not decide alone: -0.0 hides in the middle
+    assert not is_fill(np.array([0.0, -0.0, 0.0]), 0.0)
+    assert not is_fill(np.array([0.0, 1.0, 0.0], dtype="f2"), 0.0)
+    assert not is_fill(np.array([np.nan, 1.0, np.nan]), np.nan)
+    raw = np.dtype("V3")
+    assert is_fill(np.zeros(4, dtype=raw), np.void(b"\x00\x00\x00"))
+    assert not is_fill(np.frombuffer(b"\x00" * 5 + b"\x01" + b"\x00" * 3, dtype=raw), np.void(b"\x00" * 3))
+    rec = np.dtype([("a", "<f4"), ("b", "<i2")])
+    assert is_fill(np.zeros(3, dtype=rec), np.zeros((), dtype=rec)[()])
+    signed = np.zeros(3, dtype=rec)
+    signed["a"][1] = -0.0
+    assert not is_fill(signed, np.zeros((), dtype=rec)[()])
+    nat = np.array(["NaT", "NaT"], dtype="M8[s]")
+    assert is_fill(nat, np.datetime64("NaT", "s")) and not is_fill(nat, np.datetime64(0, "s"))
+    assert is_fill(np.array(["", ""], dtype=object), "") and not is_fill(np.array(["", "x"], dtype=object), "")
+
+
+def test_array_and_sharding_share_one_is_fill():
+    import zarr3_backend.codecs.sharding as sharding_module
+    import zarr3_backend.core.array as array_module
+
+    assert array_module.is_fill is is_fill and sharding_module.is_fill is is_fill
 
 
 def test_nested_sharding_round_trip_and_partial_read():
@@ -185,7 +237,8 @@ def test_nested_sharding_round_trip_and_partial_read():
     nested_off, nested_nb = (int(v) for v in raw_index(data, 4, "start", crc=True)[1])
     assert reader.calls[1][0] == ByteRange(nested_off + nested_nb - 68, 68)  # nested index: its suffix
     nested_index = raw_index(data[nested_off : nested_off + nested_nb], 4, "end", crc=True)
-    assert reader.calls[2][0] == ByteRange(nested_off + int(nested_index[0][0]), int(nested_index[0][1]))
+    # the nested index sits at its end: the chunk's range is extended over it
+    assert reader.calls[2][0] == ByteRange(nested_off + int(nested_index[0][0]), int(nested_index[0][1]) + 68)
     # a region covering whole nested shards reads them in one merged range
     reader = CountingReader(data)
     np.testing.assert_array_equal(
@@ -244,6 +297,30 @@ def test_ndim_mismatch_and_bad_config():
         make((4,), (2,), codecs=[GZIP])
 
 
+@pytest.mark.parametrize(
+    ("config", "error", "message"),
+    [
+        ({"codecs": [{"name": "nope"}]}, UnknownCodecError, r"^sharding_indexed codecs: unknown codec 'nope'"),
+        ({"index_codecs": [{"name": "nope"}]}, UnknownCodecError, r"^sharding_indexed index_codecs: unknown codec"),
+        ({"codecs": [GZIP]}, CodecError, r"^sharding_indexed codecs: .*array->bytes"),
+        ({"index_codecs": [CRC]}, CodecError, r"^sharding_indexed index_codecs: .*array->bytes"),
+        ({"index_codecs": [CRC, BYTES]}, CodecError, r"^sharding_indexed index_codecs: .*'crc32c' must come after"),
+        ({"index_codecs": [BYTES, GZIP]}, CodecError, r"^sharding_indexed index_codecs: .*no fixed encoded size"),
+        ({"codecs": BYTES}, CodecError, r"^sharding_indexed codecs: must be a list"),
+        ({"index_codecs": "bytes"}, CodecError, r"^sharding_indexed index_codecs: must be a list"),
+    ],
+)
+def test_bad_inner_or_index_chain_names_the_list_at_fault(config, error, message):
+    with pytest.raises(error, match=message):
+        make((4,), (2,), **config)
+    # the same through an array: nothing is written
+    store = MemoryStore()
+    codecs = [{"name": "sharding_indexed", "configuration": {"chunk_shape": [2], **config}}]
+    with pytest.raises(error, match=message):
+        z3.create_array(store, path="a", shape=(8,), dtype="float64", chunks=(4,), codecs=codecs)
+    assert list(store.list()) == []
+
+
 # --- index format pure functions ----------------------------------------------------------------
 def test_index_encode_decode_round_trip():
     chain = CodecChain.build([BYTES, CRC], index_spec((2, 3)))
@@ -278,6 +355,8 @@ def test_check_index_bounds():
         check_index(index, 10, 19)
     with pytest.raises(CorruptionError, match=r"inner chunk \(0,\).*into the shard index"):
         check_index(index, 11, 20)
+    with pytest.raises(CorruptionError, match=r"inner chunk \(2,\).*into the shard index"):
+        check_index(index, 10, 19, size=19 + 68)  # an index at the end follows the chunk data
     huge = np.array([[2**63, 2**63 + 5]], dtype=np.uint64)  # offset + nbytes overflows uint64
     with pytest.raises(CorruptionError, match="past the end"):
         check_index(huge, 0, EMPTY)
@@ -296,21 +375,69 @@ def test_merge_ranges():
     assert merge_ranges([]) == ([], [])
 
 
-def test_touched_chunks():
-    got = list(touched_chunks(((1, 5), (0, 2)), (2, 2)))
-    assert [t.coords for t in got] == [(0, 0), (1, 0), (2, 0)]
-    assert [t.is_complete for t in got] == [False, True, False]
-    assert got[0].chunk_selection == (slice(1, 2), slice(0, 2)) and got[0].out_selection == (
-        slice(0, 1),
-        slice(0, 2),
-    )
-    assert got[2].chunk_selection == (slice(0, 1), slice(0, 2)) and got[2].out_selection == (
-        slice(3, 4),
-        slice(0, 2),
-    )
+def test_inner_indexer_touches_only_the_selected_inner_chunks():
+    shape, chunks = (8, 8), (2, 2)
+    got = list(inner_indexer((slice(1, 5), slice(0, 2)), shape, chunks))
+    assert [q.chunk_coords for q in got] == [(0, 0), (1, 0), (2, 0)]
+    assert [q.is_complete for q in got] == [False, True, False]
+    # a stepped slice skips the inner chunks between its elements
+    assert [q.chunk_coords for q in inner_indexer((slice(0, 8, 5), 7), shape, chunks)] == [(0, 3), (2, 3)]
+    # np.ix_-shaped arrays (what the Array's orthogonal indexer hands over) are an outer product
+    rows, cols = np.array([[0], [7]]), np.array([[1, 6]])
+    assert sorted(q.chunk_coords for q in inner_indexer((rows, cols), shape, chunks)) == [
+        (0, 0),
+        (0, 3),
+        (3, 0),
+        (3, 3),
+    ]
+    # same-shape point arrays (vectorized) touch one chunk per point, not the box around them
+    pts = (np.array([0, 7]), np.array([1, 6]))
+    assert [q.chunk_coords for q in inner_indexer(pts, shape, chunks)] == [(0, 0), (3, 3)]
 
 
-# --- partial reads ------------------------------------------------------------------------------
+INNER_SELECTIONS = [
+    (slice(None),),
+    (slice(1, 7, 3), slice(None, None, -2)),
+    (3, slice(2, None, 5)),
+    (slice(5, 0, -1), 6),
+    (np.array([[0], [7], [3]]), np.array([[6, 1]])),  # np.ix_ form
+    (np.array([7, 0, 0]), slice(1, 6, 2)),  # one 1-d array (orthogonal), duplicates, unordered
+    (2, np.array([5, 1])),
+    (np.array([1, 7, 1, 4]), np.array([0, 7, 0, 3])),  # points (vectorized), a repeated one
+    (np.array([[0, 7], [3, 3]]), np.array([[1, 1], [6, 2]])),  # 2-d points
+    (np.array([1, 6]), slice(None), np.array([0, 2])),  # arrays apart around a slice: numpy moves them first
+]
+
+
+@pytest.mark.parametrize("sel", INNER_SELECTIONS, ids=range(len(INNER_SELECTIONS)))
+@pytest.mark.parametrize("nested", [False, True], ids=["flat", "nested"])
+@pytest.mark.parametrize("location", ["start", "end"])
+def test_selection_forms_read_and_write_like_numpy(sel, nested, location):
+    ndim = len(sel) if len(sel) == 3 else 2
+    shape = (8, 8, 4)[:ndim]
+    inner = [BYTES, ZSTD]
+    if nested:  # inner chunks (4, 4[, 4]) that are themselves shards of (2, 2[, 2])
+        inner = [{"name": "sharding_indexed", "configuration": {"chunk_shape": [2] * ndim, "codecs": inner}}]
+    chunks = (4 if nested else 2,) * ndim
+    codec, spec = make(shape, chunks, fill=-1, index_location=location, codecs=inner)
+    shard = sample(shape)
+    shard[:2, :2] = -1  # an empty inner chunk inside the selections
+    data = codec.encode(shard, spec)
+    expected = shard[sel]
+    got = codec.decode_partial(CountingReader(data), sel, spec)
+    assert got.shape == expected.shape
+    np.testing.assert_array_equal(got, expected)
+    out = np.full(expected.shape, 99.0)
+    assert codec.decode_into(data, sel, spec, out) is None
+    np.testing.assert_array_equal(out, expected)
+    value = np.arange(expected.size, dtype="float64").reshape(expected.shape)
+    merged = shard.copy()
+    merged[sel] = value
+    new = codec.encode_partial(data, sel, value, spec)
+    assert new == codec.encode(merged, spec)  # byte for byte what a full re-encode gives
+    np.testing.assert_array_equal(codec.decode(new, spec), merged)
+
+
 @pytest.mark.parametrize("location", ["start", "end"])
 def test_partial_read_one_inner_chunk_is_two_requests(location):
     codec, spec = make((16, 16), (4, 4), codecs=[BYTES, ZSTD], index_location=location)
@@ -323,7 +450,8 @@ def test_partial_read_one_inner_chunk_is_two_requests(location):
     expected_index_range = ByteRange(0, 16 * 16 + 4) if location == "start" else ByteRange.suffix(16 * 16 + 4)
     assert reader.calls[0] == [expected_index_range]
     off, nb = raw_index(data, 16, location, crc=True)[1 * 4 + 2]
-    assert reader.calls[1] == [ByteRange(int(off), int(nb))]
+    guard = 16 * 16 + 4 if location == "end" else 0  # an index at the end: read over it too
+    assert reader.calls[1] == [ByteRange(int(off), int(nb) + guard)]
 
 
 def test_partial_read_merges_adjacent_chunks_into_one_range():
@@ -332,7 +460,8 @@ def test_partial_read_merges_adjacent_chunks_into_one_range():
     reader = CountingReader(codec.encode(shard, spec))
     out = codec.decode_partial(reader, (slice(2, 4), slice(1, 8)), spec)  # chunks (1,0)..(1,3)
     np.testing.assert_array_equal(out, shard[2:4, 1:8])
-    assert reader.calls[1] == [ByteRange(4 * 32, 4 * 32)]  # one range, exactly the touched chunks
+    # one range, exactly the touched chunks, extended over the 16 x 16 + 4-byte index at the end
+    assert reader.calls[1] == [ByteRange(4 * 32, 4 * 32 + 260)]
 
 
 def test_partial_read_far_apart_chunks_one_call_two_ranges():
@@ -345,12 +474,12 @@ def test_partial_read_far_apart_chunks_one_call_two_ranges():
         codec.decode_partial(reader, (slice(0, 2), slice(0, 10)), spec), shard[:, :10]
     )
     assert len(reader.calls) == 2
-    assert reader.calls[1] == [ByteRange(0, 8192), ByteRange(16384, 8192)]
+    assert reader.calls[1] == [ByteRange(0, 8192), ByteRange(16384, 8192 + 68)]
     reader.calls.clear()
     np.testing.assert_array_equal(
         codec.decode_partial(reader, (slice(0, 2), slice(1000, 1030)), spec), shard[:, 1000:1030]
     )
-    assert reader.calls[1] == [ByteRange(0, 4 * 8192)]  # all four, adjacent: one range
+    assert reader.calls[1] == [ByteRange(0, 4 * 8192 + 68)]  # all four, adjacent: one range
 
 
 def test_partial_read_with_index_given_skips_the_index_request():
@@ -361,7 +490,7 @@ def test_partial_read_with_index_given_skips_the_index_request():
     assert index.shape == (3, 1, 2) and len(reader.calls) == 1
     reader.calls.clear()
     np.testing.assert_array_equal(codec.decode_partial(reader, (slice(1, 2),), spec, index=index), shard[1:2])
-    assert reader.calls == [[ByteRange(32, 32)]]
+    assert reader.calls == [[ByteRange(32, 32 + 3 * 16 + 4)]]
 
 
 def test_partial_read_of_missing_shard_is_none_after_one_request():
@@ -380,42 +509,125 @@ def test_partial_read_of_empty_inner_chunks_reads_only_the_index():
     assert len(reader.calls) == 1
 
 
-def test_partial_read_region_errors():
+def test_partial_read_selection_errors_read_nothing():
     codec, spec = make((4, 4), (2, 2))
     reader = CountingReader(codec.encode(sample((4, 4)), spec))
-    with pytest.raises(SelectionError, match="step-1"):
-        codec.decode_partial(reader, (slice(0, 4, 2), slice(None)), spec)
-    with pytest.raises(SelectionError, match="more axes"):
+    with pytest.raises(SelectionError, match="too many indices"):
         codec.decode_partial(reader, (slice(None),) * 3, spec)
+    with pytest.raises(SelectionError, match="out of bounds for axis 1"):
+        codec.decode_partial(reader, (np.array([0, 1]), np.array([0, 4])), spec)
+    with pytest.raises(SelectionError, match="cannot be broadcast"):
+        codec.decode_partial(reader, (np.array([0, 1, 2]), np.array([0, 1])), spec)
     assert reader.calls == []
     assert codec.decode_partial(reader, (slice(2, 2), slice(None)), spec).shape == (0, 4)
+    assert codec.decode_partial(reader, (np.array([], dtype=int), np.array([], dtype=int)), spec).shape == (0,)
+    assert reader.calls == []
 
 
-@settings(max_examples=40, deadline=None)
+def draw_selection(data, shape):
+    """A numpy-ready shard selection of the kinds the Array hands to the codec: ints and slices
+    of any step (basic), ``np.ix_``-shaped arrays (orthogonal) or same-length point arrays."""
+    kind = data.draw(st.sampled_from(["basic", "orthogonal", "vectorized"]))
+    if kind == "vectorized":
+        n = data.draw(st.integers(1, 5))
+        return tuple(np.array(data.draw(st.lists(st.integers(0, m - 1), min_size=n, max_size=n))) for m in shape)
+    entries = []
+    for m in shape:
+        if kind == "orthogonal" and data.draw(st.booleans()):
+            entries.append(np.array(data.draw(st.lists(st.integers(0, m - 1), min_size=1, max_size=4))))
+        elif data.draw(st.booleans()):
+            entries.append(data.draw(st.integers(0, m - 1)))
+        else:
+            step = data.draw(st.sampled_from([1, 2, 3, -1, -2]))
+            entries.append(slice(data.draw(st.integers(0, m)), data.draw(st.integers(0, m)), step))
+    if kind == "orthogonal" and sum(isinstance(e, np.ndarray) for e in entries) > 1:
+        # what the orthogonal indexer produces: every non-int axis as an np.ix_ array
+        lists = [np.arange(m)[e] if isinstance(e, slice) else e for e, m in zip(entries, shape, strict=True)]
+        ix = iter(np.ix_(*[x for x in lists if not isinstance(x, int)]))
+        entries = [x if isinstance(x, int) else next(ix) for x in lists]
+    return tuple(entries)
+
+
+@settings(max_examples=60, deadline=None)
 @given(
     grid=st.lists(st.integers(1, 3), min_size=1, max_size=3),
     chunk=st.lists(st.integers(1, 3), min_size=3, max_size=3),
     location=st.sampled_from(["start", "end"]),
     data=st.data(),
 )
-def test_partial_read_matches_full_decode(grid, chunk, location, data):
+def test_partial_read_and_write_match_numpy(grid, chunk, location, data):
     chunk = chunk[: len(grid)]
     shape = tuple(g * c for g, c in zip(grid, chunk, strict=True))
     codec, spec = make(shape, chunk, dtype="int16", fill=0, index_location=location)
-    shard = data.draw(st.lists(st.integers(0, 2), min_size=int(np.prod(shape)), max_size=int(np.prod(shape))))
-    shard = np.array(shard, dtype="int16").reshape(shape)
+    size = int(np.prod(shape))
+    shard = np.array(data.draw(st.lists(st.integers(0, 2), min_size=size, max_size=size)), dtype="int16")
+    shard = shard.reshape(shape)
     encoded = codec.encode(shard, spec)
-    if encoded is None:
-        assert not shard.any()
-        return
-    np.testing.assert_array_equal(codec.decode(encoded, spec), shard)
-    region = []
-    for n in shape:
-        start = data.draw(st.integers(0, n - 1))
-        region.append(slice(start, data.draw(st.integers(start + 1, n))))
+    assert (encoded is None) == (not shard.any())
+    sel = draw_selection(data, shape)
     reader = CountingReader(encoded)
-    np.testing.assert_array_equal(codec.decode_partial(reader, tuple(region), spec), shard[tuple(region)])
+    got = codec.decode_partial(reader, sel, spec)
+    if encoded is None:
+        assert got is None or got.size == 0
+    else:
+        np.testing.assert_array_equal(got, shard[sel])
     assert len(reader.calls) <= 2 and all(len(c) >= 1 for c in reader.calls)
+    # a partial write equals decode, numpy assignment, encode: byte for byte
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    value = rng.integers(0, 3, shard[sel].shape).astype("int16")  # repeated points: the last wins
+    expected = shard.copy()
+    expected[sel] = value
+    new = codec.encode_partial(encoded, sel, value, spec)
+    assert new == codec.encode(expected, spec)
+
+
+# --- partial writes -----------------------------------------------------------------------------
+def test_partial_write_keeps_untouched_inner_chunks_bytes_without_decoding_them():
+    codec, spec = make((4, 4), (2, 2), codecs=[BYTES, GZIP, CRC])
+    shard = sample((4, 4))
+    data = codec.encode(shard, spec)
+    index = raw_index(data, 4, "end", crc=True)
+    off, nb = (int(v) for v in index[3])  # inner chunk (1, 1): damage its bytes (checksum fails)
+    bad = bytearray(data)
+    bad[off + 3] ^= 0xFF
+    with pytest.raises(ChecksumError, match=r"inner chunk \(1, 1\)"):
+        codec.decode(bytes(bad), spec)
+    new = codec.encode_partial(bytes(bad), (slice(0, 1), slice(0, 2)), np.array([[7.0, 8.0]]), spec)
+    new_index = raw_index(new, 4, "end", crc=True)
+    for i in (1, 2, 3):  # untouched: the very same stored bytes (the damaged ones too)
+        o, n = (int(v) for v in index[i])
+        o2, n2 = (int(v) for v in new_index[i])
+        assert new[o2 : o2 + n2] == bytes(bad[o : o + n])
+    shard[0, 0:2] = (7.0, 8.0)
+    np.testing.assert_array_equal(codec.decode_partial(CountingReader(new), (slice(0, 2), slice(0, 2)), spec), shard[:2, :2])
+
+
+def test_partial_write_of_missing_shard_fill_and_write_empty_chunks():
+    codec, spec = make((4, 4), (2, 2), fill=-1)
+    new = codec.encode_partial(None, (1, 2), 5.0, spec)
+    index = raw_index(new, 4, "end", crc=True)
+    assert [int(i) for i in index[:, 0] != EMPTY] == [0, 1, 0, 0]
+    expected = np.full((4, 4), -1.0)
+    expected[1, 2] = 5.0
+    np.testing.assert_array_equal(codec.decode(new, spec), expected)
+    # writing the fill value back leaves nothing to store, unless empty chunks are written
+    assert codec.encode_partial(new, (1, 2), -1.0, spec) is None
+    kept = codec.encode_partial(new, (1, 2), -1.0, spec, write_empty_chunks=True)
+    assert (raw_index(kept, 4, "end", crc=True)[:, 0] != EMPTY).all()
+    assert kept == codec.encode(np.full((4, 4), -1.0), spec, write_empty_chunks=True)
+    with pytest.raises(CodecError, match=r"shape \(3,\).*shape \(2,\)"):
+        codec.encode_partial(new, (1, slice(0, 2)), np.zeros(3), spec)
+
+
+def test_partial_write_of_a_corrupt_shard_raises():
+    codec, spec = make((4, 4), (2, 2))
+    data = codec.encode(sample((4, 4)), spec)
+    with pytest.raises(CorruptionError, match="shorter than its 68-byte index"):
+        codec.encode_partial(data[:50], (0, 0), 1.0, spec)
+    bad = bytearray(data)
+    bad[-10] ^= 1
+    with pytest.raises(ChecksumError, match="shard index"):
+        codec.encode_partial(bytes(bad), (0, 0), 1.0, spec)
 
 
 # --- corruption ---------------------------------------------------------------------------------
@@ -476,6 +688,38 @@ def test_index_entry_inside_the_index_and_half_empty():
     index = np.array([[EMPTY, 16], [52, 16]], dtype=np.uint64)
     with pytest.raises(CorruptionError, match="half empty"):
         codec.decode(encode_index(index, layout.index) + data[layout.index_size :], spec)
+
+
+@pytest.mark.parametrize("entry", [(128, 32), (100, 32), (128 + 60, 8)], ids=["index", "straddles", "inside"])
+def test_partial_read_of_an_entry_pointing_into_the_end_index_is_corruption(entry):
+    codec, spec = make((4, 4), (2, 2))
+    shard = sample((4, 4))
+    data = codec.encode(shard, spec)  # 4 x 32 bytes of chunk data, then the 68-byte index
+    index = raw_index(data, 4, "end", crc=True).reshape(2, 2, 2).copy()
+    index[1, 1] = entry
+    bad = _with_index(codec, spec, data, index)
+    with pytest.raises(CorruptionError, match=r"inner chunk \(1, 1\).*into the shard index"):
+        codec.decode(bad, spec)
+    for sel in [(slice(2, 4), slice(2, 4)), (3, 3), (np.array([0, 3]), np.array([0, 3])), (slice(None, None, 3),)]:
+        with pytest.raises(CorruptionError, match=r"inner chunk \(1, 1\).*\[0, 128\).*into the shard index"):
+            codec.decode_partial(CountingReader(bad), sel, spec)
+    # the sound inner chunks still read (only the ranges a read needs are checked)
+    np.testing.assert_array_equal(codec.decode_partial(CountingReader(bad), (slice(0, 2),), spec), shard[:2])
+
+
+def test_nested_shard_reaching_into_the_outer_end_index_is_corruption():
+    nested = {"name": "sharding_indexed", "configuration": {"chunk_shape": [2], "codecs": [BYTES]}}
+    codec, spec = make((8,), (4,), codecs=[nested])
+    shard = sample((8,))
+    data = codec.encode(shard, spec)
+    index = raw_index(data, 2, "end", crc=True).copy()
+    index[1, 0] += 10  # the second nested shard now ends 10 bytes into the outer index
+    bad = _with_index(codec, spec, data, index.reshape(2, 2))
+    with pytest.raises(CorruptionError, match=r"inner shard \(1,\).*inside the shard index"):
+        codec.decode_partial(CountingReader(bad), (slice(4, 5),), spec)
+    with pytest.raises(CorruptionError, match="into the shard index"):
+        codec.decode(bad, spec)
+    np.testing.assert_array_equal(codec.decode_partial(CountingReader(bad), (slice(0, 1),), spec), shard[:1])
 
 
 def test_crc32c_mismatch_in_index_and_inner_chunk():
@@ -592,7 +836,7 @@ def test_one_inner_chunk_read_is_one_index_read_plus_one_ranged_read():
     shard = store.inner.get("a/c/1/0")
     off, nb = raw_index(shard, 4, "end", crc=True)[1]
     assert off > 0
-    assert reads[1][1] == [("a/c/1/0", ByteRange(int(off), int(nb)))]
+    assert reads[1][1] == [("a/c/1/0", ByteRange(int(off), int(nb) + 68))]  # + the index at the end
 
 
 def test_read_of_adjacent_inner_chunks_is_one_merged_range():
@@ -604,7 +848,7 @@ def test_read_of_adjacent_inner_chunks_is_one_merged_range():
     np.testing.assert_array_equal(a[0:3, 0:7], data[0:3, 0:7])  # inner chunks (0,0), (0,1) of shard (0,0)
     reads = store.chunk_reads()
     assert len(reads) == 2
-    assert reads[1][1] == [("a/c/0/0", ByteRange(0, 2 * 16 * 8))]
+    assert reads[1][1] == [("a/c/0/0", ByteRange(0, 2 * 16 * 8 + 68))]
 
 
 def test_whole_shard_read_is_one_request():
@@ -735,6 +979,164 @@ def test_array_corruption_names_the_shard_key():
         a[0:1, 8:9]
     with pytest.raises(CorruptionError, match=r"a/c/0/1.*shorter"):
         a[...]
+
+
+FANCY_READS = {
+    # name: (read, numpy reference, inner chunks touched in the one 128 x 128 shard of 32 x 32 chunks)
+    "vindex": (lambda a: a.vindex[[0, 127, 70], [0, 127, 5]], np.s_[[0, 127, 70], [0, 127, 5]], [(0, 0), (2, 0), (3, 3)]),
+    "oindex": (lambda a: a.oindex[[127, 0], [0, 127]], np.ix_([127, 0], [0, 127]), [(0, 0), (0, 3), (3, 0), (3, 3)]),
+    "stepped": (lambda a: a[0:128:127, 127::-127], np.s_[0:128:127, 127::-127], [(0, 0), (0, 3), (3, 0), (3, 3)]),
+    "column": (lambda a: a[::64, 5], np.s_[::64, 5], [(0, 0), (2, 0)]),
+}
+
+
+@pytest.mark.parametrize("how", list(FANCY_READS))
+def test_fancy_and_stepped_reads_in_one_big_shard_fetch_only_the_touched_inner_chunks(how):
+    store = CountingStore()
+    a = sharded(store, shape=(128, 128), chunks=(32, 32), shards=(128, 128), compressors=None)
+    data = sample((128, 128))
+    a[...] = data
+    assert 32 * 32 * 8 > MERGE_GAP  # inner chunks are too big for their gaps to be merged
+    read, ref, touched = FANCY_READS[how]
+    store.reads.clear()
+    np.testing.assert_array_equal(read(a), data[ref])
+    index = raw_index(store.inner.get("a/c/0/0"), 16, "end", crc=True)
+    expected = [ByteRange(int(index[i * 4 + j][0]), int(index[i * 4 + j][1])) for i, j in sorted(touched)]
+    index_size = 16 * 16 + 4
+    # the highest range is extended over the index at the end, to catch entries pointing into it
+    expected[-1] = ByteRange(expected[-1].offset, expected[-1].length + index_size)
+    assert store.chunk_reads() == [
+        ("get_partial_values", [("a/c/0/0", ByteRange.suffix(index_size))]),
+        ("get_partial_values", [("a/c/0/0", r) for r in expected]),
+    ]
+
+
+def test_array_partial_read_of_an_entry_pointing_into_the_end_index_is_corruption():
+    store = MemoryStore()
+    a = sharded(store, shape=(4, 4), chunks=(2, 2), shards=(4, 4), compressors=None)
+    data = np.arange(16.0).reshape(4, 4)
+    a[...] = data
+    raw = store.get("a/c/0/0")
+    index = raw_index(raw, 4, "end", crc=True).reshape(2, 2, 2).copy()
+    index[1, 1] = (128, 32)  # the index itself starts at byte 128
+    codec, spec = make((4, 4), (2, 2))
+    store.set("a/c/0/0", _with_index(codec, spec, raw, index))
+    message = r"^shard 'a/c/0/0': .*inner chunk \(1, 1\).*into the shard index"
+    for read in (lambda: a[2:4, 2:4], lambda: a[3, 3], lambda: a.vindex[[0, 3], [0, 3]], lambda: a[...]):
+        with pytest.raises(CorruptionError, match=message):
+            read()
+    np.testing.assert_array_equal(a[0:2, :], data[0:2, :])
+
+
+@pytest.mark.parametrize("shards", [(4,), None], ids=["sharded", "unsharded"])
+def test_negative_zero_is_data_not_the_fill_value(shards):
+    store = MemoryStore()
+    a = z3.create_array(store, path="a", shape=(8,), chunks=(2,), shards=shards, dtype="float64", fill_value=0.0)
+    a[:] = np.full(8, -0.0)
+    assert np.signbit(a[:]).all()
+    assert len([k for k in store.list() if "/c/" in k]) == (2 if shards else 4)
+    a[3:4] = 0.0  # a partial write: the other -0.0 values stay
+    assert np.signbit(z3.open_array(store, path="a")[:]).tolist() == [True] * 3 + [False] + [True] * 4
+    b = z3.create_array(store, path="b", shape=(4,), chunks=(2,), shards=shards, dtype="float64", fill_value=-0.0)
+    b[:] = 0.0
+    assert not np.signbit(b[:]).any()
+    b[:] = -0.0
+    assert [k for k in store.list() if k.startswith("b/c/")] == []
+
+
+@pytest.mark.parametrize("write_empty_chunks", [True, False])
+def test_write_empty_chunks_on_a_sharded_array(write_empty_chunks):
+    store = MemoryStore()
+    # shards (1, *) overhang the array: their inner chunks (1, *) are outside it
+    a = sharded(store, shape=(12, 16), compressors=None, write_empty_chunks=write_empty_chunks)
+    a[...] = 0
+    shards = sorted(k for k in store.list() if "/c/" in k)
+    if write_empty_chunks:
+        assert shards == ["a/c/0/0", "a/c/0/1", "a/c/1/0", "a/c/1/1"]
+        for key in shards:  # every inner chunk is stored
+            assert (raw_index(store.get(key), 4, "end", crc=True)[:, 0] != EMPTY).all()
+    else:
+        assert shards == []
+    a[...] = 1
+    a[0:8, 0:4] = 0  # a partial write of fill values into shard (0, 0)
+    index = raw_index(store.get("a/c/0/0"), 4, "end", crc=True)
+    assert (index[:, 0] != EMPTY).tolist() == ([True] * 4 if write_empty_chunks else [False, True, False, True])
+    a[0:8, 4:8] = 0  # the rest of it, partly
+    if write_empty_chunks:
+        assert (raw_index(store.get("a/c/0/0"), 4, "end", crc=True)[:, 0] != EMPTY).all()
+    else:
+        assert store.get("a/c/0/0") is None
+    expected = np.ones((12, 16))
+    expected[0:8, 0:8] = 0
+    np.testing.assert_array_equal(a[...], expected)
+
+
+def test_partial_write_reencodes_only_the_touched_inner_chunks():
+    store = MemoryStore()
+    a = sharded(store, compressors=[GZIP, CRC])
+    data = sample((16, 16))
+    a[...] = data
+    shard = bytearray(store.get("a/c/0/0"))
+    off, nb = (int(v) for v in raw_index(bytes(shard), 4, "end", crc=True)[3])
+    shard[off + 2] ^= 0xFF  # damage inner chunk (1, 1) of shard (0, 0): decoding it fails
+    store.set("a/c/0/0", bytes(shard))
+    with pytest.raises(ChecksumError, match=r"^shard 'a/c/0/0': .*inner chunk \(1, 1\)"):
+        a[4:8, 4:8]
+    a[0:1, 0:6] = 9.0  # touches inner chunks (0, 0) and (0, 1) only: the damaged one is not decoded
+    data[0:1, 0:6] = 9.0
+    np.testing.assert_array_equal(a[0:4, :], data[0:4, :])
+    np.testing.assert_array_equal(a[4:8, 0:4], data[4:8, 0:4])
+    with pytest.raises(ChecksumError, match=r"inner chunk \(1, 1\)"):  # kept as it was stored
+        a[4:8, 4:8]
+    a.vindex[[5, 2], [5, 9]] = [1.5, 2.5]  # a write into the damaged chunk must decode it: refused
+    assert False, "unreachable"  # pragma: no cover
+
+
+def test_failed_partial_write_of_a_corrupt_shard_writes_nothing():
+    store = MemoryStore()
+    a = sharded(store, compressors=None)
+    a[...] = sample((16, 16))
+    bad = bytearray(store.get("a/c/0/0"))
+    bad[-10] ^= 1  # the index checksum fails
+    store.set("a/c/0/0", bytes(bad))
+    before = {k: store.get(k) for k in store.list()}
+    with pytest.raises(ChecksumError, match=r"^shard 'a/c/0/0': shard index"):
+        a[6:10, 6:10] = 1.0  # four shards, one of them corrupt
+    assert {k: store.get(k) for k in store.list()} == before
+
+
+@pytest.mark.parametrize("local", [False, True], ids=["memory", "local"])
+def test_whole_shard_reads_decode_inner_chunks_straight_into_the_output(tmp_path, monkeypatch, local):
+    store = z3.LocalStore(tmp_path) if local else MemoryStore()
+    a = sharded(store, shape=(13, 16), compressors=[GZIP], fill_value=-1)  # edge shards along axis 0
+    data = sample((13, 16))
+    data[0:4, 0:4] = -1  # an empty inner chunk
+    a[...] = data
+    # whole shards selected in an order that cannot be a view of the output: the plain path
+    np.testing.assert_array_equal(a.oindex[np.arange(7, -1, -1), :], data[7::-1, :])
+
+    def full_decode(self, data, spec):
+        raise AssertionError("a whole shard was decoded into a buffer of its own")
+
+    monkeypatch.setattr(ShardingCodec, "decode", full_decode)
+    np.testing.assert_array_equal(a[...], data)
+    np.testing.assert_array_equal(a[8:13, 8:16], data[8:13, 8:16])
+    np.testing.assert_array_equal(a[0:8, 0], data[0:8, 0])
+
+
+def test_decode_errors_name_the_shard_or_the_chunk():
+    store = MemoryStore()
+    transpose = {"name": "transpose", "configuration": {"order": [1, 0]}}
+    sharding = {"name": "sharding_indexed", "configuration": {"chunk_shape": [2, 2]}}
+    a = z3.create_array(store, path="t", shape=(4, 4), dtype="float64", chunks=(4, 4), codecs=[transpose, sharding])
+    b = z3.create_array(store, path="u", shape=(4, 4), dtype="float64", chunks=(4, 4), compressors=None)
+    a[...] = b[...] = sample((4, 4))
+    store.set("t/c/0/0", store.get("t/c/0/0")[:40])
+    store.set("u/c/0/0", store.get("u/c/0/0")[:40])
+    with pytest.raises(CorruptionError, match=r"^shard 't/c/0/0': .*shorter"):
+        a[...]
+    with pytest.raises(CorruptionError, match=r"^chunk 'u/c/0/0': "):
+        b[...]
 
 
 # --- interop with zarr-python and tensorstore ---------------------------------------------------

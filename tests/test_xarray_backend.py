@@ -21,14 +21,18 @@ import pytest
 import xarray as xr
 
 import zarr3_backend as z3
+from zarr3_backend.core.group import ZarrV2Error
 from zarr3_backend.errors import (
     DataTypeError,
     GroupNotFoundError,
     MetadataError,
+    NodeExistsError,
     NodeNotFoundError,
     ShapeError,
     UnknownCodecError,
+    Zarr3Error,
 )
+from zarr3_backend.stores.base import StoreArgumentError
 from zarr3_backend.xarray import Zarr3BackendEntrypoint
 from zarr3_backend.xarray.encoding import GeneratedDimensionWarning
 
@@ -142,10 +146,16 @@ def same_value(a, b) -> bool:
     return type(a) is type(b) and a == b
 
 
+#: Layout keys our encoding holds and xarray's engine="zarr" does not (checked against zarr.json
+#: in test_layout_keys_match_zarr_json).
+EXTRA_KEYS = {"chunk_key_encoding", "shard_index"}
+
+
 def assert_same_encoding(ref: xr.Variable, got: xr.Variable, name: str) -> None:
     """Encodings equal key by key; codecs by JSON; preferred_chunks is the storage unit in ours."""
     er, eg = ref.encoding, got.encoding
-    assert set(er) - {"source"} == set(eg) - {"source"}, name
+    assert EXTRA_KEYS <= set(eg), name
+    assert set(er) - {"source"} == set(eg) - {"source"} - EXTRA_KEYS, name
     for key in er:
         if key in ("compressors", "filters"):
             assert [codec_json(c) for c in er[key]] == list(eg[key]), (name, key)
@@ -194,6 +204,23 @@ def test_climate_store_identical_to_zarr_engine(climate_store):
     assert "cell_area" in got.coords and got.cell_area.dims == ("lat", "lon")
     assert list(got.station.values) == ["Oslo", "Bergen", "Tromsø", "Bodø"]
     assert set(got.indexes) == {"time", "lat", "lon", "station"}
+
+
+def test_layout_keys_match_zarr_json(climate_store):
+    """chunk_key_encoding and the shard index settings are those zarr-python wrote."""
+    path, sharded, _ = climate_store
+    got = xr.open_dataset(path, engine="zarr3")
+    for name in ("t2m", "precip", "n_obs", "time"):
+        doc = json.loads((path / name / "zarr.json").read_text())
+        assert got[name].encoding["chunk_key_encoding"] == doc["chunk_key_encoding"], name
+        if sharded and name in ("t2m", "precip"):
+            config = doc["codecs"][0]["configuration"]
+            assert got[name].encoding["shard_index"] == {
+                "index_location": config["index_location"],
+                "index_codecs": tuple(config["index_codecs"]),
+            }
+        else:
+            assert got[name].encoding["shard_index"] is None, name
 
 
 def test_identical_with_dask_chunks(climate_store):
@@ -524,9 +551,120 @@ def test_missing_store_group_and_consolidation_errors(tmp_path):
         xr.open_dataset(path, engine="zarr3", consolidated=True)
     before = _snapshot(path)
     for mode in ("x", "w", "w-"):  # opening never creates or erases
-        with pytest.raises(ValueError, match="mode"):
+        with pytest.raises(StoreArgumentError, match=f"mode.*'{mode}'"):
             xr.open_dataset(path, engine="zarr3", mode=mode)
+    for bad in (4, "3"):
+        with pytest.raises(StoreArgumentError, match=f"zarr_format.*{bad!r}"):
+            xr.open_dataset(path, engine="zarr3", zarr_format=bad)
+    assert issubclass(StoreArgumentError, ValueError) and issubclass(StoreArgumentError, Zarr3Error)
     assert _snapshot(path) == before
+    assert "t2m" in xr.open_dataset(path, engine="zarr3", zarr_format=3)
+
+
+# ---- what is not a Zarr v3 group ----------------------------------------------------------------
+def _v2_store(tmp_path, consolidated: bool) -> pathlib.Path:
+    path = tmp_path / "v2.zarr"
+    ds = climate_dataset().drop_vars(["station_code"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds.to_zarr(path, zarr_format=2, consolidated=consolidated)
+    # a v2 subgroup too
+    xr.Dataset({"x": ("i", np.arange(3))}).to_zarr(path, group="sub", zarr_format=2, consolidated=False)
+    return path
+
+
+@pytest.mark.parametrize("consolidated", [True, False])
+def test_zarr_v2_store_raises_a_typed_error(tmp_path, consolidated):
+    path = _v2_store(tmp_path, consolidated)
+    assert len(xr.open_dataset(path, engine="zarr", consolidated=consolidated).data_vars) == 4
+    before = _snapshot(path)
+    calls = [
+        lambda: xr.open_dataset(path, engine="zarr3"),
+        lambda: xr.open_dataset(path, engine="zarr3", consolidated=False),
+        lambda: xr.open_dataset(path, engine="zarr3", group="sub"),
+        lambda: xr.open_dataset(path, engine="zarr3", group="sub", consolidated=False),
+        lambda: xr.open_dataset(path, engine="zarr3", mode="a"),  # never writes a zarr.json into it
+        lambda: xr.open_datatree(path, engine="zarr3"),
+        lambda: xr.open_groups(path, engine="zarr3"),
+    ]
+    for call in calls:
+        with pytest.raises(ZarrV2Error, match=r"v2.*\.zgroup.*engine='zarr'"):
+            call()
+    assert issubclass(ZarrV2Error, MetadataError)
+    with pytest.raises(ZarrV2Error, match=r"zarr_format=2.*engine='zarr'"):
+        xr.open_dataset(path, engine="zarr3", zarr_format=2)
+    # the core refuses it too, naming the v2 documents it found, and writes nothing
+    with pytest.raises(ZarrV2Error, match=r"\.zgroup"):
+        z3.open_group(path, mode="r")
+    with pytest.raises(ZarrV2Error, match=r"'sub'.*\.zgroup"):
+        z3.open_group(path, "sub", mode="a")
+    with pytest.raises(ZarrV2Error, match=r"'t2m'.*\.zarray"):
+        z3.open_group(path, "t2m", mode="r")
+    assert _snapshot(path) == before
+
+
+def test_folder_without_zarr_json_is_not_a_group(tmp_path):
+    junk = tmp_path / "junk"
+    (junk / "sub" / "deeper").mkdir(parents=True)
+    (junk / "notes.txt").write_text("not zarr")
+    (junk / "sub" / "deeper" / "data.bin").write_bytes(b"\x00" * 8)
+    before = _snapshot(junk)
+    with pytest.raises(GroupNotFoundError, match=r"no zarr\.json"):
+        xr.open_dataset(junk, engine="zarr3")
+    with pytest.raises(GroupNotFoundError, match=r"no zarr\.json"):
+        xr.open_datatree(junk, engine="zarr3")
+    with pytest.raises(GroupNotFoundError, match=r"no zarr\.json"):
+        z3.open_group(junk, mode="r")
+    with pytest.raises(NodeExistsError):  # mode "a" would create a group: not over foreign files
+        z3.open_group(junk, mode="a")
+    assert _snapshot(junk) == before
+
+
+def test_named_group_must_have_zarr_json(tmp_path):
+    """An implicit group (nodes below, no zarr.json) is read below the group named, not as it."""
+    path = tmp_path / "tree.zarr"
+    climate_tree().to_zarr(path, zarr_format=3, consolidated=False)
+    os.remove(path / "zarr.json")
+    os.remove(path / "models" / "zarr.json")
+    for group in (None, "models"):
+        with pytest.raises(GroupNotFoundError, match=r"no zarr\.json"):
+            xr.open_dataset(path, engine="zarr3", group=group)
+        with pytest.raises(GroupNotFoundError, match=r"no zarr\.json"):
+            xr.open_dataset(path, engine="zarr3", group=group, consolidated=False)
+    assert z3.open_group(path, mode="r").implicit  # the core still reads implicit groups
+    ref = xr.open_dataset(path, engine="zarr", group="reanalysis", consolidated=False)
+    assert_same_dataset(ref, xr.open_dataset(path, engine="zarr3", group="reanalysis"))
+    tree = xr.open_datatree(path, engine="zarr3", group="models/toy")
+    assert set(tree.children) == {"member1"}
+
+
+# ---- drop_variables ------------------------------------------------------------------------------
+@pytest.mark.parametrize("consolidated", [True, False])
+def test_dropped_variables_metadata_is_never_parsed(tmp_path, consolidated):
+    path = write(climate_dataset(), tmp_path / "c.zarr", sharded=True, consolidated=False)
+    _corrupt_metadata(path, "n_obs", data_type="int4_packed")
+    t2m = json.loads((path / "t2m" / "zarr.json").read_text())
+    t2m["codecs"][0]["configuration"]["codecs"].append({"name": "mystery-squash"})
+    (path / "t2m" / "zarr.json").write_text(json.dumps(t2m))
+    if consolidated:  # the consolidated copies carry the same faults
+        root = json.loads((path / "zarr.json").read_text())
+        root["consolidated_metadata"] = {
+            "kind": "inline",
+            "must_understand": False,
+            "metadata": {
+                p.parent.relative_to(path).as_posix(): json.loads(p.read_text())
+                for p in path.glob("*/zarr.json")
+            },
+        }
+        (path / "zarr.json").write_text(json.dumps(root))
+    with pytest.raises(DataTypeError, match=r"n_obs.*int4_packed"):
+        xr.open_dataset(path, engine="zarr3", drop_variables=["t2m"])
+    with pytest.raises(UnknownCodecError, match=r"t2m.*mystery-squash"):
+        xr.open_dataset(path, engine="zarr3", drop_variables="n_obs")
+    ds = xr.open_dataset(path, engine="zarr3", drop_variables=["t2m", "n_obs"])
+    assert "t2m" not in ds and "n_obs" not in ds and ds.precip.shape == (NT, NY, NX)
+    tree = xr.open_datatree(path, engine="zarr3", drop_variables=["t2m", "n_obs"])
+    assert set(tree.data_vars) == {"precip", "station_t2m"}
 
 
 # ---- encoding round trip ----------------------------------------------------------------------------

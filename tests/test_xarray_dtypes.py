@@ -304,6 +304,36 @@ def test_numcodecs_evolve_fills_in_settings_like_zarr_python(tmp_path):
     np.testing.assert_allclose(zarr.open_array(tmp_path / "e.zarr", path="v")[:], np.arange(10) / 10)
 
 
+def test_numcodecs_filter_encodes_its_fill_value_once(monkeypatch):
+    """Encoding a chunk runs the numcodecs filter on the chunk only; the fill value the filter
+    stores (needed to resolve the next codec's spec) is computed once, not per chunk."""
+    calls: list[int] = []
+    original = numcodecs.FixedScaleOffset.encode
+
+    def counting(self, buf):
+        calls.append(np.asarray(buf).size)
+        return original(self, buf)
+
+    monkeypatch.setattr(numcodecs.FixedScaleOffset, "encode", counting)
+    filt = {
+        "name": "numcodecs.fixedscaleoffset",
+        "configuration": {"offset": 10, "scale": 100, "astype": "<i4"},
+    }
+    spec = ChunkSpec((4,), np.dtype("float64"), np.float64(1.5))
+    chain = CodecChain.build([filt, "bytes"], spec)
+    assert chain.specs[1].dtype == np.dtype("int32")
+    assert chain.specs[1].fill_value == np.int32(-850)  # (1.5 - 10) * 100, as numcodecs stores it
+    codec = chain.array_array[0]
+    assert codec.resolve(spec) == chain.specs[1]  # resolving again is served from the cache
+    assert calls == [1]
+    reference = numcodecs.FixedScaleOffset(offset=10, scale=100, dtype="<f8", astype="<i4")
+    chunks = [np.arange(4, dtype="float64") + k for k in range(5)]
+    calls.clear()
+    for chunk in chunks:
+        assert bytes(chain.encode(chunk)) == original(reference, chunk).astype("<i4").tobytes()
+    assert calls == [4] * 5  # one filter call per chunk, no one-element fill encodes
+
+
 def test_numcodecs_errors_name_the_codec(tmp_path):
     with pytest.raises(UnknownCodecError, match=r"numcodecs.nope"):
         codec_from_json({"name": "numcodecs.nope"})

@@ -21,8 +21,6 @@ import zarr3_backend as z3
 from zarr3_backend.byte_range import ByteRange
 from zarr3_backend.stores.base import Store
 
-pytestmark = pytest.mark.filterwarnings("ignore:The specified chunks separate the stored chunks")
-
 NT, NY, NX = 8, 32, 64
 
 
@@ -208,6 +206,33 @@ def test_vectorized_read_touches_only_needed_chunks(tmp_path):
     assert sorted(store.keys) == ["sp/c/0/0/0", "sp/c/7/1/3"]
 
 
+def test_vectorized_read_in_one_shard_reads_only_its_inner_chunks(tmp_path):
+    path = write(tmp_path, "sharded", True)
+    store = CountingStore(z3.LocalStore(path))
+    ds = xr.open_dataset(store, engine="zarr3")
+    store.reset()
+    # two points in shard (0, 0, 0), in inner chunks (0, 0, 0) and (1, 1, 3) of its 4 x 2 x 4
+    got = ds.sp.isel(
+        time=xr.DataArray([0, 1], dims="p"),
+        lat=xr.DataArray([0, 31], dims="p"),
+        lon=xr.DataArray([0, 63], dims="p"),
+    ).values
+    np.testing.assert_array_equal(got, climate().sp.values[[0, 1], [0, 31], [0, 63]])
+    assert set(store.keys) == {"sp/c/0/0/0"}
+    assert {m for m, _, _ in store.log} == {"get_partial_values"}  # never the whole shard
+    ranges = [r for _, _, r in store.log]
+    assert sum(r.is_suffix for r in ranges) == 1  # the index, once
+    # the shard index (end of the shard: 4 x 2 x 4 (offset, nbytes) uint64 pairs + crc32c) says
+    # where the two inner chunks are; each range starts at one and covers it
+    shard = (path / "sp" / "c" / "0" / "0" / "0").read_bytes()
+    index = np.frombuffer(shard[-(32 * 16 + 4) : -4], dtype="<u8").reshape(4, 2, 4, 2)
+    wanted = sorted((int(index[c][0]), int(index[c][1])) for c in [(0, 0, 0), (1, 1, 3)])
+    inner = sorted((r.offset, r.length) for r in ranges if not r.is_suffix)
+    assert [off for off, _ in inner] == [off for off, _ in wanted]
+    assert all(length >= nbytes for (_, length), (_, nbytes) in zip(inner, wanted, strict=True))
+    assert sum(length for _, length in inner) < len(shard) / 4  # 2 of 32 inner chunks, not the shard
+
+
 # ---- dask graphs ----------------------------------------------------------------------------
 def n_tasks(darr) -> int:
     return len(dict(darr.__dask_graph__()))
@@ -215,7 +240,9 @@ def n_tasks(darr) -> int:
 
 def test_chunks_empty_gives_one_task_per_storage_unit(tmp_path, layout):
     path = write(tmp_path, layout, True)
-    ds = xr.open_dataset(path, engine="zarr3", chunks={}, inline_array=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the preferred chunks are whole shards: nothing to warn
+        ds = xr.open_dataset(path, engine="zarr3", chunks={}, inline_array=True)
     unit = LAYOUTS[layout].get("shards", LAYOUTS[layout]["chunks"])
     expected = tuple(-(-s // u) for s, u in zip((NT, NY, NX), unit, strict=True))
     for name in ("t2m", "sp"):
@@ -229,7 +256,11 @@ def test_chunks_empty_gives_one_task_per_storage_unit(tmp_path, layout):
 
 def test_chunks_inner_shape_gives_one_task_per_inner_chunk(tmp_path):
     path = write(tmp_path, "sharded", True)
-    ds = xr.open_dataset(path, engine="zarr3", chunks={"time": 1, "lat": 16, "lon": 16}, inline_array=True)
+    # xarray warns because the tasks split the preferred chunks (whole shards): documented, expected
+    with pytest.warns(UserWarning, match="The specified chunks separate the stored chunks"):
+        ds = xr.open_dataset(
+            path, engine="zarr3", chunks={"time": 1, "lat": 16, "lon": 16}, inline_array=True
+        )
     assert ds.t2m.data.numblocks == (NT, 2, 4)
     assert n_tasks(ds.t2m.data) == NT * 2 * 4
     np.testing.assert_allclose(ds.t2m.values, climate().t2m.values, atol=0.006)

@@ -79,11 +79,18 @@ class CodecChain:
     def to_json(self) -> list[dict[str, Any]]:
         return [c.to_json() for c in self.codecs]
 
-    def encode(self, chunk: np.ndarray) -> Buffer | None:
-        """Encoded bytes of one chunk; ``None`` when the array->bytes codec stores nothing."""
+    def encode(self, chunk: np.ndarray, *, write_empty_chunks: bool = False) -> Buffer | None:
+        """Encoded bytes of one chunk; ``None`` when the array->bytes codec stores nothing.
+
+        ``write_empty_chunks`` reaches array->bytes codecs that drop fill parts themselves
+        (sharding: ``takes_write_empty_chunks``); with it they store everything.
+        """
         for c, s in zip(self.array_array, self.specs, strict=False):
             chunk = c.encode(chunk, s)
-        data = self.array_bytes.encode(chunk, self.specs[-1])
+        if getattr(self.array_bytes, "takes_write_empty_chunks", False):
+            data = self.array_bytes.encode(chunk, self.specs[-1], write_empty_chunks=write_empty_chunks)  # type: ignore[call-arg]
+        else:
+            data = self.array_bytes.encode(chunk, self.specs[-1])
         if data is None:
             return None
         for c in self.bytes_bytes:

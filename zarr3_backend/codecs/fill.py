@@ -22,10 +22,16 @@ def is_fill(chunk: np.ndarray, fill_value: Any) -> bool:
     string arrays compare by value.
     """
     chunk = np.asarray(chunk)
-    dtype = chunk.dtype
-    if dtype.hasobject:
+    if chunk.dtype.hasobject:
         return bool(np.all(chunk == fill_value))
-    fill = np.asarray(fill_value, dtype=dtype)
+    fill = np.asarray(fill_value, dtype=chunk.dtype)
+    if chunk.size > 2 and not _all_fill(chunk.flat[[0, -1]], fill):
+        return False  # fast path: a chunk of data almost always differs at its first or last element
+    return _all_fill(chunk, fill)
+
+
+def _all_fill(chunk: np.ndarray, fill: np.ndarray) -> bool:
+    dtype = chunk.dtype
     if dtype.kind == "c":
         return _float_is_fill(chunk.real, fill.real) and _float_is_fill(chunk.imag, fill.imag)
     if dtype.kind == "f":

@@ -76,6 +76,7 @@ class _NumcodecsMixin:
             )
         self._config = dict(config)
         self._numcodec: Any = None
+        self._fill_cache: dict[tuple, Any] = {}  # encoded fill values (``resolve``), by input
         deferred = self.codec_id in _FROM_SPEC and self._config.get(_FROM_SPEC[self.codec_id]) is None
         if not deferred:
             self._numcodec = self._build()  # complete: check the configuration now
@@ -144,25 +145,35 @@ class NumcodecsArrayArrayCodec(_NumcodecsMixin, ArrayArrayCodec):
             return np.dtype(self._config["astype"])
         return spec.dtype
 
+    def _out_shape(self, spec: ChunkSpec) -> tuple[int, ...]:
+        if self.codec_id == "packbits":
+            return (1 + math.ceil(math.prod(spec.shape) / 8),)
+        return tuple(spec.shape)
+
     def resolve(self, spec: ChunkSpec) -> ChunkSpec:
         if self.codec_id == "packbits":
-            n = math.prod(spec.shape)
-            return ChunkSpec((1 + math.ceil(n / 8),), np.dtype("uint8"), np.uint8(0))
+            return ChunkSpec(self._out_shape(spec), np.dtype("uint8"), np.uint8(0))
         dtype = self._out_dtype(spec)
         if dtype == spec.dtype:
             return spec
-        try:
-            fill = self._codec.encode(np.full(1, spec.fill_value, dtype=spec.dtype)).reshape(-1)[0]
-            fill = dtype.type(fill)
-        except Exception:  # a fill the filter cannot express: zero of the stored type
-            fill = dtype.type(0)
-        return ChunkSpec(spec.shape, dtype, fill)
+        return ChunkSpec(spec.shape, dtype, self._encoded_fill(spec, dtype))
+
+    def _encoded_fill(self, spec: ChunkSpec, dtype: np.dtype) -> Any:
+        """The fill value as the filter stores it, computed once per (data type, fill value)."""
+        source = np.full(1, spec.fill_value, dtype=spec.dtype)
+        key = (spec.dtype.str, source.tobytes(), dtype.str)
+        if key not in self._fill_cache:
+            try:
+                fill = dtype.type(self._codec.encode(source).reshape(-1)[0])
+            except Exception:  # a fill the filter cannot express: zero of the stored type
+                fill = dtype.type(0)
+            self._fill_cache[key] = fill
+        return self._fill_cache[key]
 
     def encode(self, chunk: np.ndarray, spec: ChunkSpec) -> np.ndarray:
-        out_spec = self.resolve(spec)
         try:
             out = np.asarray(self._codec.encode(np.ascontiguousarray(chunk)))
-            return _as_type(out, out_spec.dtype).reshape(out_spec.shape)
+            return _as_type(out, self._out_dtype(spec)).reshape(self._out_shape(spec))
         except Exception as e:
             raise self._fail("encode", e) from e
 

@@ -6,25 +6,28 @@ inner chunk, encoded with a fixed-size codec chain and placed at the start or en
 Inner chunks equal to the fill value are not stored: their index entry is ``(2^64-1, 2^64-1)``.
 
 The index format lives in pure functions (``encode_index``, ``decode_index``, ``check_index``,
-``merge_ranges``, ``is_fill``); ``ShardingCodec`` ties them to the codec chain and to partial reads.
+``merge_ranges``) and ``inner_indexer`` maps a selection of a shard onto its inner chunks;
+``ShardingCodec`` ties them to the codec chain, to partial reads and to partial writes.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator, Mapping, Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from .. import indexing
 from .._threads import thread_map
 from ..byte_range import ByteRange
-from ..errors import CodecError, CorruptionError, SelectionError, Zarr3Error
+from ..errors import CodecError, CorruptionError, Zarr3Error
 from .base import ArrayBytesCodec, Buffer, ChunkSpec, Codec, RangeReader, as_bytes_view
 from .bytes import BytesCodec
 from .chain import CodecChain, CodecLike
 from .crc32c import Crc32cCodec
+from .fill import is_fill
 from .registry import codec_from_json, register_codec
 
 #: Index entry (offset and nbytes) of an inner chunk that is not stored (reads as the fill value).
@@ -90,11 +93,13 @@ def decode_index(data: Buffer, chain: CodecChain) -> np.ndarray:
     return index
 
 
-def check_index(index: np.ndarray, lo: int, hi: int) -> None:
+def check_index(index: np.ndarray, lo: int, hi: int, size: int | None = None) -> None:
     """Refuse an index whose stored inner chunks do not all lie within bytes ``[lo, hi)``.
 
     ``lo``/``hi`` bound the chunk data (the shard without its index); pass ``hi=EMPTY`` when the
     shard's size is unknown (partial reads: a short read is caught when the chunk is fetched).
+    ``size``, the whole shard's length when known, tells an entry reaching into an index at the
+    end from one running past the end of the shard.
     """
     off = index[..., 0]
     nb = index[..., 1]
@@ -106,10 +111,11 @@ def check_index(index: np.ndarray, lo: int, hi: int) -> None:
         coords = tuple(int(i) for i in np.argwhere(bad)[0])
         o, n = int(off[coords]), int(nb[coords])
         where = f"[{lo}, {hi})" if hi != EMPTY else f"[{lo}, ...)"
+        into_index = o < lo or (size is not None and o + n <= size)
         raise CorruptionError(
             f"shard index entry of inner chunk {coords} (offset={o}, nbytes={n}, end={o + n}) "
             f"points outside the shard's chunk data {where}"
-            + (" (past the end of the shard)" if o + n > hi else " (into the shard index)")
+            + (" (into the shard index)" if into_index else " (past the end of the shard)")
         )
 
 
@@ -151,8 +157,10 @@ def inner_indexer(selection: Any, shard_shape: Sequence[int], chunk_shape: Seque
         return indexing.vectorized_indexer(sel, shard_shape, chunk_shape)
     # arrays mixed with slices in neither form: spell out every selected coordinate, numpy's way
     coords = tuple(
-        np.broadcast_to(np.arange(n, dtype=np.intp).reshape([-1 if d == axis else 1 for d in range(len(sel))]),
-                        tuple(shard_shape))[sel]
+        np.broadcast_to(
+            np.arange(n, dtype=np.intp).reshape([-1 if d == axis else 1 for d in range(len(sel))]),
+            tuple(shard_shape),
+        )[sel]
         for axis, n in enumerate(shard_shape)
     )
     return indexing.vectorized_indexer(coords, shard_shape, chunk_shape)
@@ -218,8 +226,19 @@ def _default_index_codecs() -> list[Codec]:
 
 def _parse_codecs(field: str, codecs: Sequence[CodecLike]) -> tuple[Codec, ...]:
     if isinstance(codecs, (str, Mapping, Codec)) or not isinstance(codecs, Sequence):
-        raise CodecError(f"codec 'sharding_indexed': {field!r} must be a list of codecs, got {codecs!r}")
-    return tuple(codec_from_json(c) for c in codecs)
+        raise CodecError(f"sharding_indexed {field}: must be a list of codecs, got {codecs!r}")
+    try:
+        return tuple(codec_from_json(c) for c in codecs)
+    except CodecError as e:
+        raise type(e)(f"sharding_indexed {field}: {e}") from e
+
+
+def _build_chain(field: str, codecs: Sequence[CodecLike], spec: ChunkSpec) -> CodecChain:
+    """``CodecChain.build`` whose errors say which list of the sharding codec is at fault."""
+    try:
+        return CodecChain.build(codecs, spec)
+    except CodecError as e:
+        raise type(e)(f"sharding_indexed {field}: {e}") from e
 
 
 @register_codec
@@ -227,10 +246,13 @@ class ShardingCodec(ArrayBytesCodec):
     """``sharding_indexed``: stores a shard's inner chunks and their index in one value.
 
     Supports index at ``"start"`` or ``"end"``, any fixed-size index chain, any inner chain
-    (nested sharding included), and ``decode_partial`` reading only the inner chunks a region needs.
+    (nested sharding included), ``decode_partial`` reading only the inner chunks a selection
+    needs and ``encode_partial`` re-encoding only the inner chunks a write touches.
     """
 
     name = "sharding_indexed"
+    #: ``CodecChain.encode`` passes its ``write_empty_chunks`` flag on to this codec's ``encode``.
+    takes_write_empty_chunks: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -311,20 +333,21 @@ class ShardingCodec(ArrayBytesCodec):
                 f"inner chunk_shape {list(self.chunk_shape)} along every axis"
             )
         grid = tuple(s // c for s, c in zip(shard_shape, self.chunk_shape, strict=True))
-        inner = CodecChain.build(self.codecs, ChunkSpec(self.chunk_shape, spec.dtype, spec.fill_value))
-        index = CodecChain.build(self.index_codecs, index_spec(grid))
+        inner = _build_chain("codecs", self.codecs, ChunkSpec(self.chunk_shape, spec.dtype, spec.fill_value))
+        index = _build_chain("index_codecs", self.index_codecs, index_spec(grid))
         size = index.encoded_size()
         if size is None:
             raise CodecError(
-                f"codec 'sharding_indexed': index_codecs {index.to_json()} have no fixed encoded size; "
+                f"sharding_indexed index_codecs: {index.to_json()} have no fixed encoded size; "
                 "compressing codecs are not allowed in index_codecs (use bytes + crc32c)"
             )
         return ShardLayout(shard_shape, self.chunk_shape, grid, inner, index, size, self.index_location)
 
     # ---- encoding ------------------------------------------------------------------------------
-    def encode(self, chunk: np.ndarray, spec: ChunkSpec) -> bytes | None:
-        """The shard's bytes: non-fill inner chunks in C order plus the index; ``None`` when every
-        inner chunk equals the fill value (nothing to store)."""
+    def encode(self, chunk: np.ndarray, spec: ChunkSpec, *, write_empty_chunks: bool = False) -> bytes | None:
+        """The shard's bytes: inner chunks in C order plus the index. Inner chunks equal to the fill
+        value are left out, and an all-fill shard is ``None`` (nothing to store), unless
+        ``write_empty_chunks``: then every inner chunk is stored."""
         layout = self.layout(spec)
         shard = np.asarray(chunk)
         if shard.shape != layout.shard_shape:
@@ -334,66 +357,139 @@ class ShardingCodec(ArrayBytesCodec):
         coords = list(np.ndindex(*layout.grid))
 
         def encode_one(c: tuple[int, ...]) -> memoryview | None:
-            inner = shard[layout.chunk_slices(c)]
-            if is_fill(inner, spec.fill_value):
-                return None
-            data = layout.inner.encode(inner)
-            return None if data is None else as_bytes_view(data)
+            return _encode_inner(layout, shard[layout.chunk_slices(c)], write_empty_chunks)
 
         if layout.use_threads(len(coords)):
             parts = thread_map(encode_one, coords, kind="cpu")
         else:
             parts = [encode_one(c) for c in coords]
-        if all(p is None for p in parts):
-            return None
-        index = np.full((*layout.grid, 2), EMPTY, dtype=np.uint64)
-        offset = layout.index_size if layout.index_location == "start" else 0
-        body: list[memoryview] = []
-        for c, part in zip(coords, parts, strict=True):
-            if part is not None:
-                index[c] = (offset, len(part))
-                body.append(part)
-                offset += len(part)
-        encoded_index = encode_index(index, layout.index)
-        if layout.index_location == "start":
-            return b"".join([encoded_index, *body])
-        return b"".join([*body, encoded_index])
+        return _assemble(layout, parts)
+
+    def encode_partial(
+        self,
+        old: Buffer | None,
+        selection: Any,
+        value: Any,
+        spec: ChunkSpec,
+        *,
+        write_empty_chunks: bool = False,
+    ) -> bytes | None:
+        """The shard ``old`` (``None``: missing, all fill) with ``shard[selection] = value`` applied.
+
+        Only the inner chunks ``selection`` touches are decoded and re-encoded (nested shards
+        recursively); the stored bytes of the others are copied as they are. ``selection`` takes
+        the forms ``decode_partial`` takes. Returns ``None`` when nothing is left to store.
+        """
+        layout = self.layout(spec)
+        view = as_bytes_view(old) if old is not None else None
+        index = _whole_shard_index(layout, view) if view is not None else None
+        indexer = inner_indexer(selection, layout.shard_shape, layout.chunk_shape)
+        try:
+            value = np.broadcast_to(np.asarray(value, dtype=spec.dtype), indexer.shape)
+        except ValueError as e:
+            raise CodecError(
+                f"codec 'sharding_indexed': value of shape {np.shape(value)} cannot be written to a "
+                f"selection of shape {indexer.shape}"
+            ) from e
+        nested = _nested_sharding(layout)
+        inner_spec = layout.inner.spec
+
+        def stored(c: tuple[int, ...]) -> memoryview | None:
+            if index is None or view is None or int(index[c][0]) == EMPTY:
+                return None
+            off, nb = int(index[c][0]), int(index[c][1])
+            return view[off : off + nb]
+
+        def update_one(q: indexing.ChunkProjection) -> memoryview | None:
+            c, old_bytes = q.chunk_coords, stored(q.chunk_coords)
+            if nested is not None and not q.is_complete:
+                try:
+                    data = nested.encode_partial(
+                        old_bytes,
+                        q.chunk_selection,
+                        value[q.out_selection],
+                        layout.inner.specs[-1],
+                        write_empty_chunks=write_empty_chunks,
+                    )
+                except CorruptionError as e:
+                    raise type(e)(f"inner chunk {c}: {e}") from e
+                return None if data is None else as_bytes_view(data)
+            if q.is_complete:
+                chunk = np.empty(layout.chunk_shape, dtype=inner_spec.dtype)
+            elif old_bytes is None:
+                chunk = inner_spec.fill_array()
+            else:
+                off = int(index[c][0])  # type: ignore[index]
+                chunk = _decode_inner(layout, old_bytes, c, off, len(old_bytes))
+                if not chunk.flags.writeable:
+                    chunk = chunk.copy()
+            chunk[q.chunk_selection] = value[q.out_selection]
+            return _encode_inner(layout, chunk, write_empty_chunks)
+
+        touched = list(indexer)
+        if layout.use_threads(len(touched)):
+            new = thread_map(update_one, touched, kind="cpu")
+        else:
+            new = [update_one(q) for q in touched]
+        updated = {q.chunk_coords: part for q, part in zip(touched, new, strict=True)}
+        empty: list[memoryview | None] = []  # the encoded fill chunk, made once when needed
+
+        def part_of(c: tuple[int, ...]) -> memoryview | None:
+            if c in updated:
+                return updated[c]
+            part = stored(c)
+            if part is None and write_empty_chunks:
+                if not empty:
+                    empty.append(_encode_inner(layout, inner_spec.fill_array(), True))
+                part = empty[0]
+            return part
+
+        return _assemble(layout, [part_of(c) for c in np.ndindex(*layout.grid)])
 
     # ---- decoding ------------------------------------------------------------------------------
     def decode(self, data: Buffer, spec: ChunkSpec) -> np.ndarray:
         """The whole shard that ``data`` encodes (fill value where inner chunks are empty)."""
         layout = self.layout(spec)
-        view = as_bytes_view(data)
-        n, isz = len(view), layout.index_size
-        if n < isz:
-            raise CorruptionError(f"shard is {n} bytes, shorter than its {isz}-byte index (truncated)")
-        if layout.index_location == "start":
-            index, lo, hi = decode_index(view[:isz], layout.index), isz, n
-        else:
-            index, lo, hi = decode_index(view[n - isz :], layout.index), 0, n - isz
-        check_index(index, lo, hi)
-        coords = np.argwhere(index[..., 0] != EMPTY)  # C order
-        entries = index[tuple(coords.T)].tolist() if len(coords) else []
-        present = [(tuple(c), off, nb) for c, (off, nb) in zip(coords.tolist(), entries, strict=True)]
-        if len(present) < int(np.prod(layout.grid)):
-            out = np.full(layout.shard_shape, spec.fill_value, dtype=spec.dtype)
-        else:
-            out = np.empty(layout.shard_shape, dtype=spec.dtype)
+        out = np.empty(layout.shard_shape, dtype=spec.dtype)
+        self.decode_into(data, (slice(None),) * len(layout.shard_shape), spec, out)
+        return out
 
-        def decode_one(item: tuple[tuple[int, ...], int, int]) -> None:
-            c, off, nb = item
-            out[layout.chunk_slices(c)] = _decode_inner(layout, view[off : off + nb], c, off, nb)
+    def decode_into(self, data: Buffer, selection: Any, spec: ChunkSpec, out: np.ndarray) -> None:
+        """Write ``decode(data)[selection]`` into ``out`` without building the whole shard first.
+
+        ``data`` is the whole stored shard (its index is checked in full, as ``decode`` does);
+        ``selection`` takes the forms ``decode_partial`` takes; ``out`` has its result's shape.
+        """
+        layout = self.layout(spec)
+        view = as_bytes_view(data)
+        index = _whole_shard_index(layout, view)
+        indexer = inner_indexer(selection, layout.shard_shape, layout.chunk_shape)
+        if out.shape != indexer.shape:
+            raise CodecError(
+                f"codec 'sharding_indexed': output of shape {out.shape} for a selection of shape {indexer.shape}"
+            )
+        present: list[tuple[indexing.ChunkProjection, int, int]] = []
+        for q in indexer:
+            off, nb = int(index[q.chunk_coords][0]), int(index[q.chunk_coords][1])
+            if off == EMPTY:
+                out[q.out_selection] = spec.fill_value
+            else:
+                present.append((q, off, nb))
+
+        def decode_one(item: tuple[indexing.ChunkProjection, int, int]) -> None:
+            q, off, nb = item
+            chunk = _decode_inner(layout, view[off : off + nb], q.chunk_coords, off, nb)
+            out[q.out_selection] = chunk[q.chunk_selection]
 
         if layout.use_threads(len(present)):
             thread_map(decode_one, present, kind="cpu")
         else:
             for item in present:
                 decode_one(item)
-        return out
 
     def read_index(self, read: RangeReader, spec: ChunkSpec) -> np.ndarray | None:
         """Fetch and decode the index of one stored shard with one ranged read; ``None`` when the
-        shard is missing. The seam for a future shard-index cache (pass the result to
+        shard is missing. The seam for the shard-index cache (pass the result to
         ``decode_partial(..., index=)``)."""
         layout = self.layout(spec)
         results = read([layout.index_range()])
@@ -413,90 +509,160 @@ class ShardingCodec(ArrayBytesCodec):
     def decode_partial(
         self,
         read: RangeReader,
-        region: Sequence[slice],
+        selection: Any,
         spec: ChunkSpec,
         *,
         index: np.ndarray | None = None,
     ) -> np.ndarray | None:
-        """The part ``region`` (step-1 slices, shard coordinates) of one stored shard.
+        """``decode(shard)[selection]`` for one stored shard, reading only the inner chunks touched.
 
+        ``selection`` is numpy-ready, in shard coordinates: ints and slices of any step, 1-d or
+        ``np.ix_``-shaped int arrays (orthogonal), or int arrays broadcast together (points).
         Reads the index once (unless ``index`` is given), then every touched inner chunk with one
-        ``read`` call whose ranges are merged (see ``MERGE_GAP``). Inner chunks that are themselves
-        shards and only partly covered are read through their own index instead. Returns ``None``
-        when the shard is missing.
+        ``read`` call whose ranges are merged (see ``MERGE_GAP``); with the index at the end, the
+        highest range is extended over the index's length so a short read exposes an entry that
+        points into the index. Partly covered nested shards are read through their own index.
+        Returns ``None`` when the shard is missing.
         """
         layout = self.layout(spec)
-        bounds = normalize_region(region, layout.shard_shape)
-        out_shape = tuple(stop - start for start, stop in bounds)
-        if 0 in out_shape:
-            return np.empty(out_shape, dtype=spec.dtype)
+        indexer = inner_indexer(selection, layout.shard_shape, layout.chunk_shape)
+        if math.prod(indexer.shape) == 0:
+            return np.empty(indexer.shape, dtype=spec.dtype)
         if index is None:
             index = self.read_index(read, spec)
             if index is None:
                 return None
-        out = np.empty(out_shape, dtype=spec.dtype)
-        nested = layout.inner.is_partial_decodable
-        whole: list[tuple[TouchedChunk, int, int]] = []
-        partial: list[tuple[TouchedChunk, int, int]] = []
-        for t in touched_chunks(bounds, layout.chunk_shape):
-            off, nb = int(index[t.coords][0]), int(index[t.coords][1])
+        out = np.empty(indexer.shape, dtype=spec.dtype)
+        nested = _nested_sharding(layout)
+        whole: list[tuple[indexing.ChunkProjection, int, int]] = []
+        partial: list[tuple[indexing.ChunkProjection, int, int]] = []
+        for q in indexer:
+            off, nb = int(index[q.chunk_coords][0]), int(index[q.chunk_coords][1])
             if off == EMPTY:
-                out[t.out_selection] = spec.fill_value
-            elif nested and not t.is_complete:
-                partial.append((t, off, nb))
+                out[q.out_selection] = spec.fill_value
+            elif nested is not None and not q.is_complete:
+                partial.append((q, off, nb))
             else:
-                whole.append((t, off, nb))
+                whole.append((q, off, nb))
+        guard = layout.index_size if layout.index_location == "end" else 0
         if whole:
-            self._read_whole_chunks(layout, read, whole, out)
+            _read_whole_chunks(layout, read, whole, out, guard)
         if partial:
 
-            def read_nested(item: tuple[TouchedChunk, int, int]) -> None:
-                t, off, nb = item
-                sub = layout.inner.array_bytes.decode_partial(  # type: ignore[attr-defined]
-                    _offset_reader(read, off, nb), t.chunk_selection, layout.inner.specs[-1]
+            def read_nested(item: tuple[indexing.ChunkProjection, int, int]) -> None:
+                q, off, nb = item
+                where = f"inner shard {q.chunk_coords} (offset={off}, nbytes={nb})"
+                sub = nested.decode_partial(  # type: ignore[union-attr]
+                    _offset_reader(read, off, nb, guard=guard, where=where),
+                    q.chunk_selection,
+                    layout.inner.specs[-1],
                 )
                 if sub is None:
-                    raise CorruptionError(
-                        f"inner shard {t.coords} (offset={off}, nbytes={nb}) vanished while being read"
-                    )
-                out[t.out_selection] = sub
+                    raise CorruptionError(f"{where} vanished while being read")
+                out[q.out_selection] = sub
 
             thread_map(read_nested, partial, kind="io")
         return out
 
-    def _read_whole_chunks(
-        self,
-        layout: ShardLayout,
-        read: RangeReader,
-        items: list[tuple[TouchedChunk, int, int]],
-        out: np.ndarray,
-    ) -> None:
-        spans, placement = merge_ranges([(off, nb) for _, off, nb in items])
-        results = read([ByteRange(o, n) for o, n in spans])
-        if len(results) != len(spans):
-            raise CorruptionError(f"read returned {len(results)} values for {len(spans)} byte ranges")
-        views: list[memoryview] = []
-        for (o, n), r in zip(spans, results, strict=True):
-            if r is None:
-                raise CorruptionError(f"shard vanished while reading bytes [{o}, {o + n})")
-            if len(r) < n:
-                raise CorruptionError(
-                    f"shard index points past the end of the shard: bytes [{o}, {o + n}) requested, "
-                    f"only {len(r)} available from offset {o}"
-                )
-            views.append(as_bytes_view(r))
 
-        def decode_one(i: int) -> None:
-            t, off, nb = items[i]
-            span, start = placement[i]
-            chunk = _decode_inner(layout, views[span][start : start + nb], t.coords, off, nb)
-            out[t.out_selection] = chunk[t.chunk_selection]
+# --- helpers of the codec -----------------------------------------------------------------------
+def _nested_sharding(layout: ShardLayout) -> Any:
+    """The inner chain's sharding codec when inner chunks are shards read and written in parts."""
+    inner = layout.inner
+    ok = inner.is_partial_decodable and hasattr(inner.array_bytes, "encode_partial")
+    return inner.array_bytes if ok else None
 
-        if layout.use_threads(len(items)):
-            thread_map(decode_one, range(len(items)), kind="cpu")
-        else:
-            for i in range(len(items)):
-                decode_one(i)
+
+def _whole_shard_index(layout: ShardLayout, view: memoryview) -> np.ndarray:
+    """The index of a shard held whole in memory, every entry checked against its real size."""
+    n, isz = len(view), layout.index_size
+    if n < isz:
+        raise CorruptionError(f"shard is {n} bytes, shorter than its {isz}-byte index (truncated)")
+    if layout.index_location == "start":
+        index, lo, hi = decode_index(view[:isz], layout.index), isz, n
+    else:
+        index, lo, hi = decode_index(view[n - isz :], layout.index), 0, n - isz
+    check_index(index, lo, hi, n)
+    return index
+
+
+def _encode_inner(layout: ShardLayout, chunk: np.ndarray, write_empty_chunks: bool) -> memoryview | None:
+    """One inner chunk's bytes; ``None`` when it is all fill and empty chunks are not written."""
+    if not write_empty_chunks and is_fill(chunk, layout.inner.spec.fill_value):
+        return None
+    data = layout.inner.encode(chunk, write_empty_chunks=write_empty_chunks)
+    return None if data is None else as_bytes_view(data)
+
+
+def _assemble(layout: ShardLayout, parts: Sequence[memoryview | None]) -> bytes | None:
+    """The shard value: ``parts`` (C order of the inner grid, ``None`` = not stored) back to back,
+    plus their index; ``None`` when no part is stored."""
+    if all(p is None for p in parts):
+        return None
+    index = np.full((*layout.grid, 2), EMPTY, dtype=np.uint64)
+    flat = index.reshape(-1, 2)
+    offset = layout.index_size if layout.index_location == "start" else 0
+    body: list[memoryview] = []
+    for i, part in enumerate(parts):
+        if part is not None:
+            flat[i] = (offset, len(part))
+            body.append(part)
+            offset += len(part)
+    encoded_index = encode_index(index, layout.index)
+    if layout.index_location == "start":
+        return b"".join([encoded_index, *body])
+    return b"".join([*body, encoded_index])
+
+
+def _read_whole_chunks(
+    layout: ShardLayout,
+    read: RangeReader,
+    items: list[tuple[indexing.ChunkProjection, int, int]],
+    out: np.ndarray,
+    guard: int,
+) -> None:
+    """Fetch ``items``' inner chunks with one merged ``read`` call and scatter them into ``out``.
+
+    ``guard`` (the index size when it sits at the end) extends the highest range: fewer bytes
+    back than asked means that range reaches into the index, so the index entry is corrupt.
+    """
+    spans, placement = merge_ranges([(off, nb) for _, off, nb in items], MERGE_GAP)
+    ranges = [ByteRange(o, n) for o, n in spans]
+    if guard:
+        last_off, last_len = spans[-1]  # spans are sorted and disjoint: the last one ends highest
+        ranges[-1] = ByteRange(last_off, last_len + guard)
+    results = read(ranges)
+    if len(results) != len(spans):
+        raise CorruptionError(f"read returned {len(results)} values for {len(spans)} byte ranges")
+    views: list[memoryview] = []
+    for (o, n), r in zip(spans, results, strict=True):
+        if r is None:
+            raise CorruptionError(f"shard vanished while reading bytes [{o}, {o + n})")
+        if len(r) < n:
+            raise CorruptionError(
+                f"shard index points past the end of the shard: bytes [{o}, {o + n}) requested, "
+                f"only {len(r)} available from offset {o}"
+            )
+        views.append(as_bytes_view(r))
+    if guard and len(views[-1]) < spans[-1][1] + guard:
+        data_end = spans[-1][0] + len(views[-1]) - guard  # the shard's size minus its index
+        q, off, nb = max(items, key=lambda item: item[1] + item[2])
+        raise CorruptionError(
+            f"shard index entry of inner chunk {q.chunk_coords} (offset={off}, nbytes={nb}, end={off + nb}) "
+            f"points outside the shard's chunk data [0, {data_end}) (into the shard index)"
+        )
+
+    def decode_one(i: int) -> None:
+        q, off, nb = items[i]
+        span, start = placement[i]
+        chunk = _decode_inner(layout, views[span][start : start + nb], q.chunk_coords, off, nb)
+        out[q.out_selection] = chunk[q.chunk_selection]
+
+    if layout.use_threads(len(items)):
+        thread_map(decode_one, range(len(items)), kind="cpu")
+    else:
+        for i in range(len(items)):
+            decode_one(i)
 
 
 def _decode_inner(
@@ -516,21 +682,40 @@ def _decode_inner(
     return chunk
 
 
-def _offset_reader(read: RangeReader, base: int, size: int) -> RangeReader:
-    """A reader over bytes ``[base, base + size)`` of the value ``read`` reads (nested shards)."""
+def _offset_reader(
+    read: RangeReader, base: int, size: int, *, guard: int = 0, where: str = ""
+) -> RangeReader:
+    """A reader over bytes ``[base, base + size)`` of the value ``read`` reads (nested shards).
 
-    def absolute(r: ByteRange | None) -> ByteRange:
+    With ``guard`` (the outer index size when it sits at the end), a range reaching the end of the
+    region is extended by ``guard`` bytes: getting fewer back means the region overlaps the
+    outer index, which is reported as corruption of the entry ``where`` names.
+    """
+
+    def relative(r: ByteRange | None) -> tuple[int, int]:
         if r is None:
-            return ByteRange(base, size)
+            return 0, size
         if r.is_suffix:
             n = min(-r.offset, size)
-            return ByteRange(base + size - n, n)
+            return size - n, n
         start = min(r.offset, size)
-        length = size - start if r.length is None else min(r.length, size - start)
-        return ByteRange(base + start, length)
+        return start, size - start if r.length is None else min(r.length, size - start)
 
     def sub_read(ranges: Sequence[ByteRange | None]) -> list[bytes | None]:
-        return read([absolute(r) for r in ranges])
+        plan = [relative(r) for r in ranges]
+        extra = [guard if guard and start + n == size else 0 for start, n in plan]
+        results = read([ByteRange(base + s, n + e) for (s, n), e in zip(plan, extra, strict=True)])
+        checked: list[bytes | None] = []
+        for (s, n), e, r in zip(plan, extra, results, strict=True):
+            if r is not None and e and len(r) >= n:
+                if len(r) < n + e:
+                    raise CorruptionError(
+                        f"{where} ends at byte {base + size}, inside the shard index "
+                        f"(the shard's chunk data ends at byte {base + s + len(r) - e})"
+                    )
+                r = r[:n]
+            checked.append(r)  # a short read stays short: the nested decoder reports it
+        return checked
 
     return sub_read
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, MutableMapping, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -21,6 +21,7 @@ from .. import indexing
 from .._threads import scratch_buffer, thread_map
 from ..byte_range import ByteRange
 from ..codecs import CodecChain
+from ..codecs.fill import is_fill
 from ..errors import CorruptionError, ReadOnlyError, ShapeError
 from ..stores.base import Store
 from .metadata import ArrayMetadata, to_bytes
@@ -70,27 +71,6 @@ class Attributes(MutableMapping):
         return repr(self._get())
 
 
-def is_fill(chunk: np.ndarray, fill_value: Any) -> bool:
-    """True when every element of ``chunk`` equals the fill value (NaN equals NaN)."""
-    if chunk.size and chunk.dtype.kind in "biufc" and not _probe_fill(chunk, fill_value):
-        return False  # fast path: data chunks almost always differ at the first or last element
-    if chunk.dtype.kind in "fc":
-        if np.isnan(fill_value):
-            return bool(np.isnan(chunk).all())
-        return bool((chunk == fill_value).all())
-    if chunk.dtype.kind == "V":
-        return chunk.tobytes() == bytes(fill_value.tobytes()) * chunk.size
-    return bool(np.all(chunk == fill_value))
-
-
-def _probe_fill(chunk: np.ndarray, fill_value: Any) -> bool:
-    """Whether the first and last elements equal the fill value (with is_fill's NaN rule)."""
-    probe = np.array([chunk.flat[0], chunk.flat[-1]])
-    if probe.dtype.kind in "fc" and np.isnan(fill_value):
-        return bool(np.isnan(probe).all())
-    return bool((probe == fill_value).all())
-
-
 def _whole_chunk_target(p: Any, out: np.ndarray, chunk_shape: tuple[int, ...]) -> np.ndarray | None:
     """The region of ``out`` that chunk projection ``p`` fills, when it takes the whole chunk in
     C order and is one contiguous block of memory (then a chunk can be decoded straight into it)."""
@@ -108,6 +88,15 @@ def _whole_chunk_target(p: Any, out: np.ndarray, chunk_shape: tuple[int, ...]) -
     if region.size != int(np.prod(chunk_shape)) or not region.flags.c_contiguous or region.size == 0:
         return None
     return region
+
+
+def _in_order(selection: Any, shape: tuple[int, ...]) -> bool:
+    """Whether ``selection`` is the whole of an array of ``shape``, in order (step-1 slices)."""
+    return (
+        isinstance(selection, tuple)
+        and len(selection) == len(shape)
+        and all(isinstance(s, slice) and s.indices(n) == (0, n, 1) for s, n in zip(selection, shape, strict=True))
+    )
 
 
 class Array:
@@ -221,7 +210,19 @@ class Array:
         try:
             return self._chain.decode(data)
         except CorruptionError as e:
-            raise type(e)(f"chunk {key!r}: {e}") from e
+            raise type(e)(f"{self._unit_name} {key!r}: {e}") from e
+
+    @cached_property
+    def _unit_name(self) -> str:
+        """What one stored object is called in error messages: "shard" or "chunk"."""
+        return "shard" if self._sharding is not None else "chunk"
+
+    @cached_property
+    def _shard_codec(self) -> Any:
+        """The sharding codec when it is the whole chain (it then reads and writes parts itself)."""
+        chain = self._chain
+        ok = chain.is_partial_decodable and hasattr(chain.array_bytes, "encode_partial")
+        return chain.array_bytes if ok else None
 
     def _fill_chunk(self) -> np.ndarray:
         return self._chain.spec.fill_array()
@@ -246,6 +247,13 @@ class Array:
         or into per-thread scratch memory: no intermediate chunk allocation."""
         direct = self._direct
         if direct is None:
+            codec = self._shard_codec
+            if codec is not None and all(isinstance(s, slice) for s in p.out_selection):
+                try:  # inner chunks decode straight into their place in ``out``
+                    codec.decode_into(data, p.chunk_selection, self._chain.spec, out[(*p.out_selection, ...)])
+                except CorruptionError as e:
+                    raise type(e)(f"shard {key!r}: {e}") from e
+                return
             out[p.out_selection] = self._decode(key, data)[p.chunk_selection]
             return
         wire, outer, inner = direct
@@ -268,18 +276,18 @@ class Array:
         chunk = np.frombuffer(data, dtype=wire).reshape(spec.shape)
         out[p.out_selection] = chunk[p.chunk_selection]
 
-    def _read_inline(self, whole: list, keys: list[str], out: np.ndarray) -> None:
+    def _read_inline(self, whole: list[tuple[np.ndarray, Any]], keys: list[str]) -> None:
         """Stores with cheap synchronous reads (local files, memory): each CPU worker reads one
         chunk into reused scratch memory (or, for an uncompressed whole chunk whose output
         region is contiguous, straight into ``out``), decodes and scatters it."""
         get_into = self.store.get_into  # type: ignore[attr-defined]
         fill = self.fill_value
         direct = self._direct
-        raw = direct is not None and direct[2] is None and not direct[1] and direct[0] == out.dtype
+        raw = direct is not None and direct[2] is None and not direct[1] and direct[0] == self.dtype
         shape = self._chain.spec.shape
 
         def read_one(i: int) -> None:
-            p = whole[i]
+            out, p = whole[i]
             target = _whole_chunk_target(p, out, shape) if direct is not None else None
             placed = False
 
@@ -303,21 +311,30 @@ class Array:
     # ---- reading ---------------------------------------------------------------------------
     def _read(self, indexer: Any) -> np.ndarray:
         out = np.empty(indexer.shape, dtype=self.dtype)
-        projections = list(indexer)
+        items = [(out, p) for p in indexer]
+        if len(items) == 1 and self._chain.is_partial_decodable and not items[0][1].is_complete:
+            sub = self._read_parts(items, adopt=True)
+            return out if sub is None else sub  # one shard region: its decoded array is the result
+        self._read_items(items)
+        return out
+
+    def _read_items(self, items: list[tuple[np.ndarray, Any]]) -> None:
+        """Fill ``out[p.out_selection]`` for every ``(out, projection)``: whole storage units with
+        one batched fetch (or inline reads), shard regions through the shards' indexes."""
         partial_ok = self._chain.is_partial_decodable
-        whole = [p for p in projections if p.is_complete or not partial_ok]
-        parts = [p for p in projections if not (p.is_complete or not partial_ok)]
+        whole = [(o, p) for o, p in items if p.is_complete or not partial_ok]
+        parts = [(o, p) for o, p in items if not (p.is_complete or not partial_ok)]
         fill = self.fill_value
 
         if whole and getattr(self.store, "inline_io", False):
-            self._read_inline(whole, [self._chunk_key(p.chunk_coords) for p in whole], out)
+            self._read_inline(whole, [self._chunk_key(p.chunk_coords) for _, p in whole])
         elif whole:
-            keys = [self._chunk_key(p.chunk_coords) for p in whole]
+            keys = [self._chunk_key(p.chunk_coords) for _, p in whole]
             values = self.store.get_many(keys)
             shape = self._chain.spec.shape
 
             def decode_into(i: int) -> None:
-                p, data = whole[i], values[i]
+                (out, p), data = whole[i], values[i]
                 if data is None:
                     out[p.out_selection] = fill
                 else:
@@ -327,38 +344,68 @@ class Array:
             thread_map(decode_into, range(len(whole)), kind="cpu")
 
         if parts:
-            codec, spec = self._chain.array_bytes, self._chain.specs[-1]
+            self._read_parts(parts)
 
-            cache = SHARD_INDEX_CACHE if self.store.cache_shard_index else None
-            token = store_token(self.store) if cache is not None else None
-
-            def read_part(p: indexing.ChunkProjection) -> None:
-                key = self._chunk_key(p.chunk_coords)
-                box = indexing.chunk_bounding_box(p.chunk_selection, spec.shape)
-
-                def reader(ranges: list[ByteRange | None]) -> list[bytes | None]:
-                    return self.store.get_partial_values([(key, r) for r in ranges])
-
+    def _shard_indexes(self, keys: list[str]) -> dict[str, np.ndarray | None]:
+        """The decoded index of each shard in ``keys`` (``None`` when missing), the uncached ones
+        fetched with one batched ranged store call; each shard's index is read once per call."""
+        codec, spec = self._chain.array_bytes, self._chain.specs[-1]
+        cache = SHARD_INDEX_CACHE if self.store.cache_shard_index else None
+        token = store_token(self.store) if cache is not None else None
+        found: dict[str, np.ndarray | None] = {}
+        missing = []
+        for key in dict.fromkeys(keys):
+            index = cache.get(token, key) if cache is not None else None
+            if index is None:
+                missing.append(key)
+            else:
+                found[key] = index
+        if missing:
+            index_range = codec.layout(spec).index_range()
+            raws = self.store.get_partial_values([(k, index_range) for k in missing])
+            for key, raw in zip(missing, raws, strict=True):
                 try:
-                    index = None
-                    if cache is not None:
-                        index = cache.get(token, key)
-                        if index is None:
-                            index = codec.read_index(reader, spec)
-                            if index is not None:
-                                cache.put(token, key, index)
-                        sub = None if index is None else codec.decode_partial(reader, box, spec, index=index)
-                    else:
-                        sub = codec.decode_partial(reader, box, spec)
+                    index = codec.read_index(lambda ranges, raw=raw: [raw for _ in ranges], spec)
                 except CorruptionError as e:
                     raise type(e)(f"shard {key!r}: {e}") from e
-                if sub is None:
-                    out[p.out_selection] = fill
-                else:
-                    out[p.out_selection] = sub[indexing.shift_selection(p.chunk_selection, box)]
+                found[key] = index
+                if cache is not None and index is not None:
+                    cache.put(token, key, index)
+        return found
 
-            thread_map(read_part, parts, kind="io")
-        return out
+    def _read_parts(self, parts: list[tuple[np.ndarray, Any]], adopt: bool = False) -> np.ndarray | None:
+        """Read regions inside shards: every shard index first (one batched request), then the
+        inner chunks of each region concurrently. With ``adopt`` (a single region covering the
+        whole output) the decoded array is returned instead of copied into the output."""
+        codec, spec = self._chain.array_bytes, self._chain.specs[-1]
+        keys = [self._chunk_key(p.chunk_coords) for _, p in parts]
+        indexes = self._shard_indexes(keys)
+        fill = self.fill_value
+        adopted: list[np.ndarray] = []
+
+        def read_part(i: int) -> None:
+            (out, p), key = parts[i], keys[i]
+            index = indexes[key]
+            if index is None:
+                out[p.out_selection] = fill
+                return
+
+            def reader(ranges: list[ByteRange | None]) -> list[bytes | None]:
+                return self.store.get_partial_values([(key, r) for r in ranges])
+
+            try:
+                sub = codec.decode_partial(reader, p.chunk_selection, spec, index=index)
+            except CorruptionError as e:
+                raise type(e)(f"shard {key!r}: {e}") from e
+            if sub is None:
+                out[p.out_selection] = fill
+            elif adopt and sub.shape == out.shape and _in_order(p.out_selection, out.shape):
+                adopted.append(sub)
+            else:
+                out[p.out_selection] = sub
+
+        thread_map(read_part, range(len(parts)), kind="io")
+        return adopted[0] if adopted else None
 
     def __getitem__(self, selection: Any) -> Any:
         kind = _fancy_kind(selection, self.shape)
@@ -374,6 +421,18 @@ class Array:
     def get_region(self, region: tuple[slice, ...]) -> np.ndarray:
         """The values of a box of step-1 slices (what a dask task reads), in one batched call."""
         return self._read(indexing.basic_indexer(tuple(region), self.shape, self.storage_chunks))
+
+    def get_regions(self, regions: Sequence[tuple[slice, ...]]) -> list[np.ndarray]:
+        """The values of many boxes of step-1 slices in one call: every storage unit and shard
+        index they touch is fetched once, in batched store calls, and decoded concurrently."""
+        outs, items = [], []
+        for region in regions:
+            indexer = indexing.basic_indexer(tuple(region), self.shape, self.storage_chunks)
+            out = np.empty(indexer.shape, dtype=self.dtype)
+            outs.append(out)
+            items.extend((out, p) for p in indexer)
+        self._read_items(items)
+        return outs
 
     @property
     def oindex(self) -> _OIndex:
@@ -433,8 +492,21 @@ class Array:
                 return np.frombuffer(scratch_buffer(nbytes, 0), dtype=self.dtype).reshape(unit)
             return np.empty(unit, dtype=self.dtype)
 
+        shard_codec, wec = self._shard_codec, self.write_empty_chunks
+
         def encode(i: int) -> Any:
             p = projections[i]
+            if shard_codec is not None and not p.is_complete:
+                try:  # only the inner chunks the write touches are decoded and re-encoded
+                    return shard_codec.encode_partial(
+                        old[i],
+                        p.chunk_selection,
+                        value[p.out_selection],
+                        self._chain.spec,
+                        write_empty_chunks=wec,
+                    )
+                except CorruptionError as e:
+                    raise type(e)(f"shard {keys[i]!r}: {e}") from e
             if p.is_complete:
                 region = grid.chunk_region(p.chunk_coords, self.shape)
                 edge = any(r.stop - r.start != c for r, c in zip(region, unit, strict=True))
@@ -446,9 +518,9 @@ class Array:
                 if not chunk.flags.writeable:
                     chunk = chunk.copy()
             chunk[p.chunk_selection] = value[p.out_selection]
-            if not self.write_empty_chunks and is_fill(chunk, fill):
+            if not wec and is_fill(chunk, fill):
                 return None
-            return self._chain.encode(chunk)
+            return self._chain.encode(chunk, write_empty_chunks=wec)
 
         if inline:
             if self.store.cache_shard_index:

@@ -14,14 +14,16 @@ from xarray.core.datatree import DataTree
 from xarray.core.utils import close_on_error
 
 from ..core.api import open_group
-from ..core.group import Group
+from ..core.group import Group, ZarrV2Error, v2_metadata_keys
 from ..core.paths import normalize_path
-from ..errors import GroupNotFoundError, MetadataError
-from ..stores.base import Store
-from .datastore import Zarr3DataStore, zarr_format_of
+from ..errors import GroupNotFoundError
+from ..stores.base import Store, StoreArgumentError
+from .datastore import Zarr3DataStore
 
 #: Opening never erases: the creating modes "w"/"w-" belong to writers.
 _MODES = ("r", "r+", "a", "a-")
+
+_USE_ZARR_ENGINE = "engine='zarr3' does not open Zarr v2 stores: use engine='zarr'"
 
 
 def open_target_group(
@@ -36,46 +38,65 @@ def open_target_group(
     """The group ``group`` of ``target`` (path, URL, ``Store`` or ``Group``).
 
     Unless ``consolidated=False`` the root is opened first so that its inline consolidated
-    metadata, when present, serves the whole hierarchy without another request.
+    metadata, when present, serves the whole hierarchy without another request. The group named
+    must have a ``zarr.json`` (implicit groups are read only below it); Zarr v2 metadata there
+    raises ``ZarrV2Error``, a bad ``mode`` or ``zarr_format`` ``StoreArgumentError``.
     """
     if mode not in _MODES:
-        raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
-    if zarr_format not in (None, 2, 3):
-        raise ValueError(f"zarr_format must be 2, 3 or None, got {zarr_format!r}")
+        raise StoreArgumentError(f"mode must be one of {_MODES} when opening, got {mode!r}")
+    if zarr_format == 2:
+        raise ZarrV2Error(f"zarr_format=2 is not supported: {_USE_ZARR_ENGINE}")
+    if zarr_format not in (None, 3):
+        raise StoreArgumentError(f"zarr_format must be 3 or None, got {zarr_format!r}")
     path = normalize_path(group)
-    if isinstance(target, Group):
-        root = target
-    else:
-        target = _normalize_path(target)
-        open_mode = "a" if mode == "a-" else mode
-        if consolidated is False:
-            root = open_group(
-                target, path=path, mode=open_mode, storage_options=storage_options, use_consolidated=False
-            )
-            path = ""
-        else:
-            root = open_group(
-                target,
-                path="",
-                mode=open_mode,
-                storage_options=storage_options,
-                use_consolidated=consolidated,
-            )
-    node = root[path] if path else root
+    try:
+        node = _open_node(target, path, mode, consolidated, storage_options)
+    except ZarrV2Error as e:
+        raise ZarrV2Error(f"{e}; {_USE_ZARR_ENGINE}") from None
     if not isinstance(node, Group):
         raise GroupNotFoundError(f"{path!r} is an array, not a group: pass the group that holds it")
-    if zarr_format is not None and zarr_format_of(node) != zarr_format:
-        raise MetadataError(
-            f"group {node.path or '/'!r} is zarr_format {zarr_format_of(node)}, not {zarr_format}"
+    if node.implicit:
+        v2 = v2_metadata_keys(node.store, node.path)
+        if v2:
+            raise ZarrV2Error(f"group {node.path or '/'!r} is Zarr v2 (found {v2}); {_USE_ZARR_ENGINE}")
+        raise GroupNotFoundError(
+            f"no zarr.json at {node.path or '/'!r}: engine='zarr3' opens a group with its own zarr.json "
+            "(groups without one are read only below it)"
         )
     return node
+
+
+def _open_node(
+    target: Any, path: str, mode: str, consolidated: bool | None, storage_options: dict | None
+) -> Any:
+    """The node at ``path``: through the root (for its consolidated metadata) unless
+    ``consolidated=False``."""
+    if isinstance(target, Group):
+        return target[path] if path else target
+    target = _normalize_path(target)
+    open_mode = "a" if mode == "a-" else mode
+    if consolidated is False:
+        return open_group(
+            target, path=path, mode=open_mode, storage_options=storage_options, use_consolidated=False
+        )
+    root = open_group(
+        target, path="", mode=open_mode, storage_options=storage_options, use_consolidated=consolidated
+    )
+    return root[path] if path else root
 
 
 class Zarr3BackendEntrypoint(BackendEntrypoint):
     """Open Zarr v3 stores (paths, fsspec URLs, zarr3_backend Stores) without zarr-python.
 
     Takes the arguments of xarray's ``engine="zarr"`` with the same meaning; see
-    ``zarr3_backend.xarray`` for the differences (``preferred_chunks`` is the shard shape).
+    ``zarr3_backend.xarray`` for the differences. Zarr v2 stores raise ``ZarrV2Error``.
+
+    Dask chunks: ``preferred_chunks`` is the shard shape (the chunk shape when unsharded), so
+    ``chunks={}`` gives one task per shard and ``"auto"`` multiples of shards. Asking for the
+    inner chunk shape (``chunks={"time": 1, ...}``) gives one task per inner chunk, each reading
+    only its byte range of the shard, and xarray warns "The specified chunks separate the stored
+    chunks": that is expected (tasks are smaller than the stored unit) and harmless for reading;
+    silence it with ``warnings.filterwarnings`` if the finer graph is what you want.
     """
 
     description = "Open Zarr v3 stores with zarr3_backend (no zarr-python)"
@@ -228,7 +249,7 @@ class Zarr3BackendEntrypoint(BackendEntrypoint):
             storage_options=storage_options,
             zarr_format=zarr_format,
         )
-        members = top.members(max_depth=None)
+        members = top.members(max_depth=None, skip_arrays=drop)
         children: dict[str, dict[str, Any]] = {"": {}}
         for rel, node in members.items():
             if isinstance(node, Group):
