@@ -289,3 +289,38 @@ def test_write_empty_chunks(tmp_path):
         z3.to_zarr(
             ds, tmp_path / "g.zarr", encoding={"z": {"write_empty_chunks": False}}, write_empty_chunks=True
         )
+
+
+def test_open_modify_write_keeps_shard_index_and_key_encoding(tmp_path):
+    """A store's layout (index at start without crc32c, '.' key separator) survives
+    open_dataset(engine="zarr3") -> z3.to_zarr."""
+    import xarray as xr
+
+    import zarr3_backend as z3
+
+    src = tmp_path / "src.zarr"
+    g = z3.open_group(src, mode="w")
+    a = g.create_array(
+        "t",
+        shape=(8, 6),
+        dtype="f4",
+        chunks=(2, 3),
+        shards=(4, 6),
+        dimension_names=("time", "x"),
+        chunk_key_encoding={"name": "default", "configuration": {"separator": "."}},
+        shard_index={
+            "index_location": "start",
+            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+        },
+    )
+    a[...] = np.arange(48, dtype="f4").reshape(8, 6)
+    ds = xr.open_dataset(src, engine="zarr3")
+    ds["t"] = ds["t"].copy(data=ds["t"].values * 2)  # keeps the encoding, as xarray does
+    z3.to_zarr(ds, tmp_path / "dst.zarr", mode="w")
+    b = z3.open_array(tmp_path / "dst.zarr", "t")
+    config = b.codecs[0]["configuration"]
+    assert config["index_location"] == "start"
+    assert [c["name"] for c in config["index_codecs"]] == ["bytes"]
+    assert b.metadata.chunk_key_encoding.to_json()["configuration"]["separator"] == "."
+    assert (b.chunks, b.shards) == ((2, 3), (4, 6))
+    np.testing.assert_array_equal(b[...], np.arange(48, dtype="f4").reshape(8, 6) * 2)

@@ -118,6 +118,7 @@ def array_metadata(
     dimension_names: Sequence[str | None] | None = None,
     attributes: dict | None = None,
     path: str = "",
+    shard_index: dict | None = None,
 ) -> ArrayMetadata:
     """Validated metadata for a new array (pure: touches no store)."""
     shape = _as_shape("shape", shape)
@@ -156,7 +157,13 @@ def array_metadata(
         if inner is None:
             inner = guess_chunks(outer or shape, dt.itemsize)
         grid_shape, codec_list = build_codecs(
-            dt, inner, outer, compressors=compressors, filters=filters, serializer=serializer
+            dt,
+            inner,
+            outer,
+            compressors=compressors,
+            filters=filters,
+            serializer=serializer,
+            shard_index=shard_index,
         )
     if any(c <= 0 for c in grid_shape):
         raise ShapeError(f"chunk shape {grid_shape} must be positive on every axis")
@@ -229,6 +236,7 @@ def create_array(
     overwrite: bool = False,
     storage_options: dict | None = None,
     write_empty_chunks: bool = False,
+    shard_index: dict | None = None,
 ) -> Array:
     """Create an array and write its ``zarr.json`` (and any missing parent groups).
 
@@ -248,6 +256,7 @@ def create_array(
         serializer=serializer,
         fill_value=fill_value,
         chunk_key_encoding=chunk_key_encoding,
+        shard_index=shard_index,
         dimension_names=dimension_names,
         attributes=attributes,
         path=path,

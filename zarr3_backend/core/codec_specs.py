@@ -62,7 +62,9 @@ def _as_list(value: Any) -> list:
 def default_serializer(dt: DataType) -> dict:
     """The array->bytes codec for a data type: ``bytes``, or the vlen codec for text/bytes."""
     if dt.numpy.kind in "OT":
-        return {"name": "vlen-bytes"} if dt.name in ("bytes", "variable_length_bytes") else {"name": "vlen-utf8"}
+        return (
+            {"name": "vlen-bytes"} if dt.name in ("bytes", "variable_length_bytes") else {"name": "vlen-utf8"}
+        )
     return (
         {"name": "bytes", "configuration": {"endian": "little"}}
         if dt.numpy.itemsize > 1
@@ -78,8 +80,13 @@ def build_codecs(
     compressors: Any = "auto",
     filters: Any = None,
     serializer: Any = "auto",
+    shard_index: dict | None = None,
 ) -> tuple[tuple[int, ...], list]:
-    """(chunk grid shape, codec list) for the zarr-python style arguments."""
+    """(chunk grid shape, codec list) for the zarr-python style arguments.
+
+    ``shard_index`` may set ``index_location`` ("start"/"end") and ``index_codecs`` of the
+    sharding codec (defaults: "end", bytes + crc32c).
+    """
     filters_ = [coerce_codec(c) for c in _as_list(filters)]
     serializer_ = default_serializer(dt) if serializer == "auto" else coerce_codec(serializer)
     if isinstance(compressors, str) and compressors == "auto":
@@ -95,13 +102,19 @@ def build_codecs(
             f"shard shape {tuple(shards)} must be a multiple of the chunk shape {tuple(chunks)} "
             f"on every axis (axis {bad[0]} is not)"
         )
+    index = dict(shard_index or {})
+    unknown = set(index) - {"index_location", "index_codecs"}
+    if unknown:
+        raise CodecError(
+            f"shard_index: unknown keys {sorted(unknown)} (allowed: index_location, index_codecs)"
+        )
     sharding = {
         "name": "sharding_indexed",
         "configuration": {
             "chunk_shape": list(chunks),
             "codecs": inner,
-            "index_codecs": DEFAULT_INDEX_CODECS,
-            "index_location": "end",
+            "index_codecs": [coerce_codec(c) for c in index.get("index_codecs") or DEFAULT_INDEX_CODECS],
+            "index_location": index.get("index_location") or "end",
         },
     }
     return shards, [sharding]

@@ -44,7 +44,7 @@ from .encoding import ZARR_ENCODING_KEYS, encode_attr_value, encode_fill_value_a
 WRITE_MODES = ("w", "w-", "a", "a-", "r+")
 #: Encoding keys read back from a store that say nothing about how to write.
 _SAFE_TO_DROP = frozenset({"source", "original_shape", "preferred_chunks", "cache_metadata"})
-_VALID_ENCODING = ZARR_ENCODING_KEYS | {"codecs"}
+_VALID_ENCODING = ZARR_ENCODING_KEYS | {"codecs", "shard_index"}
 _LAYOUT_KEYS = ("compressors", "filters", "serializer")
 
 
@@ -248,6 +248,8 @@ def creation_kwargs(
     else:
         kwargs["chunks"] = chunks
         kwargs["shards"] = shards
+        if shards is not None and encoding.get("shard_index") is not None:
+            kwargs["shard_index"] = dict(encoding["shard_index"])
         if "compressors" in encoding:
             kwargs["compressors"] = _codec_list(encoding["compressors"])
         if "filters" in encoding:
