@@ -22,7 +22,7 @@ from .._threads import scratch_buffer, thread_map
 from ..byte_range import ByteRange
 from ..codecs import CodecChain
 from ..codecs.fill import is_fill
-from ..errors import CorruptionError, ReadOnlyError, ShapeError
+from ..errors import CorruptionError, ReadOnlyError, SelectionError, ShapeError
 from ..stores.base import Store
 from .metadata import ArrayMetadata, to_bytes
 from .paths import join_path, join_prefix, metadata_key, node_name
@@ -646,8 +646,13 @@ def _fancy_kind(selection: Any, shape: tuple[int, ...]) -> str | None:
         return "vectorized"
     if any(a.ndim > 1 for a in arrays):
         return "nd-array" if len(arrays) == 1 and arrays[0].dtype != bool else "vectorized"
-    if len(arrays) > 1 and all(isinstance(s, np.ndarray | list | int | np.integer) for s in sel):
-        return "vectorized"
+    if len(arrays) > 1:
+        if all(isinstance(s, np.ndarray | list | int | np.integer) for s in sel):
+            return "vectorized"
+        raise SelectionError(
+            f"selection {selection!r} mixes several index arrays with slices; numpy's rules for that are "
+            "ambiguous here: use a.oindex[...] (per-axis) or a.vindex[...] (points)"
+        )
     return "orthogonal"
 
 
