@@ -21,7 +21,7 @@ import pytest
 import xarray as xr
 
 import zarr3_backend as z3
-from zarr3_backend.core.group import ZarrV2Error
+from zarr3_backend.errors import ZarrV2Error
 from zarr3_backend.errors import (
     DataTypeError,
     GroupNotFoundError,

@@ -15,6 +15,11 @@ class MetadataError(Zarr3Error, ValueError):
     """A zarr.json document (or a metadata argument) is invalid; the message names the field."""
 
 
+class ZarrV2Error(MetadataError):
+    """The node is stored in the Zarr v2 format (``.zgroup``/``.zarray``/``.zmetadata``); this
+    package reads and writes Zarr v3 only."""
+
+
 class UnknownFieldError(MetadataError):
     """A metadata field is not understood and is not marked ``"must_understand": false``."""
 

@@ -12,7 +12,14 @@ import json
 from collections.abc import Collection, Iterator
 from typing import Any
 
-from ..errors import GroupNotFoundError, MetadataError, NodeExistsError, NodeNotFoundError, ReadOnlyError
+from ..errors import (
+    GroupNotFoundError,
+    MetadataError,
+    NodeExistsError,
+    NodeNotFoundError,
+    ReadOnlyError,
+    ZarrV2Error,
+)
 from ..stores.base import Store
 from .array import Array, Attributes
 from .metadata import ArrayMetadata, GroupMetadata, parse_node, parse_node_json, to_bytes
@@ -22,11 +29,6 @@ Node = Array | Any  # Array | Group
 
 #: The metadata documents of Zarr v2 (a group, an array, consolidated metadata).
 V2_METADATA_KEYS = (".zgroup", ".zarray", ".zmetadata")
-
-
-class ZarrV2Error(MetadataError):
-    """The node is stored in the Zarr v2 format (``.zgroup``/``.zarray``/``.zmetadata``), which
-    this package does not read: it reads and writes Zarr v3 only."""
 
 
 def node_from_metadata(store: Store, path: str, meta: ArrayMetadata | GroupMetadata, **kwargs: Any) -> Node:

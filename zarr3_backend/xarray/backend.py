@@ -14,9 +14,9 @@ from xarray.core.datatree import DataTree
 from xarray.core.utils import close_on_error
 
 from ..core.api import open_group
-from ..core.group import Group, ZarrV2Error, v2_metadata_keys
+from ..core.group import Group, v2_metadata_keys
 from ..core.paths import normalize_path
-from ..errors import GroupNotFoundError
+from ..errors import GroupNotFoundError, ZarrV2Error
 from ..stores.base import Store, StoreArgumentError
 from .datastore import Zarr3DataStore
 
