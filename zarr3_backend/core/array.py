@@ -312,15 +312,15 @@ class Array:
     def _read(self, indexer: Any) -> np.ndarray:
         out = np.empty(indexer.shape, dtype=self.dtype)
         items = [(out, p) for p in indexer]
-        if len(items) == 1 and self._chain.is_partial_decodable and not items[0][1].is_complete:
-            sub = self._read_parts(items, adopt=True)
-            return out if sub is None else sub  # one shard region: its decoded array is the result
-        self._read_items(items)
-        return out
+        adopted = self._read_items(items, adopt=len(items) == 1)
+        return adopted.get(id(out), out)  # one shard region: its decoded array is the result
 
-    def _read_items(self, items: list[tuple[np.ndarray, Any]]) -> None:
+    def _read_items(self, items: list[tuple[np.ndarray, Any]], adopt: Any = False) -> dict[int, np.ndarray]:
         """Fill ``out[p.out_selection]`` for every ``(out, projection)``: whole storage units with
-        one batched fetch (or inline reads), shard regions through the shards' indexes."""
+        one batched fetch (or inline reads), shard regions through the shards' indexes.
+
+        ``adopt`` (True, or a set of ``id(out)``) names outputs filled by exactly one shard region;
+        for those the decoded array itself is returned in ``{id(out): array}`` instead of copied."""
         partial_ok = self._chain.is_partial_decodable
         whole = [(o, p) for o, p in items if p.is_complete or not partial_ok]
         parts = [(o, p) for o, p in items if not (p.is_complete or not partial_ok)]
@@ -343,8 +343,7 @@ class Array:
 
             thread_map(decode_into, range(len(whole)), kind="cpu")
 
-        if parts:
-            self._read_parts(parts)
+        return self._read_parts(parts, adopt) if parts else {}
 
     def _shard_indexes(self, keys: list[str]) -> dict[str, np.ndarray | None]:
         """The decoded index of each shard in ``keys`` (``None`` when missing), the uncached ones
@@ -373,15 +372,14 @@ class Array:
                     cache.put(token, key, index)
         return found
 
-    def _read_parts(self, parts: list[tuple[np.ndarray, Any]], adopt: bool = False) -> np.ndarray | None:
+    def _read_parts(self, parts: list[tuple[np.ndarray, Any]], adopt: Any = False) -> dict[int, np.ndarray]:
         """Read regions inside shards: every shard index first (one batched request), then the
-        inner chunks of each region concurrently. With ``adopt`` (a single region covering the
-        whole output) the decoded array is returned instead of copied into the output."""
+        inner chunks of each region concurrently (``adopt``: see ``_read_items``)."""
         codec, spec = self._chain.array_bytes, self._chain.specs[-1]
         keys = [self._chunk_key(p.chunk_coords) for _, p in parts]
         indexes = self._shard_indexes(keys)
         fill = self.fill_value
-        adopted: list[np.ndarray] = []
+        adopted: dict[int, np.ndarray] = {}
 
         def read_part(i: int) -> None:
             (out, p), key = parts[i], keys[i]
@@ -399,13 +397,19 @@ class Array:
                 raise type(e)(f"shard {key!r}: {e}") from e
             if sub is None:
                 out[p.out_selection] = fill
-            elif adopt and sub.shape == out.shape and _in_order(p.out_selection, out.shape):
-                adopted.append(sub)
+            elif (
+                (adopt is True or (adopt and id(out) in adopt))
+                and sub.shape == out.shape
+                and _in_order(p.out_selection, out.shape)
+            ):
+                adopted[id(out)] = sub
             else:
                 out[p.out_selection] = sub
 
-        thread_map(read_part, range(len(parts)), kind="io")
-        return adopted[0] if adopted else None
+        # local files: reads are cheap system calls, so CPU-many threads beat a GIL convoy of 32
+        kind = "cpu" if getattr(self.store, "inline_io", False) else "io"
+        thread_map(read_part, range(len(parts)), kind=kind)
+        return adopted
 
     def __getitem__(self, selection: Any) -> Any:
         kind = _fancy_kind(selection, self.shape)
@@ -425,14 +429,17 @@ class Array:
     def get_regions(self, regions: Sequence[tuple[slice, ...]]) -> list[np.ndarray]:
         """The values of many boxes of step-1 slices in one call: every storage unit and shard
         index they touch is fetched once, in batched store calls, and decoded concurrently."""
-        outs, items = [], []
+        outs, items, single = [], [], set()
         for region in regions:
             indexer = indexing.basic_indexer(tuple(region), self.shape, self.storage_chunks)
             out = np.empty(indexer.shape, dtype=self.dtype)
+            projections = list(indexer)
+            if len(projections) == 1:
+                single.add(id(out))
             outs.append(out)
-            items.extend((out, p) for p in indexer)
-        self._read_items(items)
-        return outs
+            items.extend((out, p) for p in projections)
+        adopted = self._read_items(items, adopt=single)
+        return [adopted.get(id(out), out) for out in outs]
 
     @property
     def oindex(self) -> _OIndex:
