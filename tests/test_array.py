@@ -389,3 +389,15 @@ def test_append_validates_before_resizing(store):
     assert z3.open_array(store, "x").shape == (6, 3)
     with pytest.raises(ShapeError):
         a.resize(5.5, 3)
+
+
+def test_chunks_of_transposed_sharded_array_in_array_axis_order(store):
+    chain = [
+        {"name": "transpose", "configuration": {"order": [1, 0]}},
+        {"name": "sharding_indexed", "configuration": {"chunk_shape": [3, 2], "codecs": [{"name": "bytes"}]}},
+    ]
+    a = z3.create_array(store, "x", shape=(8, 12), dtype="u1", chunks=(8, 12), codecs=chain)
+    assert (a.chunks, a.shards) == ((2, 3), (8, 12))
+    data = np.arange(96, dtype="u1").reshape(8, 12)
+    a[...] = data
+    np.testing.assert_array_equal(z3.open_array(store, "x")[1:7, 2:11], data[1:7, 2:11])

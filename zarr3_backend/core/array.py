@@ -95,7 +95,9 @@ def _in_order(selection: Any, shape: tuple[int, ...]) -> bool:
     return (
         isinstance(selection, tuple)
         and len(selection) == len(shape)
-        and all(isinstance(s, slice) and s.indices(n) == (0, n, 1) for s, n in zip(selection, shape, strict=True))
+        and all(
+            isinstance(s, slice) and s.indices(n) == (0, n, 1) for s, n in zip(selection, shape, strict=True)
+        )
     )
 
 
@@ -116,6 +118,8 @@ class Array:
         self.metadata = metadata
         self.read_only = read_only or store.read_only
         self.write_empty_chunks = write_empty_chunks
+        if store.cache_shard_index:  # opening an array is a fresh view: forget indexes read before
+            SHARD_INDEX_CACHE.invalidate_prefix(store_token(store), join_prefix(path))
 
     # ---- description -----------------------------------------------------------------------
     @property
@@ -162,9 +166,21 @@ class Array:
 
     @property
     def chunks(self) -> tuple[int, ...]:
-        """The read chunk: the inner chunk shape when sharded, else the chunk grid's shape."""
+        """The read chunk: the inner chunk shape when sharded (in the array's axis order, also
+        when transposes come before the sharding codec), else the chunk grid's shape."""
         codec = self._sharding
-        return tuple(codec.chunk_shape) if codec is not None else self.storage_chunks
+        if codec is None:
+            return self.storage_chunks
+        inner = tuple(codec.chunk_shape)
+        for c in reversed(self._chain.array_array):
+            order = getattr(c, "order", None)
+            if order is None:  # another array->array codec: no inner chunk in array coordinates
+                return self.storage_chunks
+            back = [0] * len(inner)
+            for axis, size in zip(order, inner, strict=True):
+                back[axis] = size
+            inner = tuple(back)
+        return inner
 
     @property
     def codecs(self) -> list[dict]:
@@ -241,6 +257,11 @@ class Array:
             return None
         return chain.array_bytes.wire_dtype(chain.spec.dtype), bb[1:], inner
 
+    @cached_property
+    def _chunk_nbytes(self) -> int:
+        """Bytes of one decoded chunk (storage unit)."""
+        return self._chain.spec.nbytes
+
     def _scatter(self, key: str, data: Any, p: Any, out: np.ndarray, target: np.ndarray | None) -> None:
         """Decode chunk bytes ``data`` into ``out`` for projection ``p``. With ``_direct``, the
         innermost compressor decodes into ``target`` (the whole-chunk region of ``out``, or None)
@@ -258,6 +279,7 @@ class Array:
             return
         wire, outer, inner = direct
         spec = self._chain.spec
+        nbytes = self._chunk_nbytes
         try:
             for c in reversed(outer):
                 data = c.decode(data, spec)
@@ -265,10 +287,10 @@ class Array:
                 if target is not None and wire == out.dtype:
                     inner.decode_into(data, spec, memoryview(target.reshape(-1)).cast("B"))
                     return
-                data = inner.decode_into(data, spec, scratch_buffer(spec.nbytes, 1))
-            if len(data) != spec.nbytes:
+                data = inner.decode_into(data, spec, scratch_buffer(nbytes, 1))
+            if len(data) != nbytes:
                 raise CorruptionError(
-                    f"codec 'bytes': chunk holds {len(data)} bytes, expected {spec.nbytes} "
+                    f"codec 'bytes': chunk holds {len(data)} bytes, expected {nbytes} "
                     f"for shape {spec.shape} of {spec.dtype}"
                 )
         except CorruptionError as e:
@@ -345,16 +367,16 @@ class Array:
 
         return self._read_parts(parts, adopt) if parts else {}
 
-    def _shard_indexes(self, keys: list[str]) -> dict[str, np.ndarray | None]:
+    def _shard_indexes(self, keys: list[str], refresh: bool = False) -> dict[str, np.ndarray | None]:
         """The decoded index of each shard in ``keys`` (``None`` when missing), the uncached ones
-        fetched with one batched ranged store call; each shard's index is read once per call."""
+        (all with ``refresh``) fetched with one batched ranged store call."""
         codec, spec = self._chain.array_bytes, self._chain.specs[-1]
         cache = SHARD_INDEX_CACHE if self.store.cache_shard_index else None
         token = store_token(self.store) if cache is not None else None
         found: dict[str, np.ndarray | None] = {}
         missing = []
         for key in dict.fromkeys(keys):
-            index = cache.get(token, key) if cache is not None else None
+            index = cache.get(token, key) if cache is not None and not refresh else None
             if index is None:
                 missing.append(key)
             else:
@@ -392,7 +414,19 @@ class Array:
                 return self.store.get_partial_values([(key, r) for r in ranges])
 
             try:
-                sub = codec.decode_partial(reader, p.chunk_selection, spec, index=index)
+                try:
+                    sub = codec.decode_partial(reader, p.chunk_selection, spec, index=index)
+                except CorruptionError:
+                    if not self.store.cache_shard_index:
+                        raise
+                    # the cached index may predate a rewrite by another process: read it afresh
+                    SHARD_INDEX_CACHE.invalidate(store_token(self.store), [key])
+                    index = self._shard_indexes([key], refresh=True)[key]
+                    sub = (
+                        None
+                        if index is None
+                        else codec.decode_partial(reader, p.chunk_selection, spec, index=index)
+                    )
             except CorruptionError as e:
                 raise type(e)(f"shard {key!r}: {e}") from e
             if sub is None:

@@ -23,6 +23,24 @@ TEMP_PREFIX = ".z3tmp-"
 
 _MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
 _WRITE_RETRIES = 5  # a concurrent erase may prune a parent directory we just created
+_PROC_FD = os.path.isdir("/proc/self/fd")  # Linux: an open file's real path is one readlink away
+
+
+def _pread_all(fd: int, offset: int, length: int) -> bytes:
+    """Up to ``length`` bytes at ``offset`` (fewer only at end of file), in as few reads as the
+    kernel allows."""
+    data = os.pread(fd, length, offset)
+    if len(data) == length or not data:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < length:
+        more = os.pread(fd, length - got, offset + got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
 
 
 class LocalStore(Store):
@@ -38,21 +56,48 @@ class LocalStore(Store):
         self._real_root = os.path.realpath(self.root)
 
     # ---- keys and paths --------------------------------------------------------------------
-    def _path(self, key: str) -> str:
-        """The file path of ``key``, refusing keys that are malformed or resolve outside root."""
+    def _key_path(self, key: str) -> str:
+        """The file path of ``key`` after refusing malformed keys (symlinks not yet checked)."""
         validate_key(key)
         parts = key.split("/")
         if any(p.startswith(TEMP_PREFIX) for p in parts):
             raise InvalidKeyError(
                 f"invalid store key {key!r}: names starting with {TEMP_PREFIX!r} are reserved"
             )
-        path = os.path.join(self.root, *parts)
-        if not self._inside(os.path.realpath(path)):
-            raise InvalidKeyError(f"store key {key!r} resolves outside the store root {self.root!r}")
+        return os.path.join(self.root, *parts)
+
+    def _path(self, key: str) -> str:
+        """The file path of ``key``, refusing keys that are malformed or resolve outside root."""
+        path = self._key_path(key)
+        self._check_inside(key, os.path.realpath(path))
         return path
 
+    def _check_inside(self, key: str, real: str) -> None:
+        if not self._inside(real):
+            raise InvalidKeyError(f"store key {key!r} resolves outside the store root {self.root!r}")
+
     def _inside(self, real: str) -> bool:
-        return real == self._real_root or os.path.commonpath([real, self._real_root]) == self._real_root
+        root = self._real_root
+        return real == root or real.startswith(root if root.endswith(os.sep) else root + os.sep)
+
+    def _open_read(self, key: str, path: str) -> int | None:
+        """An fd open for reading ``path`` (from ``_key_path``), or ``None`` when missing; the
+        opened file's real path (one readlink of ``/proc/self/fd``, else ``realpath``) must lie
+        inside root, so symlinks cannot escape and no per-component ``lstat`` walk is needed."""
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        except _MISSING:
+            self._check_inside(key, os.path.realpath(path))  # a refused key stays refused
+            return None
+        except OSError as e:
+            raise self._error("reading", key, e) from e
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}") if _PROC_FD else os.path.realpath(path)
+            self._check_inside(key, real.removesuffix(" (deleted)"))
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def _dir(self, prefix: str) -> tuple[str, str]:
         """``(directory path, key prefix)`` for a directory prefix (``""`` or ending in ``/``)."""
@@ -65,23 +110,29 @@ class LocalStore(Store):
     # ---- reading ---------------------------------------------------------------------------
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
         """The value of ``key`` (or the part ``byte_range`` selects, clipped to the file)."""
-        return self._read(key, self._path(key), byte_range)
+        return self._read(key, self._key_path(key), byte_range)
 
     def _read(self, key: str, path: str, byte_range: ByteRange | None) -> bytes | None:
+        fd = self._open_read(key, path)
+        if fd is None:
+            return None
         try:
-            with open(path, "rb") as f:
-                if byte_range is None:
-                    return f.read()
-                if byte_range.is_suffix:
-                    size = os.fstat(f.fileno()).st_size
-                    f.seek(max(size + byte_range.offset, 0))
-                    return f.read()
-                f.seek(byte_range.offset)
-                return f.read() if byte_range.length is None else f.read(byte_range.length)
+            if byte_range is None:
+                return _pread_all(fd, 0, os.fstat(fd).st_size)
+            if byte_range.is_suffix:
+                size = os.fstat(fd).st_size
+                start = max(size + byte_range.offset, 0)
+                return _pread_all(fd, start, size - start)
+            if byte_range.length is None:
+                size = os.fstat(fd).st_size
+                return _pread_all(fd, byte_range.offset, max(size - byte_range.offset, 0))
+            return _pread_all(fd, byte_range.offset, byte_range.length)
         except _MISSING:
             return None
         except OSError as e:
             raise self._error("reading", key, e) from e
+        finally:
+            os.close(fd)
 
     #: Per-key calls are cheap synchronous system calls: callers (Array) may read, decode and
     #: write chunk by chunk from their own worker threads instead of batching every value in
@@ -91,13 +142,9 @@ class LocalStore(Store):
     def get_into(self, key: str, alloc: Callable[[int], memoryview]) -> memoryview | None:
         """The value of ``key`` read into ``alloc(size)`` (a writable buffer of exactly ``size``
         bytes, e.g. reused scratch memory or the output array); ``None`` when missing."""
-        path = self._path(key)
-        try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-        except _MISSING:
+        fd = self._open_read(key, self._key_path(key))
+        if fd is None:
             return None
-        except OSError as e:
-            raise self._error("reading", key, e) from e
         try:
             size = os.fstat(fd).st_size
             buf = alloc(size)
@@ -108,6 +155,8 @@ class LocalStore(Store):
                     break
                 got += n
             return buf[:got]
+        except _MISSING:
+            return None
         except OSError as e:
             raise self._error("reading", key, e) from e
         finally:
@@ -119,7 +168,7 @@ class LocalStore(Store):
 
     def get_partial_values(self, key_ranges: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
         """Byte ranges of many keys, read concurrently on the "io" pool."""
-        jobs = [(key, self._path(key), byte_range) for key, byte_range in key_ranges]
+        jobs = [(key, self._key_path(key), byte_range) for key, byte_range in key_ranges]
         return thread_map(lambda job: self._read(*job), jobs, kind="io")
 
     def exists(self, key: str) -> bool:
