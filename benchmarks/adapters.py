@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .data import BLOSC, DIMS, VAR, v3_codecs
 from .config import Size
+from .data import BLOSC, DIMS, VAR, v3_codecs
 
 Region = tuple[slice, ...]
 

@@ -69,10 +69,20 @@ WORKLOADS: tuple[Workload, ...] = (
     Workload("c_read_blosc_cold", "(c) read blosc, cold", "read", "blosc", cold=True),
     Workload("d_write_sharded", "(d) write sharded", "write", "sharded"),
     Workload("d_read_sharded", "(d) read sharded, warm", "read", "sharded"),
-    Workload("e_random_one", "(e) random inner-chunk reads, one at a time", "random_one", "sharded", unit="reads/s"),
-    Workload("e_random_batch", "(e) random inner-chunk reads, one call", "random_batch", "sharded", unit="reads/s"),
+    Workload(
+        "e_random_one", "(e) random inner-chunk reads, one at a time", "random_one", "sharded", unit="reads/s"
+    ),
+    Workload(
+        "e_random_batch", "(e) random inner-chunk reads, one call", "random_batch", "sharded", unit="reads/s"
+    ),
     Workload("f_xarray_mean", "(f) xarray open_dataset(chunks={}) + mean(time), threads", "xr_mean", "raw"),
-    Workload("g_to_zarr_threads", "(g) to_zarr of a dask dataset, threads", "to_zarr", "raw", libs=("z3", "zarr", "zarrs")),
+    Workload(
+        "g_to_zarr_threads",
+        "(g) to_zarr of a dask dataset, threads",
+        "to_zarr",
+        "raw",
+        libs=("z3", "zarr", "zarrs"),
+    ),
     Workload(
         "h_to_zarr_distributed",
         "(h) to_zarr on a LocalCluster of 2 processes",

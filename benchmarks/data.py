@@ -110,7 +110,12 @@ def ensure_fixtures(workdir: str | os.PathLike, size: Size, fixtures: set[str]) 
         grid, codecs = v3_codecs(size, fixture)
         g = z3.create_group(str(root))
         a = g.create_array(
-            VAR, shape=size.shape, dtype="float32", chunks=tuple(grid), codecs=codecs, fill_value=0.0,
+            VAR,
+            shape=size.shape,
+            dtype="float32",
+            chunks=tuple(grid),
+            codecs=codecs,
+            fill_value=0.0,
             dimension_names=DIMS,
         )
         a[...] = src
@@ -152,6 +157,7 @@ def warm(root: str | os.PathLike) -> None:
 
 def eviction_check(path: str | os.PathLike) -> dict:
     """Time a warm and an evicted read of one file: evidence that ``evict`` really evicts."""
+
     def timed() -> float:
         t = time.perf_counter()
         warm(path)

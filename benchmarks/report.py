@@ -27,7 +27,16 @@ def add_ratios(results: list[dict]) -> dict[str, dict]:
 def _row(r: dict) -> list[str]:
     if not r.get("ok"):
         status = "skipped" if r.get("skipped") else "FAILED"
-        return [r["workload"], r["lib"], "-", r["unit"], "-", "-", "-", f"{status}: {r.get('error', '')}"[:70]]
+        return [
+            r["workload"],
+            r["lib"],
+            "-",
+            r["unit"],
+            "-",
+            "-",
+            "-",
+            f"{status}: {r.get('error', '')}"[:70],
+        ]
     ratio = "" if r.get("ratio") is None else f"{r['ratio']:.2f}x"
     mem = f"{r['peak_delta_mib']:.0f}"
     if r.get("mem_ratio") is not None:

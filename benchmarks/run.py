@@ -25,8 +25,19 @@ from .worker import RESULT_PREFIX, run_case
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-PACKAGES = ("zarr3_backend", "numpy", "numcodecs", "crc32c", "dask", "distributed", "xarray", "zarr",
-            "zarrs", "tensorstore", "xarray-tensorstore")
+PACKAGES = (
+    "zarr3_backend",
+    "numpy",
+    "numcodecs",
+    "crc32c",
+    "dask",
+    "distributed",
+    "xarray",
+    "zarr",
+    "zarrs",
+    "tensorstore",
+    "xarray-tensorstore",
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -40,8 +51,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", default=str(HERE / "results"), help="directory for the JSON results")
     p.add_argument("--markdown", default=None, help="also write the table as Markdown to this file")
     p.add_argument("--timeout", type=float, default=600, help="seconds allowed per case")
-    p.add_argument("--inprocess", action="store_true",
-                   help="run cases in this process (fast smoke runs; peak memory is then meaningless)")
+    p.add_argument(
+        "--inprocess",
+        action="store_true",
+        help="run cases in this process (fast smoke runs; peak memory is then meaningless)",
+    )
     return p.parse_args(argv)
 
 
@@ -57,7 +71,7 @@ def select(args: argparse.Namespace) -> list[tuple[str, str]]:
         if wanted and not any(w.id == x or w.id.startswith(x) for x in wanted):
             continue
         for lib in w.libs:
-            if lib in REFERENCE_LIBS and not args.no_reference or lib in libs:
+            if (lib in REFERENCE_LIBS and not args.no_reference) or lib in libs:
                 cases.append((w.id, lib))
     return cases
 
@@ -117,14 +131,23 @@ def main(argv: list[str] | None = None) -> dict:
     pairs = select(args)
     workdir = Path(args.workdir)
     data.ensure_source(workdir, size)
-    fixtures = {w.fixture for w in WORKLOADS for wid, _ in pairs if w.id == wid and w.fixture and
-                w.kind not in ("write", "to_zarr")}
+    fixtures = {
+        w.fixture
+        for w in WORKLOADS
+        for wid, _ in pairs
+        if w.id == wid and w.fixture and w.kind not in ("write", "to_zarr")
+    }
     data.ensure_fixtures(workdir, size, fixtures)
     eviction = data.eviction_check(data.source_path(workdir, size))
-    print(f"size {size.name}: shape {size.shape} float32 ({size.nbytes / 2**20:.0f} MiB), "
-          f"chunks {size.chunk}^3, shards {size.chunk}^3 of {size.inner}^3; {args.repeat} repetitions")
-    print(f"page-cache eviction check: warm {eviction['warm_s']:.3f} s, evicted {eviction['cold_s']:.3f} s "
-          f"-> {'evicts' if eviction['evicts'] else 'DOES NOT EVICT'}", flush=True)
+    print(
+        f"size {size.name}: shape {size.shape} float32 ({size.nbytes / 2**20:.0f} MiB), "
+        f"chunks {size.chunk}^3, shards {size.chunk}^3 of {size.inner}^3; {args.repeat} repetitions"
+    )
+    print(
+        f"page-cache eviction check: warm {eviction['warm_s']:.3f} s, evicted {eviction['cold_s']:.3f} s "
+        f"-> {'evicts' if eviction['evicts'] else 'DOES NOT EVICT'}",
+        flush=True,
+    )
 
     results = []
     for wid, lib in pairs:
@@ -138,7 +161,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     best = add_ratios(results)
     meta = {
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "size": size.name,
         "shape": size.shape,
         "nbytes": size.nbytes,

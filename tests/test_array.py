@@ -316,7 +316,9 @@ def test_sync_api_inside_running_event_loop_and_threads(tmp_path):
     data = np.arange(100, dtype="f4").reshape(10, 10)
 
     async def inside_loop():  # as in a Jupyter cell: a loop is already running
-        a = z3.create_array(tmp_path / "e.zarr", "x", shape=(10, 10), dtype="f4", chunks=(3, 3), shards=(6, 6))
+        a = z3.create_array(
+            tmp_path / "e.zarr", "x", shape=(10, 10), dtype="f4", chunks=(3, 3), shards=(6, 6)
+        )
         a[...] = data
         return z3.open_array(tmp_path / "e.zarr", "x")[2:9, 1:4]
 

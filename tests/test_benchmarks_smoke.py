@@ -24,8 +24,21 @@ FAST = [w.id for w in WORKLOADS if not w.distributed]
 def _run(tmp_path, *extra):
     out = tmp_path / "results"
     md = tmp_path / "table.md"
-    argv = ["--size", "tiny", "--libs", "z3", "--repeat", "1", "--workdir", str(tmp_path / "work"),
-            "--out", str(out), "--markdown", str(md), *extra]
+    argv = [
+        "--size",
+        "tiny",
+        "--libs",
+        "z3",
+        "--repeat",
+        "1",
+        "--workdir",
+        str(tmp_path / "work"),
+        "--out",
+        str(out),
+        "--markdown",
+        str(md),
+        *extra,
+    ]
     report = run.main(argv)
     files = list(out.glob("tiny-*.json"))
     assert len(files) == 1
@@ -36,7 +49,13 @@ def test_suite_runs_every_workload_for_z3(tmp_path, capsys):
     report, on_disk, md = _run(tmp_path, "--inprocess", "--workloads", ",".join(FAST))
     assert on_disk["results"] == json.loads(json.dumps(report["results"]))
     rows = on_disk["results"]
-    expected = {(w.id, lib) for w in WORKLOADS if not w.distributed for lib in w.libs if lib in ("z3", "numpy", "file")}
+    expected = {
+        (w.id, lib)
+        for w in WORKLOADS
+        if not w.distributed
+        for lib in w.libs
+        if lib in ("z3", "numpy", "file")
+    }
     assert {(r["workload"], r["lib"]) for r in rows} == expected
     for r in rows:
         assert r["ok"], r

@@ -62,7 +62,7 @@ def test_write_invalidates_cached_index():
 
 def test_stores_without_the_flag_do_not_cache():
     store = z3.MemoryStore()
-    a, data = make(store)
+    a, _ = make(store)
     a[0, 0]
     assert len(SHARD_INDEX_CACHE) == 0
 

@@ -21,7 +21,6 @@ import pytest
 import xarray as xr
 
 import zarr3_backend as z3
-from zarr3_backend.errors import ZarrV2Error
 from zarr3_backend.errors import (
     DataTypeError,
     GroupNotFoundError,
@@ -31,6 +30,7 @@ from zarr3_backend.errors import (
     ShapeError,
     UnknownCodecError,
     Zarr3Error,
+    ZarrV2Error,
 )
 from zarr3_backend.stores.base import StoreArgumentError
 from zarr3_backend.xarray import Zarr3BackendEntrypoint

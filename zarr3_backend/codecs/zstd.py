@@ -67,7 +67,9 @@ class ZstdCodec(BytesBytesCodec):
         if declared is None:
             out = as_bytes_view(self.decode(view, spec))
             if len(out) != len(dest):
-                raise CorruptionError(f"codec 'zstd': frame decompresses to {len(out)} bytes, expected {len(dest)}")
+                raise CorruptionError(
+                    f"codec 'zstd': frame decompresses to {len(out)} bytes, expected {len(dest)}"
+                )
             dest[:] = out
             return dest
         if declared != len(dest):

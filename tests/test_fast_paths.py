@@ -1,0 +1,470 @@
+"""Correctness of the speed paths: inline local-store reads and writes, decoding straight into the
+output, per-thread scratch buffers, the fill-value probe, batched shard indexes, get_regions.
+
+Each test would fail if its fast path returned wrong data, shared memory it must not share, or
+turned an error into silence. No timing assertions.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+
+import zarr3_backend as z3
+from zarr3_backend import _threads
+from zarr3_backend.byte_range import ByteRange
+from zarr3_backend.codecs.base import ChunkSpec
+from zarr3_backend.codecs.blosc import BloscCodec
+from zarr3_backend.codecs.zstd import ZstdCodec
+from zarr3_backend.core.array import is_fill
+from zarr3_backend.errors import ChecksumError, CorruptionError, InvalidKeyError, ReadOnlyError
+from zarr3_backend.stores.local import LocalStore
+
+BLOSC = {"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle"}}
+ZSTD = {"name": "zstd", "configuration": {"level": 1, "checksum": False}}
+CRC = {"name": "crc32c"}
+
+
+def _data(shape, dtype="f4", seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.integers(1, 1000, shape) / 8).astype(dtype)
+
+
+def _create(tmp_path, name="a", **kw):
+    return z3.create_array(str(tmp_path / name), fill_value=0, **kw)
+
+
+# ---- reads: inline local store, direct decode ---------------------------------------------------
+@pytest.mark.parametrize("compressors", [None, BLOSC, ZSTD, [BLOSC, CRC], [CRC]], ids=str)
+@pytest.mark.parametrize(
+    "shape,chunks",
+    [
+        ((6, 8, 10), (1, 8, 10)),  # every chunk is one contiguous block of the output: direct path
+        ((6, 8, 10), (4, 3, 4)),  # strided chunk regions, edge chunks: scratch path
+        ((5,), (5,)),  # one chunk, the whole output
+    ],
+)
+def test_local_reads_match_numpy(tmp_path, compressors, shape, chunks):
+    data = _data(shape)
+    a = _create(tmp_path, shape=shape, dtype="f4", chunks=chunks, compressors=compressors)
+    a[...] = data
+    b = z3.open_array(str(tmp_path / "a"))
+    np.testing.assert_array_equal(b[...], data)
+    np.testing.assert_array_equal(b[1:, ...], data[1:, ...])
+    np.testing.assert_array_equal(b[..., ::2], data[..., ::2])
+    np.testing.assert_array_equal(b[::-1], data[::-1])
+    np.testing.assert_array_equal(b[-1], data[-1])
+
+
+def test_direct_reads_are_checked_against_the_zarr_python_oracle(tmp_path):
+    zarr = pytest.importorskip("zarr")
+    data = _data((6, 8, 10))
+    path = str(tmp_path / "oracle")
+    za = zarr.create_array(
+        path, shape=data.shape, chunks=(1, 8, 10), dtype="f4", compressors=None, fill_value=0
+    )
+    za[...] = data
+    za2 = zarr.create_array(
+        str(tmp_path / "oracle_b"), shape=data.shape, chunks=(2, 8, 5), dtype="f4", fill_value=0
+    )
+    za2[...] = data
+    np.testing.assert_array_equal(z3.open_array(path)[...], data)
+    np.testing.assert_array_equal(z3.open_array(str(tmp_path / "oracle_b"))[...], data)
+
+
+def test_big_endian_chunks_are_swapped_not_placed_raw(tmp_path):
+    data = _data((4, 6), dtype="f8")
+    codecs = [{"name": "bytes", "configuration": {"endian": "big"}}]
+    a = _create(tmp_path, shape=data.shape, dtype="f8", chunks=(1, 6), codecs=codecs)
+    a[...] = data
+    raw = (tmp_path / "a" / "c" / "0" / "0").read_bytes()
+    assert raw == data[0].astype(">f8").tobytes()
+    np.testing.assert_array_equal(z3.open_array(str(tmp_path / "a"))[...], data)
+
+
+def test_missing_chunks_read_as_fill(tmp_path):
+    a = z3.create_array(
+        str(tmp_path / "a"), shape=(4, 6), dtype="i4", chunks=(1, 6), fill_value=-7, compressors=None
+    )
+    a[1] = np.arange(6)
+    expected = np.full((4, 6), -7, dtype="i4")
+    expected[1] = np.arange(6)
+    np.testing.assert_array_equal(a[...], expected)
+
+
+@pytest.mark.parametrize("compressors", [None, BLOSC], ids=["raw", "blosc"])
+@pytest.mark.parametrize("chunks", [(1, 6), (3, 4)], ids=["contiguous", "strided"])
+def test_truncated_chunk_is_a_corruption_error_naming_the_key(tmp_path, compressors, chunks):
+    a = _create(tmp_path, shape=(4, 6), dtype="f4", chunks=chunks, compressors=compressors)
+    a[...] = _data((4, 6))
+    chunk = tmp_path / "a" / "c" / "0" / "0"
+    chunk.write_bytes(chunk.read_bytes()[:-5])
+    with pytest.raises(CorruptionError, match="c/0/0"):
+        a[...]
+
+
+@pytest.mark.parametrize("chunks", [(1, 6), (3, 4)], ids=["contiguous", "strided"])
+def test_overlong_raw_chunk_is_a_corruption_error(tmp_path, chunks):
+    a = _create(tmp_path, shape=(4, 6), dtype="f4", chunks=chunks, compressors=None)
+    a[...] = _data((4, 6))
+    chunk = tmp_path / "a" / "c" / "1" / "0"
+    chunk.write_bytes(chunk.read_bytes() + b"xx")
+    with pytest.raises(CorruptionError, match="c/1/0"):
+        a[...]
+
+
+def test_checksum_mismatch_under_blosc_is_detected(tmp_path):
+    a = _create(tmp_path, shape=(4, 6), dtype="f4", chunks=(1, 6), compressors=[BLOSC, CRC])
+    a[...] = _data((4, 6))
+    chunk = tmp_path / "a" / "c" / "2" / "0"
+    raw = bytearray(chunk.read_bytes())
+    raw[20] ^= 0xFF
+    chunk.write_bytes(bytes(raw))
+    with pytest.raises(ChecksumError, match="c/2/0"):
+        a[...]
+
+
+def test_garbage_blosc_frame_is_a_corruption_error(tmp_path):
+    a = _create(tmp_path, shape=(4, 6), dtype="f4", chunks=(1, 6), compressors=BLOSC)
+    a[...] = _data((4, 6))
+    (tmp_path / "a" / "c" / "3" / "0").write_bytes(b"\x02\x01\x21\x04" + b"\x60\x00\x00\x00" * 3 + b"junk")
+    with pytest.raises(CorruptionError, match="c/3/0"):
+        a[...]
+
+
+def test_results_never_alias_scratch_memory(tmp_path):
+    x, y = _data((8, 8), seed=1), _data((8, 8), seed=2)
+    a = _create(tmp_path, "x", shape=x.shape, dtype="f4", chunks=(3, 3), compressors=BLOSC)
+    b = _create(tmp_path, "y", shape=y.shape, dtype="f4", chunks=(3, 3), compressors=BLOSC)
+    a[...] = x
+    b[...] = y
+    first = a[...]
+    second = b[...]
+    third = a[2:5, 2:5]
+    np.testing.assert_array_equal(first, x)  # not overwritten by the later reads
+    np.testing.assert_array_equal(second, y)
+    np.testing.assert_array_equal(third, x[2:5, 2:5])
+    assert (first.flags.writeable and first.flags.owndata) or first.base is not None
+    first[...] = -1  # writing into a result changes nothing stored
+    np.testing.assert_array_equal(a[...], x)
+
+
+def test_concurrent_reads_from_many_threads(tmp_path):
+    data = _data((16, 12))
+    a = _create(tmp_path, shape=data.shape, dtype="f4", chunks=(3, 5), compressors=BLOSC)
+    a[...] = data
+    errors = []
+
+    def worker(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(20):
+            i, j = sorted(rng.integers(0, 16, 2))
+            if not np.array_equal(a[i : j + 1], data[i : j + 1]):
+                errors.append((i, j))
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+# ---- writes: inline encode-and-store with scratch chunks ----------------------------------------
+@pytest.mark.parametrize("compressors", [None, BLOSC, [ZSTD, CRC]], ids=["raw", "blosc", "zstd-crc"])
+def test_inline_writes_store_every_chunk_correctly(tmp_path, compressors):
+    data = _data((10, 7))
+    a = _create(tmp_path, shape=data.shape, dtype="f4", chunks=(3, 3), compressors=compressors)
+    a[...] = data  # all chunks go through the same per-thread scratch buffer
+    np.testing.assert_array_equal(z3.open_array(str(tmp_path / "a"))[...], data)
+    files = sorted(str(p.relative_to(tmp_path / "a")) for p in (tmp_path / "a").rglob("*") if p.is_file())
+    assert len(files) == 1 + 4 * 3 and not any(".z3tmp" in f for f in files)
+
+
+def test_inline_writes_read_back_by_zarr_python(tmp_path):
+    zarr = pytest.importorskip("zarr")
+    data = _data((9, 9))
+    a = _create(tmp_path, shape=data.shape, dtype="f4", chunks=(2, 4), compressors=BLOSC)
+    a[...] = data
+    a[3:5, 1:7] = 0.5  # partial chunks: read-modify-write
+    data[3:5, 1:7] = 0.5
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "a"), mode="r")[...], data)
+
+
+def test_fill_chunks_are_erased_by_inline_writes(tmp_path):
+    a = _create(tmp_path, shape=(4, 4), dtype="f4", chunks=(2, 2), compressors=None)
+    a[...] = 1.0
+    a[0:2, 0:2] = 0.0
+    assert not (tmp_path / "a" / "c" / "0" / "0").exists()
+    assert (tmp_path / "a" / "c" / "1" / "1").exists()
+    expected = np.ones((4, 4), "f4")
+    expected[:2, :2] = 0
+    np.testing.assert_array_equal(a[...], expected)
+
+
+def test_failed_write_to_read_only_store_writes_nothing(tmp_path):
+    a = _create(tmp_path, shape=(4, 4), dtype="f4", chunks=(2, 2), compressors=None)
+    a[...] = 1.0
+
+    def snapshot():
+        return {p: p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file()}
+
+    before = snapshot()
+    ro = z3.open_array(str(tmp_path / "a"), mode="r")
+    with pytest.raises(ReadOnlyError):
+        ro[...] = 2.0
+    with pytest.raises(ReadOnlyError):
+        ro[0:1, 0:1] = 0.0
+    assert snapshot() == before
+
+
+# ---- the fill-value probe -----------------------------------------------------------------------
+@pytest.mark.parametrize("fill", [0.0, np.nan, 3.0])
+def test_fill_probe_never_decides_alone_that_a_chunk_is_fill(fill):
+    chunk = np.full((5, 5), fill, dtype="f4")
+    assert is_fill(chunk, np.float32(fill))
+    chunk[2, 2] = 1.5  # first and last elements still equal the fill value
+    assert not is_fill(chunk, np.float32(fill))
+    chunk[...] = fill
+    chunk[0, 0] = 7.0
+    assert not is_fill(chunk, np.float32(fill))
+
+
+def test_fill_probe_keeps_the_nan_and_signed_zero_rules():
+    assert is_fill(np.array([np.nan, np.nan], "f4"), np.float32(np.nan))
+    assert not is_fill(np.array([np.nan, 0.0], "f4"), np.float32(np.nan))
+    assert not is_fill(np.array([0.0, -0.0, 0.0], "f4"), np.float32(0.0))  # bit for bit
+    assert not is_fill(np.array([-0.0, 0.0, 0.0], "f4"), np.float32(0.0))
+    assert is_fill(np.zeros((0,), "f4"), np.float32(1.0))
+    assert is_fill(np.array([0, 5, 0, 7, 0], "i2")[::2], np.int16(0))  # strided views
+    assert not is_fill(np.array([0, 5, 3, 7, 0], "i2")[::2], np.int16(0))
+
+
+def test_chunk_with_fill_at_both_ends_is_still_written(tmp_path):
+    a = _create(tmp_path, shape=(6,), dtype="f4", chunks=(6,), compressors=None)
+    value = np.zeros(6, "f4")
+    value[3] = 2.0
+    a[...] = value
+    assert (tmp_path / "a" / "c" / "0").exists()
+    np.testing.assert_array_equal(a[...], value)
+
+
+# ---- shards: batched indexes, adopted single-region results, get_regions ------------------------
+class CountingLocalStore(LocalStore):
+    """Records every ranged read (the shard-index fetches are the suffix ranges)."""
+
+    def __init__(self, root, **kw):
+        super().__init__(root, **kw)
+        self.ranged: list[list] = []
+
+    def get_partial_values(self, key_ranges):
+        self.ranged.append(list(key_ranges))
+        return super().get_partial_values(key_ranges)
+
+    def with_read_only(self, read_only=True):
+        return CountingLocalStore(self.root, read_only=read_only)
+
+
+def _sharded(tmp_path, data, shards=(8, 8), chunks=(4, 4), compressors=None):
+    store = CountingLocalStore(str(tmp_path / "s"))
+    a = z3.create_array(
+        store,
+        shape=data.shape,
+        dtype=data.dtype,
+        chunks=chunks,
+        shards=shards,
+        compressors=compressors,
+        fill_value=0,
+    )
+    a[...] = data
+    store.ranged.clear()
+    return a, store
+
+
+def test_get_regions_matches_numpy_and_reads_each_shard_index_once(tmp_path):
+    data = _data((16, 16))
+    a, store = _sharded(tmp_path, data)
+    regions = [
+        (slice(0, 4), slice(4, 8)),
+        (slice(2, 10), slice(5, 13)),
+        (slice(12, 16), slice(0, 4)),
+        (slice(0, 4), slice(4, 8)),
+        (slice(0, 16), slice(0, 16)),
+    ]
+    got = a.get_regions(regions)
+    for r, g in zip(regions, got, strict=True):
+        np.testing.assert_array_equal(g, data[r])
+    suffix_keys = [k for call in store.ranged for k, r in call if r is not None and r.is_suffix]
+    assert sorted(suffix_keys) == sorted(set(suffix_keys))  # every touched shard's index once
+    assert len(suffix_keys) == 4
+    assert not np.shares_memory(got[0], got[3])  # the same region twice: two independent arrays
+    got[0][...] = -1
+    np.testing.assert_array_equal(got[3], data[regions[3]])
+
+
+def test_get_regions_on_unsharded_and_compressed_arrays(tmp_path):
+    data = _data((10, 9))
+    a = _create(tmp_path, shape=data.shape, dtype="f4", chunks=(3, 4), compressors=BLOSC)
+    a[...] = data
+    regions = [(slice(0, 3), slice(0, 4)), (slice(1, 10), slice(2, 9)), (slice(9, 10), slice(8, 9))]
+    for r, g in zip(regions, a.get_regions(regions), strict=True):
+        np.testing.assert_array_equal(g, data[r])
+    assert a.get_regions([]) == []
+
+
+def test_get_regions_of_missing_shards_are_fill(tmp_path):
+    data = np.zeros((16, 16), "f4")
+    data[:8, :8] = _data((8, 8))
+    a, _ = _sharded(tmp_path, data)
+    assert not (tmp_path / "s" / "c" / "1" / "1").exists()
+    got = a.get_regions([(slice(8, 16), slice(8, 12)), (slice(4, 12), slice(4, 12))])
+    np.testing.assert_array_equal(got[0], 0)
+    np.testing.assert_array_equal(got[1], data[4:12, 4:12])
+
+
+def test_single_shard_region_results_are_correct_in_any_order(tmp_path):
+    data = _data((16, 16))
+    a, _ = _sharded(tmp_path, data)
+    np.testing.assert_array_equal(a[0:4, 4:8], data[0:4, 4:8])  # one inner chunk: adopted
+    np.testing.assert_array_equal(a[7:1:-1, 3], data[7:1:-1, 3])  # reversed: copied in order
+    np.testing.assert_array_equal(a[5, 6], data[5, 6])
+    np.testing.assert_array_equal(a.oindex[[3, 1, 2], 0:3], data[[3, 1, 2], 0:3])
+    np.testing.assert_array_equal(a.vindex[[3, 1], [2, 0]], data[[3, 1], [2, 0]])
+
+
+def test_corrupt_shard_index_in_a_batch_names_the_shard(tmp_path):
+    data = _data((16, 16))
+    a, _ = _sharded(tmp_path, data)
+    path = tmp_path / "s" / "c" / "1" / "0"
+    raw = bytearray(path.read_bytes())
+    raw[-10] ^= 0xFF  # inside the crc32c-guarded index
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ChecksumError, match="c/1/0"):
+        a.get_regions([(slice(0, 4), slice(0, 4)), (slice(8, 12), slice(0, 4))])
+    with pytest.raises(ChecksumError, match="c/1/0"):
+        a[8:12, 0:4]
+
+
+def test_compressed_sharded_reads(tmp_path):
+    data = _data((16, 16))
+    a, _ = _sharded(tmp_path, data, compressors=BLOSC)
+    np.testing.assert_array_equal(a[...], data)
+    np.testing.assert_array_equal(a[3:13, 1:2], data[3:13, 1:2])
+
+
+# ---- the local store's read primitives ----------------------------------------------------------
+def test_get_into_reads_into_the_given_buffer(tmp_path):
+    store = LocalStore(str(tmp_path))
+    store.set("a/b", b"0123456789")
+    target = bytearray(10)
+    sizes = []
+
+    def alloc(n):
+        sizes.append(n)
+        return memoryview(target)[:n]
+
+    got = store.get_into("a/b", alloc)
+    assert bytes(got) == b"0123456789" and bytes(target) == b"0123456789" and sizes == [10]
+    assert store.get_into("a/missing", alloc) is None
+    assert store.get_into("a", alloc) is None  # a directory is not a key
+
+
+def test_symlinks_out_of_the_root_are_refused_by_every_read(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"secret")
+    root = tmp_path / "root"
+    root.mkdir()
+    os.symlink(outside / "secret", root / "leak")
+    os.symlink(outside, root / "dir")
+    store = LocalStore(str(root))
+    for key in ("leak", "dir/secret", "dir/missing"):
+        with pytest.raises(InvalidKeyError, match=key):
+            store.get(key)
+        with pytest.raises(InvalidKeyError, match=key):
+            store.get_into(key, lambda n: memoryview(bytearray(n)))
+        with pytest.raises(InvalidKeyError, match=key):
+            store.get_partial_values([(key, ByteRange(0, 2))])
+
+
+def test_symlinks_inside_the_root_are_followed(tmp_path):
+    root = tmp_path / "root"
+    (root / "real").mkdir(parents=True)
+    (root / "real" / "k").write_bytes(b"value")
+    os.symlink(root / "real", root / "alias")
+    store = LocalStore(str(root))
+    assert store.get("alias/k") == b"value"
+    assert bytes(store.get_into("alias/k", lambda n: memoryview(bytearray(n)))) == b"value"
+
+
+def test_byte_ranges_clip_at_the_end_of_the_file(tmp_path):
+    store = LocalStore(str(tmp_path))
+    store.set("k", b"abcdef")
+    assert store.get("k", ByteRange(2, 3)) == b"cde"
+    assert store.get("k", ByteRange(4, 10)) == b"ef"
+    assert store.get("k", ByteRange(10, 2)) == b""
+    assert store.get("k", ByteRange(3)) == b"def"
+    assert store.get("k", ByteRange.suffix(2)) == b"ef"
+    assert store.get("k", ByteRange.suffix(20)) == b"abcdef"
+    assert store.get("missing", ByteRange.suffix(2)) is None
+
+
+# ---- scratch buffers ----------------------------------------------------------------------------
+def test_scratch_buffers_are_per_thread_and_per_slot():
+    a = _threads.scratch_buffer(100, 0)
+    b = _threads.scratch_buffer(50, 0)
+    c = _threads.scratch_buffer(100, 1)
+    assert len(a) == 100 and len(b) == 50 and not a.readonly
+    assert np.shares_memory(np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8))  # reused
+    assert not np.shares_memory(np.frombuffer(a, np.uint8), np.frombuffer(c, np.uint8))
+    other = []
+    t = threading.Thread(target=lambda: other.append(_threads.scratch_buffer(100, 0)))
+    t.start()
+    t.join()
+    assert not np.shares_memory(np.frombuffer(a, np.uint8), np.frombuffer(other[0], np.uint8))
+
+
+def test_huge_scratch_requests_are_not_kept():
+    big = _threads.SCRATCH_KEEP_MAX + 1
+    x = _threads.scratch_buffer(big, 7)
+    y = _threads.scratch_buffer(big, 7)
+    assert len(x) == big and not np.shares_memory(np.frombuffer(x, np.uint8), np.frombuffer(y, np.uint8))
+
+
+# ---- codecs decoding into a caller's buffer -----------------------------------------------------
+SPEC = ChunkSpec((256,), np.dtype("f4"), np.float32(0))
+
+
+@pytest.mark.parametrize(
+    "codec", [BloscCodec(cname="lz4", shuffle="shuffle", typesize=4), ZstdCodec(level=3)]
+)
+def test_decode_into_fills_the_buffer_or_refuses(codec):
+    x = np.arange(256, dtype="f4")
+    frame = codec.encode(memoryview(x).cast("B"), SPEC)
+    dest = bytearray(1024)
+    assert codec.decode_into(frame, SPEC, memoryview(dest)).nbytes == 1024
+    np.testing.assert_array_equal(np.frombuffer(dest, "f4"), x)
+    with pytest.raises(CorruptionError, match=codec.name):
+        codec.decode_into(frame, SPEC, memoryview(bytearray(1020)))
+    with pytest.raises(CorruptionError, match=codec.name):
+        codec.decode_into(bytes(frame)[:10], SPEC, memoryview(bytearray(1024)))
+
+
+def test_zstd_decode_into_a_frame_without_content_size(tmp_path):
+    if shutil.which("zstd") is None:
+        pytest.skip("the zstd command line tool writes the streaming frame this test needs")
+    x = np.arange(256, dtype="f4")
+    frame = subprocess.run(
+        ["zstd", "-c", "-q", "-"], input=x.tobytes(), capture_output=True, check=True
+    ).stdout
+    codec = ZstdCodec()
+    dest = bytearray(1024)
+    codec.decode_into(frame, SPEC, memoryview(dest))
+    np.testing.assert_array_equal(np.frombuffer(dest, "f4"), x)
+    with pytest.raises(CorruptionError, match="zstd"):
+        codec.decode_into(frame, SPEC, memoryview(bytearray(1000)))
