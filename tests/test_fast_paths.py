@@ -468,3 +468,32 @@ def test_zstd_decode_into_a_frame_without_content_size(tmp_path):
     np.testing.assert_array_equal(np.frombuffer(dest, "f4"), x)
     with pytest.raises(CorruptionError, match="zstd"):
         codec.decode_into(frame, SPEC, memoryview(bytearray(1000)))
+
+
+# ---- sharded writes straight from the caller's array --------------------------------------------
+@pytest.mark.parametrize("layout", ["transposed", "strided", "broadcast"])
+def test_whole_shard_writes_from_non_contiguous_values(tmp_path, layout):
+    base = _data((16, 16))
+    value = {"transposed": base.T, "strided": _data((32, 16))[::2], "broadcast": np.float32(2.5)}[layout]
+    expected = np.broadcast_to(value, (16, 16))
+    a, _ = _sharded(tmp_path, np.zeros((16, 16), "f4"))
+    a[...] = value
+    np.testing.assert_array_equal(z3.open_array(str(tmp_path / "s"))[...], expected)
+    if layout != "broadcast":
+        np.testing.assert_array_equal(value, base.T if layout == "transposed" else value)  # not modified
+
+
+def test_whole_shard_writes_skip_fill_shards_and_inner_chunks(tmp_path):
+    value = np.zeros((16, 16), "f4")
+    value[0, 0] = 1.0  # shard (0, 0): one inner chunk of data, three of fill
+    a, _ = _sharded(tmp_path, np.ones((16, 16), "f4"))
+    a[...] = value
+    assert not (tmp_path / "s" / "c" / "1" / "1").exists()  # an all-fill shard is erased
+    shard = (tmp_path / "s" / "c" / "0" / "0").read_bytes()
+    assert len(shard) == 4 * 4 * 4 + 4 * 16 + 4  # one stored inner chunk plus the index
+    np.testing.assert_array_equal(a[...], value)
+    wec = z3.open_array(str(tmp_path / "s"), mode="r+")
+    wec.write_empty_chunks = True
+    wec[...] = value
+    assert (tmp_path / "s" / "c" / "1" / "1").exists()
+    np.testing.assert_array_equal(wec[...], value)

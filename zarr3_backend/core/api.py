@@ -32,7 +32,6 @@ from .dtypes import DataType, as_data_type, default_fill_value, parse_fill_value
 from .group import Group, node_from_metadata, open_existing_group, read_node_metadata
 from .metadata import ArrayMetadata, GroupMetadata, parse_node, to_bytes
 from .paths import join_prefix, metadata_key, normalize_path, parent_path, validate_new_node_path
-from .shard_index_cache import SHARD_INDEX_CACHE, store_token
 
 
 def _check_mode(mode: str) -> None:
@@ -99,8 +98,6 @@ def _clear_for_create(store: Store, path: str, overwrite: bool) -> None:
             )
         store.erase_prefix(join_prefix(path))
         store.erase(metadata_key(path))
-        if store.cache_shard_index:
-            SHARD_INDEX_CACHE.invalidate_prefix(store_token(store), join_prefix(path))
 
 
 def array_metadata(

@@ -26,7 +26,7 @@ from ..errors import CorruptionError, ReadOnlyError, SelectionError, ShapeError
 from ..stores.base import Store
 from .metadata import ArrayMetadata, to_bytes
 from .paths import join_path, join_prefix, metadata_key, node_name
-from .shard_index_cache import SHARD_INDEX_CACHE, store_token
+from .shard_index_cache import ShardIndexCache
 
 
 class Attributes(MutableMapping):
@@ -118,8 +118,8 @@ class Array:
         self.metadata = metadata
         self.read_only = read_only or store.read_only
         self.write_empty_chunks = write_empty_chunks
-        if store.cache_shard_index:  # opening an array is a fresh view: forget indexes read before
-            SHARD_INDEX_CACHE.invalidate_prefix(store_token(store), join_prefix(path))
+        # object stores: shard indexes read through this Array object are kept (see shard_index_cache)
+        self._index_cache = ShardIndexCache() if store.cache_shard_index else None
 
     # ---- description -----------------------------------------------------------------------
     @property
@@ -371,12 +371,12 @@ class Array:
         """The decoded index of each shard in ``keys`` (``None`` when missing), the uncached ones
         (all with ``refresh``) fetched with one batched ranged store call."""
         codec, spec = self._chain.array_bytes, self._chain.specs[-1]
-        cache = SHARD_INDEX_CACHE if self.store.cache_shard_index else None
-        token = store_token(self.store) if cache is not None else None
+        cache = self._index_cache
+        generation = cache.generation if cache is not None else 0
         found: dict[str, np.ndarray | None] = {}
         missing = []
         for key in dict.fromkeys(keys):
-            index = cache.get(token, key) if cache is not None and not refresh else None
+            index = cache.get(key) if cache is not None and not refresh else None
             if index is None:
                 missing.append(key)
             else:
@@ -391,7 +391,7 @@ class Array:
                     raise type(e)(f"shard {key!r}: {e}") from e
                 found[key] = index
                 if cache is not None and index is not None:
-                    cache.put(token, key, index)
+                    cache.put(key, index, generation)
         return found
 
     def _read_parts(self, parts: list[tuple[np.ndarray, Any]], adopt: Any = False) -> dict[int, np.ndarray]:
@@ -417,10 +417,10 @@ class Array:
                 try:
                     sub = codec.decode_partial(reader, p.chunk_selection, spec, index=index)
                 except CorruptionError:
-                    if not self.store.cache_shard_index:
+                    if self._index_cache is None:
                         raise
                     # the cached index may predate a rewrite by another process: read it afresh
-                    SHARD_INDEX_CACHE.invalidate(store_token(self.store), [key])
+                    self._index_cache.invalidate([key])
                     index = self._shard_indexes([key], refresh=True)[key]
                     sub = (
                         None
@@ -551,6 +551,12 @@ class Array:
             if p.is_complete:
                 region = grid.chunk_region(p.chunk_coords, self.shape)
                 edge = any(r.stop - r.start != c for r, c in zip(region, unit, strict=True))
+                if shard_codec is not None and not edge:
+                    whole = value[p.out_selection]
+                    if whole.shape == tuple(unit):  # the codec copies each inner chunk out itself:
+                        if not wec and is_fill(whole, fill):  # no shard-sized staging copy
+                            return None
+                        return self._chain.encode(whole, write_empty_chunks=wec)
                 chunk = self._fill_chunk() if edge else new_chunk()
             elif old[i] is None:
                 chunk = self._fill_chunk()
@@ -563,9 +569,10 @@ class Array:
                 return None
             return self._chain.encode(chunk, write_empty_chunks=wec)
 
+        cache = self._index_cache
+        if cache is not None:  # before and after: no reader may cache an index from in between
+            cache.invalidate(keys)
         if inline:
-            if self.store.cache_shard_index:
-                SHARD_INDEX_CACHE.invalidate(store_token(self.store), keys)
 
             def encode_and_store(i: int) -> None:
                 data = encode(i)
@@ -575,16 +582,18 @@ class Array:
                     self.store.set(keys[i], data)
 
             thread_map(encode_and_store, range(len(projections)), kind="cpu")
+            if cache is not None:
+                cache.invalidate(keys)
             return
         encoded = thread_map(encode, range(len(projections)), kind="cpu")
         writes = {k: v for k, v in zip(keys, encoded, strict=True) if v is not None}
         erases = [k for k, v in zip(keys, encoded, strict=True) if v is None]
-        if self.store.cache_shard_index:
-            SHARD_INDEX_CACHE.invalidate(store_token(self.store), keys)
         if writes:
             self.store.set_many(writes)
         if erases:
             self.store.erase_many(erases)
+        if cache is not None:
+            cache.invalidate(keys)
 
     def __setitem__(self, selection: Any, value: Any) -> None:
         kind = _fancy_kind(selection, self.shape)
@@ -619,6 +628,11 @@ class Array:
         # keep in memory exactly what a reader of the document will see
         self.metadata = new.evolve(attributes=json.loads(data)["attributes"])
 
+    def invalidate_cache(self) -> None:
+        """Forget cached shard indexes (object stores), e.g. after other processes rewrote shards."""
+        if self._index_cache is not None:
+            self._index_cache.invalidate()
+
     def resize(self, *shape: Any) -> None:
         """Change the shape; stored units wholly outside the new shape are deleted."""
         self._check_writable()
@@ -648,14 +662,17 @@ class Array:
                 if len(coords) == self.ndim and any(c >= n for c, n in zip(coords, new_grid, strict=True)):
                     doomed.append(key)
             self._write_metadata(new_meta)
-            if self.store.cache_shard_index:
-                SHARD_INDEX_CACHE.invalidate(store_token(self.store), doomed)
+            if self._index_cache is not None:
+                self._index_cache.invalidate(doomed)
             self.store.erase_many(doomed)
+            if self._index_cache is not None:
+                self._index_cache.invalidate(doomed)
         else:
             self._write_metadata(new_meta)
 
     def append(self, data: Any, axis: int = 0) -> None:
-        """Grow along ``axis`` and write ``data`` into the new part (validated before resizing)."""
+        """Grow along ``axis`` and write ``data`` into the new part: validated first, then the
+        data, then ``zarr.json``."""
         data = np.asarray(data)
         other = [n for i, n in enumerate(self.shape) if i != axis]
         if data.ndim != self.ndim or [n for i, n in enumerate(data.shape) if i != axis] != other:
@@ -663,13 +680,19 @@ class Array:
                 f"array {self.path or '/'!r}: cannot append data of shape {data.shape} along axis {axis} "
                 f"to shape {self.shape}"
             )
+        self._check_writable()
         new_shape = list(self.shape)
         start = new_shape[axis]
         new_shape[axis] += data.shape[axis]
-        self.resize(tuple(new_shape))
         region = [slice(None)] * self.ndim
         region[axis] = slice(start, new_shape[axis])
-        self[tuple(region)] = data
+        # data first, through a view of the grown array; zarr.json last, so a reader never sees
+        # a shape whose new part was not written yet (growing deletes nothing)
+        new_meta = self.metadata.evolve(shape=tuple(new_shape))
+        grown = Array(self.store, self.path, new_meta, write_empty_chunks=self.write_empty_chunks)
+        grown._index_cache = self._index_cache
+        grown[tuple(region)] = data
+        self._write_metadata(new_meta)
 
 
 def _fancy_kind(selection: Any, shape: tuple[int, ...]) -> str | None:

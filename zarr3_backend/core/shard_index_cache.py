@@ -1,93 +1,75 @@
-"""A bounded, process-wide LRU of decoded shard indexes, for stores where a request is costly.
+"""A bounded LRU of decoded shard indexes, one per opened Array on an object store.
 
-Only stores that set ``cache_shard_index = True`` (object stores) use it: there, reading one
-inner chunk of a shard read before costs one ranged request instead of two. Every write or
-erase through this package invalidates the shards it touches; writes by other processes are not
-seen (call ``clear_shard_index_cache()`` after them).
+Where a request is costly (stores with ``cache_shard_index = True``), reading a second inner
+chunk of a shard read before costs one ranged request instead of two. The cache lives and dies
+with its Array object: reopening an array starts afresh, so writes by other processes become
+visible on reopen (or after ``Array.invalidate_cache()``), and a stale index that fails its
+checks is re-read once. A generation counter keeps an index fetched before a write of this
+Array from being cached after it.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
-from ..stores.base import Store
-
-
-def store_token(store: Store) -> Hashable:
-    """Identity of the data behind a store: equal for two store objects on the same data."""
-    url = getattr(store, "url", None)
-    if url:
-        return ("url", url)
-    root = getattr(store, "root", None)
-    if root is not None:
-        return ("root", str(root))
-    return ("id", id(getattr(store, "_data", store)))
-
 
 class ShardIndexCache:
-    """LRU of (store token, shard key) -> decoded index array, bounded in bytes."""
+    """LRU of shard key -> decoded index array, bounded in bytes."""
 
-    def __init__(self, max_bytes: int = 64 * 2**20) -> None:
+    def __init__(self, max_bytes: int = 16 * 2**20) -> None:
         self.max_bytes = max_bytes
-        self._items: OrderedDict[tuple[Hashable, str], np.ndarray] = OrderedDict()
+        self._items: OrderedDict[str, np.ndarray] = OrderedDict()
         self._bytes = 0
+        self._generation = 0
         self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
 
-    def get(self, token: Hashable, key: str) -> np.ndarray | None:
+    def __reduce__(self) -> tuple:  # a pickled Array (dask task) starts with an empty cache
+        return (type(self), (self.max_bytes,))
+
+    @property
+    def generation(self) -> int:
+        """Bumped by every invalidation: read it before fetching an index, pass it to put()."""
+        return self._generation
+
+    def get(self, key: str) -> np.ndarray | None:
         with self._lock:
-            index = self._items.get((token, key))
-            if index is None:
-                self.misses += 1
-                return None
-            self._items.move_to_end((token, key))
-            self.hits += 1
+            index = self._items.get(key)
+            if index is not None:
+                self._items.move_to_end(key)
             return index
 
-    def put(self, token: Hashable, key: str, index: np.ndarray) -> None:
+    def put(self, key: str, index: np.ndarray, generation: int) -> None:
+        """Cache ``index`` unless an invalidation happened since ``generation`` was read."""
         if index.nbytes > self.max_bytes:
             return
         with self._lock:
-            old = self._items.pop((token, key), None)
+            if generation != self._generation:
+                return  # fetched before a write that may have changed it
+            old = self._items.pop(key, None)
             if old is not None:
                 self._bytes -= old.nbytes
-            self._items[(token, key)] = index
+            self._items[key] = index
             self._bytes += index.nbytes
             while self._bytes > self.max_bytes:
                 _, evicted = self._items.popitem(last=False)
                 self._bytes -= evicted.nbytes
 
-    def invalidate(self, token: Hashable, keys: Iterable[str]) -> None:
+    def invalidate(self, keys: Iterable[str] | None = None) -> None:
+        """Forget ``keys`` (all when ``None``) and start a new generation."""
         with self._lock:
+            self._generation += 1
+            if keys is None:
+                self._items.clear()
+                self._bytes = 0
+                return
             for key in keys:
-                old = self._items.pop((token, key), None)
+                old = self._items.pop(key, None)
                 if old is not None:
                     self._bytes -= old.nbytes
 
-    def invalidate_prefix(self, token: Hashable, prefix: str) -> None:
-        with self._lock:
-            for tk in [tk for tk in self._items if tk[0] == token and tk[1].startswith(prefix)]:
-                self._bytes -= self._items.pop(tk).nbytes
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-            self._bytes = 0
-            self.hits = self.misses = 0
-
     def __len__(self) -> int:
         return len(self._items)
-
-
-#: The process-wide cache used by Array reads.
-SHARD_INDEX_CACHE = ShardIndexCache()
-
-
-def clear_shard_index_cache() -> None:
-    """Forget every cached shard index (e.g. after another process rewrote shards)."""
-    SHARD_INDEX_CACHE.clear()

@@ -230,4 +230,5 @@ def store(
     if not compute:
         return d
     compute_with_progress(d, progress=progress, **compute_kwargs)
+    a.invalidate_cache()  # the workers rewrote shards this (client) Array may have indexes of
     return None
