@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sample_data import sample
 
 import zarr3_backend as z3
 from zarr3_backend.errors import (
@@ -46,19 +47,6 @@ KEY_ENCODINGS = [
     {"name": "v2", "configuration": {"separator": "."}},
     {"name": "v2", "configuration": {"separator": "/"}},
 ]
-
-
-def sample(dtype: str, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    dt = np.dtype(dtype)
-    if dt.kind == "b":
-        return rng.random(shape) > 0.5
-    if dt.kind in "iu":
-        info = np.iinfo(dt)
-        return rng.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True)
-    if dt.kind == "c":
-        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dt)
-    return rng.standard_normal(shape).astype(dt)
 
 
 @pytest.fixture(params=["memory", "local"])

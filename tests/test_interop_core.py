@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sample_data import sample as _sample
 
 import zarr3_backend as z3
 
@@ -38,16 +39,7 @@ CODECS = {
 
 
 def sample(dtype: str, shape=(11, 6)) -> np.ndarray:
-    rng = np.random.default_rng(42)
-    dt = np.dtype(dtype)
-    if dt.kind == "b":
-        return rng.random(shape) > 0.5
-    if dt.kind in "iu":
-        info = np.iinfo(dt)
-        return rng.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True)
-    if dt.kind == "c":
-        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dt)
-    return rng.standard_normal(shape).astype(dt)
+    return _sample(dtype, shape, seed=42)
 
 
 def ts_open(path, **kw):
