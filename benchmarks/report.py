@@ -6,7 +6,18 @@ from collections.abc import Sequence
 
 from .config import ANCHORS, WORKLOADS_BY_ID
 
-COLUMNS = ("workload", "lib", "value", "unit", "vs best anchor", "CPU cores", "peak RSS Δ MiB", "check")
+COLUMNS = (
+    "workload",
+    "lib",
+    "median",
+    "best",
+    "unit",
+    "vs best anchor",
+    "CPU cores",
+    "CPU s/GB (ms/read)",
+    "peak RSS Δ MiB",
+    "check",
+)
 
 
 def add_ratios(results: list[dict]) -> dict[str, dict]:
@@ -27,22 +38,20 @@ def add_ratios(results: list[dict]) -> dict[str, dict]:
 def _row(r: dict) -> list[str]:
     if not r.get("ok"):
         status = "skipped" if r.get("skipped") else "FAILED"
-        return [
-            r["workload"],
-            r["lib"],
-            "-",
-            r["unit"],
-            "-",
-            "-",
-            "-",
-            f"{status}: {r.get('error', '')}"[:70],
-        ]
+        error = f"{status}: {r.get('error', '')}"[:70]
+        return [r["workload"], r["lib"], "-", "-", r["unit"], "-", "-", "-", "-", error]
     ratio = "" if r.get("ratio") is None else f"{r['ratio']:.2f}x"
     mem = f"{r['peak_delta_mib']:.0f}"
     if r.get("mem_ratio") is not None:
         mem += f" ({r['mem_ratio']:.2f}x out)"
-    value = f"{r['value']:.0f}" if r["value"] >= 100 else f"{r['value']:.3g}"
-    return [r["workload"], r["lib"], value, r["unit"], ratio, f"{r['cpu_cores']:.2f}", mem, "ok"]
+    best = _num(r.get("best", r["value"]))
+    cpu = f"{r['cpu_cores']:.2f}"
+    per = f"{r['cpu_per_unit']:.3g}" if r.get("cpu_per_unit") is not None else ""
+    return [r["workload"], r["lib"], _num(r["value"]), best, r["unit"], ratio, cpu, per, mem, "ok"]
+
+
+def _num(v: float) -> str:
+    return f"{v:.0f}" if v >= 100 else f"{v:.3g}"
 
 
 def text_table(results: Sequence[dict]) -> str:

@@ -142,11 +142,15 @@ class Runner:
         kind = self.w.kind
         fn = getattr(self, f"do_{kind}")
         stats = fn()
+        cpu = statistics.median(stats["cpu_s"])
         if self.w.unit == "GB/s":
             values = [self.size.nbytes / GB / w for w in stats["wall_s"]]
+            stats["cpu_per_unit"] = cpu / (self.size.nbytes / GB)  # CPU seconds per GB
         else:
             values = [self.nreads / w for w in stats["wall_s"]]
+            stats["cpu_per_unit"] = cpu / self.nreads * 1e3  # CPU milliseconds per read
         stats["value"] = statistics.median(values)
+        stats["best"] = max(values)
         stats["values"] = values
         if self.out_bytes:
             stats["mem_ratio"] = stats["peak_delta_mib"] * MiB / self.out_bytes
@@ -328,6 +332,7 @@ class Runner:
 def run_case(case: Case) -> dict:
     """Measure one case; failures become ``{"ok": False, "error": ...}`` rather than exceptions."""
     base = {"workload": case.workload, "lib": case.lib, "unit": WORKLOADS_BY_ID[case.workload].unit}
+    base["loadavg_1min"] = os.getloadavg()[0]  # other work on the machine skews medians
     try:
         stats = Runner(case).run()
     except ImportError as e:

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import http.client
 import http.server
+import json
 import logging
 import os
 import socket
@@ -109,6 +110,27 @@ class MotoS3:
     def endpoint(self) -> str:
         return f"http://{HOST}:{self.port}"
 
+    def make_public(self, bucket: str) -> None:
+        """Let anyone read and list ``bucket`` (a bucket policy; moto checks HeadObject apart)."""
+        statement = {
+            "Effect": "Allow",
+            "Principal": "*",
+            "Action": ["s3:GetObject", "s3:HeadObject", "s3:ListBucket"],
+            "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"],
+        }
+        import botocore.session
+
+        client = botocore.session.get_session().create_client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        policy = json.dumps({"Version": "2012-10-17", "Statement": [statement]})
+        client.put_bucket_policy(Bucket=bucket, Policy=policy)
+        client.close()
+
     def create_bucket(self, name: str | None = None) -> str:
         """Create a bucket (a fresh unique name by default) and return its name."""
         name = name or f"z3-{uuid.uuid4().hex[:12]}"
@@ -119,20 +141,32 @@ class MotoS3:
 
 
 def s3_options(
-    endpoint: str, *, attempts: int = 3, connect_timeout: float = 2, read_timeout: float = 10
+    endpoint: str,
+    *,
+    attempts: int | None = 3,
+    connect_timeout: float | None = 2,
+    read_timeout: float | None = 10,
+    zarr3: dict | None = None,
+    anon: bool = False,
 ) -> dict:
-    """s3fs storage_options for a server at ``endpoint`` with dummy credentials and small,
-    bounded retries and timeouts (botocore's ``total_max_attempts`` counts the first try)."""
-    return {
-        "key": "testing",
-        "secret": "testing",
-        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-        "config_kwargs": {
-            "connect_timeout": connect_timeout,
-            "read_timeout": read_timeout,
-            "retries": {"total_max_attempts": attempts, "mode": "standard"},
-        },
-    }
+    """s3fs storage_options for a server at ``endpoint`` with dummy credentials (or ``anon``)
+    and small, bounded retries and timeouts (botocore's ``total_max_attempts`` counts the first
+    try). None leaves a setting out, so the store's defaults apply; ``zarr3`` is the store's
+    own settings section."""
+    config: dict = {}
+    if connect_timeout is not None:
+        config["connect_timeout"] = connect_timeout
+    if read_timeout is not None:
+        config["read_timeout"] = read_timeout
+    if attempts is not None:
+        config["retries"] = {"total_max_attempts": attempts, "mode": "standard"}
+    options: dict = {"anon": True} if anon else {"key": "testing", "secret": "testing"}
+    options["client_kwargs"] = {"endpoint_url": endpoint, "region_name": "us-east-1"}
+    if config:
+        options["config_kwargs"] = config
+    if zarr3 is not None:
+        options["zarr3"] = zarr3
+    return options
 
 
 # ---- a logging, fault-injecting proxy ----------------------------------------------------------

@@ -5,17 +5,20 @@ from __future__ import annotations
 import math
 import time
 
+import cloudpickle
 import dask
 import dask.array as da
 import numpy as np
 import pytest
 from dask.delayed import Delayed
+from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 import zarr3_backend as z3
-from zarr3_backend.dask import WRITE_PREFIX, from_array, store
+import zarr3_backend.dask.tree as tree_module
+from zarr3_backend.dask import DONE_PREFIX, WRITE_PREFIX, CountTree, from_array, store
 from zarr3_backend.dask.write import _write_block
 from zarr3_backend.errors import ChunkAlignmentError, SelectionError, ShapeError
-from zarr3_backend.stores import MemoryStore
+from zarr3_backend.stores import LocalStore, MemoryStore
 
 
 class RecordingStore(MemoryStore):
@@ -196,3 +199,84 @@ def test_graph_for_many_shards_is_built_without_touching_the_store():
     print(f"store() graph build for {n_write} shards: {elapsed:.2f} s")
     assert n_write == 10**5
     assert rec.writes == []
+
+
+def test_blockwise_write_graph_for_a_million_shards_stays_lazy():
+    """10^6 target shards, one dask block each: no layer lists per-shard tasks at build time,
+    and the "done" node is a tree whose size is arithmetic, not one task with 10^6 inputs."""
+    rec = RecordingStore()
+    a = z3.create_array(rec, "big", shape=(1000, 1000), dtype="uint8", chunks=(1, 1))
+    rec.writes.clear()
+    darr = da.zeros((1000, 1000), dtype="uint8", chunks=(1, 1))
+    d = store(darr, a, compute=False)
+    layers = d.__dask_graph__().layers
+    write = next(v for k, v in layers.items() if k.startswith(WRITE_PREFIX))
+    done = next(v for k, v in layers.items() if k.startswith(DONE_PREFIX))
+    assert not write.is_materialized() and len(write) == 10**6
+    assert isinstance(done, CountTree) and not done.is_materialized()
+    assert len(done) == 3907 + 16 + 1  # partial sums of 256 writes, 16 sums of those, the root
+    materialized = [v for v in layers.values() if isinstance(v, MaterializedLayer)]
+    assert all(len(v) <= 1 for v in materialized)  # only the target array itself
+    assert rec.writes == []
+
+
+def test_count_tree_sums_every_source_once_at_any_depth():
+    """A tree over a 5 x 7 grid with 3 children per node: every source is a child of exactly
+    one node, every node's children exist, and the root adds up to the number of sources."""
+    sources = {("src", i, j): np.ones((1, 1), dtype="int64") * (i * 7 + j + 1) for i in range(5) for j in range(7)}
+    tree = CountTree("done", "src", (5, 7), fan_in=3)
+    assert tree.depth == 4  # 35 -> 12 -> 4 -> 2 -> 1
+    children = [c for k in tree for c in tree.get_dependencies(k, ())]
+    assert sorted(c for c in children if c in sources) == sorted(sources)
+    assert all(c in sources or c in tree for c in children) and len(children) == len(set(children))
+    graph = HighLevelGraph({"src": MaterializedLayer(sources), "done": tree}, {"src": set(), "done": {"src"}})
+    assert Delayed(tree.root, graph).compute(scheduler="sync") == sum(range(1, 36))
+    with pytest.raises(KeyError):
+        tree[("done-partial", 9, 0)]
+
+
+def test_a_deep_tree_waits_for_every_write(monkeypatch):
+    monkeypatch.setattr(tree_module, "FAN_IN", 2)  # 20 shards: five levels of partial sums
+    for chunks in [(4, 6), (8, 12)]:  # Blockwise path, then one task per piece of a block
+        a = new_array(shape=(20, 24), chunks=(2, 3), shards=(4, 6))
+        data, darr = source(shape=(20, 24), chunks=chunks)
+        d = store(darr, a, compute=False)
+        tree = next(v for v in d.__dask_graph__().layers.values() if isinstance(v, CountTree))
+        assert tree.depth == 5
+        assert d.compute(scheduler="threads") == 20
+        np.testing.assert_array_equal(a[...], data)
+
+
+def test_each_call_writes_with_fresh_keys():
+    """A cluster that still holds the result of an earlier write must not skip a later one."""
+    a = new_array()
+    _, darr = source()
+    first, second = store(darr, a, compute=False), store(darr, a, compute=False)
+    assert not set(write_keys(dict(first.__dask_graph__()))) & set(write_keys(dict(second.__dask_graph__())))
+    assert first.key != second.key
+
+
+class CachingLocalStore(LocalStore):
+    """A local store that asks Arrays to cache shard indexes, as object stores do."""
+
+    cache_shard_index = True
+
+    def __reduce__(self):
+        return CachingLocalStore, (self.root,)
+
+
+def remote_get(dsk, keys, **kwargs):
+    """A scheduler whose tasks run on copies of the graph, as worker processes do."""
+    return dask.get(cloudpickle.loads(cloudpickle.dumps(dsk)), keys, **kwargs)
+
+
+def test_computing_a_deferred_write_refreshes_the_callers_shard_indexes(tmp_path):
+    a = z3.create_array(
+        CachingLocalStore(tmp_path / "c.zarr"), "v", shape=(8,), dtype="float64", chunks=(2,), shards=(8,)
+    )
+    a[0:2] = 1.0  # inner chunk 0 stored, chunks 1..3 absent
+    np.testing.assert_array_equal(a[4:6], [0, 0])  # the shard index (chunk 2 absent) is cached
+    d = store(da.arange(8, chunks=8).astype("float64") + 10, a, compute=False)
+    assert d.compute(scheduler=remote_get) == 1  # the tasks wrote through a copy of `a`
+    np.testing.assert_array_equal(a[4:6], [14, 15])  # a stale index would still say "absent"
+    np.testing.assert_array_equal(a[...], np.arange(8) + 10)

@@ -497,3 +497,20 @@ def test_whole_shard_writes_skip_fill_shards_and_inner_chunks(tmp_path):
     wec[...] = value
     assert (tmp_path / "s" / "c" / "1" / "1").exists()
     np.testing.assert_array_equal(wec[...], value)
+
+
+def test_get_into_byte_ranges_clip_like_get(tmp_path):
+    store = LocalStore(str(tmp_path))
+    store.set("k", b"abcdef")
+    ranges = [
+        ByteRange(2, 3),
+        ByteRange(4, 10),
+        ByteRange(10, 2),
+        ByteRange(3),
+        ByteRange.suffix(2),
+        ByteRange.suffix(20),
+    ]
+    for r in ranges:
+        got = store.get_into("k", lambda n: memoryview(bytearray(n)), r)
+        assert bytes(got) == store.get("k", r), r
+    assert store.get_into("missing", lambda n: memoryview(bytearray(n)), ByteRange(0, 2)) is None

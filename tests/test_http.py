@@ -10,13 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
-from servers import RangeHTTPServer, parse_range
+from servers import Proxy, RangeHTTPServer, parse_range
 
 import zarr3_backend as z3
-from zarr3_backend.core.shard_index_cache import clear_shard_index_cache
 from zarr3_backend.errors import ReadOnlyError, StoreError
 from zarr3_backend.stores import FsspecStore, make_store
-from zarr3_backend.stores.fsspec_errors import StoreUnreachableError
+from zarr3_backend.stores.fsspec_errors import StoreTimeoutError, StoreUnreachableError
+from zarr3_backend.stores.fsspec_options import DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT
 from zarr3_backend.stores.fsspec_store import DEFAULT_RETRIES
 
 T = np.arange(48, dtype="f4").reshape(6, 8)
@@ -55,7 +55,6 @@ def served(tmp_path_factory):
 def server(served):
     server, _ = served
     server.log.clear()
-    clear_shard_index_cache()
     return server
 
 
@@ -141,6 +140,36 @@ def test_transient_503s_are_retried_then_given_up(server):
     finally:
         server.clear_faults()
     assert len(server.log.snapshot()) == DEFAULT_RETRIES + 1
+
+
+def test_defaults_bound_timeouts_and_exists_is_one_ranged_get(server):
+    store = FsspecStore.from_url(f"{server.url}/data.zarr")
+    timeout = store.fs.client_kwargs["timeout"]  # a private instance: fsspec's shared one untouched
+    assert (timeout.sock_connect, timeout.sock_read) == (DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT)
+    assert store.storage_options == {}
+    assert store.exists_many(["zarr.json", "t/zarr.json", "nope/zarr.json"]) == [True, True, False]
+    assert [(r.method, r.range) for r in server.log.snapshot()] == [("GET", "bytes=0-0")] * 3
+
+
+def test_a_stalled_server_raises_timeout_after_a_bounded_number_of_requests(served):
+    aiohttp = pytest.importorskip("aiohttp")
+    _, root = served
+    origin = RangeHTTPServer(root)
+    proxy = Proxy(origin.url)
+    try:
+        opts = {
+            "client_kwargs": {"timeout": aiohttp.ClientTimeout(sock_read=0.3)},
+            "zarr3": {"retries": 1, "batch_size": 2},
+        }
+        a = z3.open_array(f"{proxy.endpoint}/data.zarr", "t", storage_options=opts)
+        proxy.log.clear()
+        proxy.stall(30, match=lambda r: "/c/" in r.path)
+        with pytest.raises(StoreTimeoutError, match=re.escape(f"{proxy.endpoint}/data.zarr/t/c/")):
+            a[...]  # 6 chunks
+        assert 2 <= len(proxy.log.snapshot()) <= 4  # one window of 2 per attempt, then it gives up
+    finally:
+        proxy.stop()
+        origin.stop()
 
 
 def test_a_server_that_went_away_raises_unreachable_naming_the_url(served):

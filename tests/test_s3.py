@@ -18,6 +18,7 @@ import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+import fsspec
 import numpy as np
 import pandas as pd
 import pytest
@@ -29,7 +30,7 @@ pytest.importorskip("moto.server")
 from servers import MotoS3, Proxy, Request, free_port, s3_options
 
 import zarr3_backend as z3
-from zarr3_backend.core.shard_index_cache import clear_shard_index_cache
+from zarr3_backend.byte_range import ByteRange
 from zarr3_backend.errors import StoreError
 from zarr3_backend.stores import FsspecStore, StoreArgumentError, make_store
 from zarr3_backend.stores.fsspec_errors import (
@@ -38,7 +39,15 @@ from zarr3_backend.stores.fsspec_errors import (
     StoreTimeoutError,
     StoreUnreachableError,
     error_class,
+    is_endpoint_down,
+    is_range_refused,
     is_transient,
+    is_unsatisfiable_range,
+)
+from zarr3_backend.stores.fsspec_options import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_READ_TIMEOUT,
+    DEFAULT_RETRIES,
 )
 
 
@@ -61,15 +70,17 @@ def proxy(moto):
     p.stop()
 
 
-@pytest.fixture(autouse=True)
-def _fresh_index_cache():
-    clear_shard_index_cache()
-    yield
-    clear_shard_index_cache()
-
-
 def chunk_requests(log_entries: list[Request], method: str = "GET") -> list[Request]:
     return [r for r in log_entries if r.method == method and "/c/" in r.path]
+
+
+def is_listing(r: Request) -> bool:
+    return r.method == "GET" and "list-type=2" in r.query
+
+
+def fs_options(opts: dict) -> dict:
+    """What reaches the filesystem: storage_options without the store's own section."""
+    return {k: v for k, v in opts.items() if k != "zarr3"}
 
 
 def climate(ntime: int = 6, nlat: int = 4, nlon: int = 8, seed: int = 0) -> xr.Dataset:
@@ -194,6 +205,61 @@ def test_batched_reads_are_concurrent_and_bounded_by_batch_size(moto, bucket, pr
     assert pickle.loads(pickle.dumps(store)).batch_size == 3
 
 
+def test_batched_writes_are_bounded_by_batch_size(moto, bucket, proxy):
+    url = f"s3://{bucket}/data.zarr"
+    store = FsspecStore.from_url(url, s3_options(proxy.endpoint, zarr3={"batch_size": 3}))
+    assert store.batch_size == 3
+    values = {f"k/{i}": bytes([i]) * (50 + i) for i in range(12)}
+    proxy.delay = 0.2
+    store.set_many(values)
+    assert 2 <= proxy.log.max_in_flight <= 3
+    assert sorted(r.path for r in proxy.log.of("PUT")) == sorted(f"/{bucket}/data.zarr/{k}" for k in values)
+    assert FsspecStore.from_url(url, s3_options(moto.endpoint)).get_many(list(values)) == list(
+        values.values()
+    )
+
+
+def test_writes_pass_bytes_through_and_copy_views_only_for_botocore(moto, bucket, monkeypatch):
+    store = FsspecStore.from_url(f"s3://{bucket}/data.zarr", s3_options(moto.endpoint))
+    seen = []
+    put = store.fs._pipe_file
+
+    async def spy(path, data, **kwargs):
+        seen.append(data)
+        return await put(path, data, **kwargs)
+
+    monkeypatch.setattr(store.fs, "_pipe_file", spy)
+    payload, mutable = b"x" * 1000, bytearray(b"abc")
+    values = np.arange(10, dtype="f8")
+    store.set("b", payload)
+    store.set_many({"ba": mutable, "view": memoryview(values)})
+    assert seen[0] is payload and any(s is mutable for s in seen)  # no copy
+    assert [s for s in seen if type(s) is bytes and s == values.tobytes()]  # botocore takes no views
+    assert store.get_many(["b", "ba", "view"]) == [payload, b"abc", values.tobytes()]
+
+    local = FsspecStore(fsspec.filesystem("memory"), f"/{uuid.uuid4().hex}")
+    written = []
+    monkeypatch.setattr(local.fs, "pipe_file", lambda path, value, **kw: written.append(value))
+    local.set("view", memoryview(values))
+    assert written[0].obj is values and written[0].format == "B"  # a flat view of the caller's data
+
+
+def test_anonymous_access_to_a_public_bucket(moto, bucket):
+    url = f"s3://{bucket}/public.zarr"
+    a = z3.create_array(
+        url, "t", shape=(4, 6), dtype="i2", chunks=(2, 3), storage_options=s3_options(moto.endpoint)
+    )
+    a[...] = np.arange(24, dtype="i2").reshape(4, 6)
+    anon = s3_options(moto.endpoint, anon=True)
+    with pytest.raises(StoreAccessError, match=re.escape(f"{url}/zarr.json")):
+        z3.open_group(url, mode="r", storage_options=anon)  # still private
+    moto.make_public(bucket)
+    g = z3.open_group(url, mode="r", storage_options=anon)
+    assert g.store.storage_options == anon and "key" not in g.store.storage_options
+    assert list(g) == ["t"]
+    np.testing.assert_array_equal(g["t"][...], np.arange(24, dtype="i2").reshape(4, 6))
+
+
 def test_consolidated_open_is_one_get_and_never_lists(moto, bucket, proxy):
     url = f"s3://{bucket}/data.zarr"
     g = z3.open_group(url, mode="w", storage_options=s3_options(moto.endpoint))
@@ -209,6 +275,75 @@ def test_consolidated_open_is_one_get_and_never_lists(moto, bucket, proxy):
     assert back["sub/b"].shape == (3, 3) and back["sub"].attrs["level"] == 1
     log = proxy.log.snapshot()
     assert [(r.method, r.path) for r in log] == [("GET", f"/{bucket}/data.zarr/zarr.json")]
+
+
+def test_creating_nodes_checks_existence_by_one_ranged_get_never_a_head(moto, bucket, proxy):
+    url, opts = f"s3://{bucket}/new.zarr", s3_options(proxy.endpoint)
+    steps = {
+        "open_group(mode='w')": lambda: z3.open_group(url, mode="w", storage_options=opts),
+        "create_group": lambda: z3.create_group(url, "sub", storage_options=opts),
+        "create_array": lambda: z3.create_array(url, "sub/x", shape=(4,), dtype="i4", storage_options=opts),
+    }
+    checked = {
+        "open_group(mode='w')": "zarr.json",
+        "create_group": "sub/zarr.json",
+        "create_array": "sub/x/zarr.json",
+    }
+    for step, run in steps.items():
+        proxy.log.clear()
+        run()
+        log = proxy.log.snapshot()
+        checks = [r for r in log if r.method == "GET" and r.range == "bytes=0-0"]
+        assert [r.path.rsplit("new.zarr/", 1)[1] for r in checks] == [checked[step]], step
+        assert not [r for r in log if r.method == "HEAD"], step
+        assert len([r for r in log if is_listing(r)]) <= 1, step  # was 3 LISTs: s3fs' isfile and ls
+        assert len([r for r in log if r.method == "PUT"]) == 1, step
+        reads = [r for r in log if r.method == "GET" and not is_listing(r)]
+        assert all(r.path.endswith("zarr.json") for r in reads), step  # the node and its parents only
+        assert len(log) == len(reads) + len([r for r in log if is_listing(r)]) + 1, step
+    assert sorted(z3.open_group(url, mode="r", storage_options=opts).members(max_depth=None)) == [
+        "sub",
+        "sub/x",
+    ]
+
+
+def test_exists_many_is_one_ranged_get_per_key(moto, bucket, proxy):
+    store = FsspecStore.from_url(f"s3://{bucket}/data.zarr", s3_options(proxy.endpoint))
+    store.set_many({"full": b"abc", "empty": b"", "a/b/c": b"deep"})
+    proxy.log.clear()
+    assert store.exists_many(["full", "empty", "missing", "a/b", "a/b/c"]) == [True, True, False, False, True]
+    assert store.exists("empty") and not store.exists("missing")
+    log = proxy.log.snapshot()
+    assert len(log) == 7 and all(r.method == "GET" and r.range == "bytes=0-0" and not r.query for r in log)
+    assert sorted(r.status for r in log) == [206, 206, 404, 404, 404, 416, 416]  # empty: 416, yet it exists
+    assert store.get_partial_values([("empty", ByteRange(0, 0)), ("missing", ByteRange(3, 0))]) == [b"", None]
+
+
+def test_refused_ranges_fall_back_by_size_and_nothing_else_does(moto, bucket, proxy):
+    url = f"s3://{bucket}/data.zarr"
+    store = FsspecStore.from_url(url, s3_options(proxy.endpoint))
+    store.set_many({"e/0": b"", "e/1": b"", "full": b"0123456789"})
+    proxy.log.clear()
+    got = store.get_partial_values(
+        [("e/0", None), ("e/1", ByteRange(0, 5)), ("full", ByteRange(20, 5)), ("full", ByteRange.suffix(4))]
+    )
+    assert got == [b"", b"", b"", b"6789"]
+    log = proxy.log.snapshot()
+    refused = [r for r in log if r.status == 416]
+    assert len(refused) == 3 and [r.method for r in log].count("GET") == 4
+    assert sorted(r.path for r in log if r.method == "HEAD") == sorted(r.path for r in refused)
+
+    a = z3.create_array(
+        url, "t", shape=(8, 8), dtype="i4", chunks=(2, 2), storage_options=s3_options(moto.endpoint)
+    )
+    a[...] = 1
+    reader = z3.open_array(url, "t", storage_options=s3_options(proxy.endpoint))
+    proxy.deny(lambda r: "/c/" in r.path)
+    proxy.log.clear()
+    with pytest.raises(StoreAccessError, match=re.escape(f"{url}/t/c/")):
+        reader[...]
+    log = proxy.log.snapshot()  # denied: one GET per chunk, no size lookup, no second GET
+    assert len(log) == 16 and all(r.method == "GET" and r.status == 403 for r in log)
 
 
 def test_open_dataset_on_a_consolidated_store_is_one_get(moto, bucket, proxy):
@@ -306,15 +441,38 @@ def test_threaded_writes_through_one_store(moto, bucket, proxy):
     )
 
 
-def test_store_pickles_by_configuration_and_reconnects(moto, bucket):
-    url, opts = f"s3://{bucket}/data.zarr", s3_options(moto.endpoint)
+_UNPICKLER = """
+import json, pickle, sys
+store = pickle.loads(sys.stdin.buffer.read())
+value = store.get("k")
+store.set("from-child", b"written by the child")
+print(json.dumps({
+    "value": value.decode(), "url": store.url, "options": store.storage_options,
+    "retries": store.retries, "batch_size": store.batch_size, "s3fs_retries": store.fs.retries,
+}))
+"""
+
+
+def test_store_pickles_by_configuration_and_reconnects_in_another_process(moto, bucket):
+    url = f"s3://{bucket}/data.zarr"
+    opts = s3_options(moto.endpoint, zarr3={"retries": 2, "batch_size": 7})
     store = make_store(url, mode="a", storage_options=opts)
     store.set("k", b"value")
     blob = pickle.dumps(store)
     assert b"aiohttp" not in blob and b"aiobotocore" not in blob  # no session, no connection
-    copy = pickle.loads(blob)
-    assert copy == store and copy.storage_options == opts and copy.url == url
-    assert copy.get("k") == b"value"
+    child = subprocess.run(
+        [sys.executable, "-c", _UNPICKLER], input=blob, capture_output=True, timeout=120, check=False
+    )
+    assert child.returncode == 0, child.stderr.decode()
+    assert json.loads(child.stdout) == {
+        "value": "value",
+        "url": url,
+        "options": fs_options(opts),
+        "retries": 2,
+        "batch_size": 7,
+        "s3fs_retries": 1,  # the rebuilt private instance is tuned too
+    }
+    assert store.get("from-child") == b"written by the child"
 
 
 def _child_uses_inherited_store(store, array, queue) -> None:
@@ -353,10 +511,12 @@ def test_two_process_cluster_writes_and_reads(moto, bucket):
     from zarr3_backend.dask import store as dask_store
 
     url, opts = f"s3://{bucket}/data.zarr", s3_options(moto.endpoint)
-    data = np.random.default_rng(2).random((24, 16))
+    old, data = np.random.default_rng(2).random((2, 24, 16))
     a = z3.create_array(
         url, "t", shape=data.shape, dtype="f8", chunks=(4, 8), shards=(8, 16), storage_options=opts
     )
+    a[...] = old
+    assert a[1, 2] == old[1, 2]  # the client reads shard (0, 0) (and keeps its index)
     ds = climate(ntime=8)
     with (
         distributed.LocalCluster(
@@ -367,6 +527,9 @@ def test_two_process_cluster_writes_and_reads(moto, bucket):
         dask_store(da.from_array(data, chunks=(8, 16)), a)
         pids = set(client.run(os.getpid).values())
         assert len(pids) == 2 and os.getpid() not in pids  # the writes ran in other processes
+        fresh = z3.open_array(url, "t", storage_options=opts)
+        assert fresh[1, 2] == data[1, 2]  # the same shard, rewritten elsewhere: new values
+        np.testing.assert_array_equal(fresh[...], data)
         np.testing.assert_array_equal(
             from_array(z3.open_array(url, "t", storage_options=opts)).compute(), data
         )
@@ -399,6 +562,8 @@ def test_missing_bucket_is_not_a_missing_key(moto):
         list(store.list())
     with pytest.raises(BucketNotFoundError, match=re.escape(url)):
         store.set("k", b"v")
+    with pytest.raises(BucketNotFoundError, match=re.escape(url)):
+        store.exists("k")
 
 
 def test_denied_access_raises_typed_error_and_keeps_the_old_object(moto, bucket, proxy):
@@ -421,18 +586,59 @@ def test_denied_access_raises_typed_error_and_keeps_the_old_object(moto, bucket,
         z3.open_group(url, mode="r", storage_options=s3_options(proxy.endpoint))
 
 
-def test_stalled_server_raises_timeout_naming_the_url(moto, bucket, proxy):
+def test_stalled_server_raises_timeout_after_the_store_retries_only(moto, bucket, proxy):
     url = f"s3://{bucket}/data.zarr"
     FsspecStore.from_url(url, s3_options(moto.endpoint)).set("k", b"v")
+    opts = s3_options(proxy.endpoint, attempts=None, read_timeout=0.3, zarr3={"retries": 1})
+    shared = fsspec.filesystem("s3", **fs_options(opts))  # what fsspec hands everyone else
     proxy.stall(30, match=lambda r: r.method == "GET")
-    store = FsspecStore.from_url(url, s3_options(proxy.endpoint, attempts=1, read_timeout=0.3))
-    # s3fs retries timeouts by itself, nested twice (5 x 5 tries by default); its only knob is
-    # this attribute, not a storage option. This filesystem instance belongs to this test.
-    store.fs.retries = 1
+    store = FsspecStore.from_url(url, opts)
     with pytest.raises(StoreTimeoutError, match=re.escape(f"{url}/k")) as info:
         store.get("k")
     assert isinstance(info.value, TimeoutError)
-    assert proxy.log.started == 1  # bounded: the store adds no retries of its own here
+    assert len(proxy.log.snapshot()) == 2  # one try, one retry: s3fs' and botocore's own retries are off
+    assert store.fs is not shared and store.fs.retries == 1
+    assert "retries" not in vars(shared)  # the shared instance was not tuned
+
+
+def test_a_stalled_batch_stops_sending_after_the_first_timeouts(moto, bucket, proxy):
+    url = f"s3://{bucket}/data.zarr"
+    keys = [f"k/{i}" for i in range(12)]
+    FsspecStore.from_url(url, s3_options(moto.endpoint)).set_many(dict.fromkeys(keys, b"v"))
+    proxy.stall(30, match=lambda r: r.method == "GET")
+    opts = s3_options(proxy.endpoint, attempts=None, read_timeout=0.3, zarr3={"retries": 1, "batch_size": 3})
+    with pytest.raises(StoreTimeoutError, match=re.escape(url)):
+        FsspecStore.from_url(url, opts).get_many(keys)
+    assert 2 <= len(proxy.log.snapshot()) <= 6  # one window of 3 per attempt, not 12 / 3 windows of timeouts
+
+
+def test_defaults_bound_timeouts_and_leave_one_retry_layer(moto, bucket, proxy):
+    url = f"s3://{bucket}/data.zarr"
+    FsspecStore.from_url(url, s3_options(moto.endpoint)).set("k", b"v")
+    opts = s3_options(proxy.endpoint, attempts=None, connect_timeout=None, read_timeout=None)
+    store = FsspecStore.from_url(url, opts)
+    assert store.storage_options == opts  # as given; the defaults live on the private instance
+    config = store.fs.connect().meta.config  # the botocore client actually built
+    assert (config.connect_timeout, config.read_timeout) == (DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT)
+    assert config.retries["total_max_attempts"] == 1
+    proxy.fail(2, match=lambda r: r.method == "GET" and r.path.endswith("/k"))
+    assert store.get("k") == b"v"
+    assert [r.status for r in proxy.log.snapshot()] == [500, 500, 206]
+    proxy.log.clear()
+    proxy.fail(100, match=lambda r: r.path.endswith("/k"))
+    with pytest.raises(StoreError, match=re.escape(f"{url}/k")):
+        store.get("k")
+    assert len(proxy.log.of("GET")) == DEFAULT_RETRIES + 1
+
+    # the settings ride in storage_options wherever those go
+    tuned = s3_options(proxy.endpoint, attempts=None, zarr3={"retries": 1, "batch_size": 16})
+    g = z3.open_group(f"s3://{bucket}/g.zarr", mode="w", storage_options=tuned)
+    assert (g.store.retries, g.store.batch_size) == (1, 16)
+    assert g.store.storage_options == fs_options(tuned)
+    proxy.log.clear()
+    with pytest.raises(StoreError, match=re.escape(f"s3://{bucket}/g.zarr/k")):
+        g.store.get("k")
+    assert len(proxy.log.of("GET")) == 2
 
 
 def test_server_stopped_mid_read_raises_typed_error(moto, bucket, proxy):
@@ -567,6 +773,12 @@ def _client_errors():
         (http_error(403), StoreAccessError, False),
         (FileNotFoundError("k"), StoreError, False),
         (ValueError("bad range"), StoreError, False),
+        (bx.NoCredentialsError(), StoreAccessError, False),
+        (
+            bx.PartialCredentialsError(provider="env", cred_var="AWS_SECRET_ACCESS_KEY"),
+            StoreAccessError,
+            False,
+        ),
     ]
 
 
@@ -574,6 +786,56 @@ def _client_errors():
 def test_client_exceptions_are_classified(exc, kind, transient):
     assert error_class(exc) is kind
     assert is_transient(exc) is transient
+
+
+def test_refused_ranges_and_dead_endpoints_are_recognised():
+    import aiohttp
+    import botocore.exceptions as bx
+    import yarl
+
+    url = yarl.URL("http://127.0.0.1/x")
+    info = aiohttp.RequestInfo(url, "GET", {}, url)
+    invalid_range = bx.ClientError(
+        {"Error": {"Code": "InvalidRange"}, "ResponseMetadata": {"HTTPStatusCode": 416}}, "GetObject"
+    )
+    translated = OSError(22, "The requested range is not satisfiable")
+    translated.__cause__ = invalid_range
+    denied = bx.ClientError(
+        {"Error": {"Code": "AccessDenied"}, "ResponseMetadata": {"HTTPStatusCode": 403}}, "Get"
+    )
+    for exc in (translated, aiohttp.ClientResponseError(info, (), status=416), ValueError("no suffix")):
+        assert is_range_refused(exc), exc
+    # only a 416 says an empty value exists; a ValueError says nothing about the value
+    assert is_unsatisfiable_range(translated) and not is_unsatisfiable_range(ValueError("no suffix"))
+    for exc in (
+        denied,
+        PermissionError("denied"),
+        FileNotFoundError("k"),
+        aiohttp.ClientResponseError(info, (), status=503),
+    ):
+        assert not is_range_refused(exc), exc
+    for exc in (
+        bx.EndpointConnectionError(endpoint_url="x"),
+        bx.ReadTimeoutError(endpoint_url="x"),
+        ConnectionRefusedError(),
+    ):
+        assert is_endpoint_down(exc), exc
+    for exc in (bx.ConnectionClosedError(endpoint_url="x"), aiohttp.ServerDisconnectedError(), denied):
+        assert not is_endpoint_down(exc), exc  # a dropped connection: the next request may succeed
+
+
+def test_missing_credentials_raise_an_access_error_naming_the_url(moto, bucket, monkeypatch):
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    url = f"s3://{bucket}/data.zarr"
+    opts = {"client_kwargs": {"endpoint_url": moto.endpoint, "region_name": "us-east-1"}}
+    with pytest.raises(StoreAccessError, match=re.escape(url)) as info:
+        z3.open_group(url, mode="r", storage_options=opts)
+    assert "NoCredentialsError" in str(info.value)
 
 
 # ---- URLs and options ---------------------------------------------------------------------------
@@ -591,3 +853,13 @@ def test_store_options_are_validated():
     for bad in ({"batch_size": 0}, {"batch_size": -1}, {"retries": -1}, {"retries": 1.5}):
         with pytest.raises(StoreArgumentError, match=next(iter(bad))):
             FsspecStore(fs, "/x", **bad)
+        with pytest.raises(StoreArgumentError, match=next(iter(bad))):
+            FsspecStore.from_url("s3://b/x", storage_options={"anon": True, "zarr3": bad})
+    with pytest.raises(StoreArgumentError, match="'retry'"):
+        z3.open_group("s3://b/x", mode="r", storage_options={"anon": True, "zarr3": {"retry": 2}})
+    with pytest.raises(StoreArgumentError, match="retries given twice"):
+        FsspecStore.from_url("s3://b/x", {"zarr3": {"retries": 2}}, retries=3)
+    with pytest.raises(StoreArgumentError, match="zarr3"):
+        FsspecStore.from_url("s3://b/x", {"zarr3": 2})
+    store = FsspecStore.from_url("memory://x", {"zarr3": {"retries": 0, "batch_size": 2}}, retries=0)
+    assert (store.retries, store.batch_size, store.storage_options) == (0, 2, {})

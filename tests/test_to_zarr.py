@@ -223,6 +223,59 @@ def test_misaligned_dask_chunks_are_refused_before_any_write_then_exact_when_ali
     xr.testing.assert_identical(xr.open_dataset(store, engine="zarr3").load(), ds)
 
 
+def test_shards_without_chunks_take_the_inner_chunk_from_dask_capped_by_the_shard(tmp_path):
+    ds = xr.Dataset({"v": (("y", "x"), np.arange(256.0).reshape(16, 16))})
+    cases = [(16, (8, 8), (8, 8)), (4, (8, 8), (4, 4)), (3, (8, 6), (2, 3))]  # dask, shards, inner
+    for i, (dask_size, shards, inner) in enumerate(cases):
+        path = tmp_path / f"{i}.zarr"
+        z3.to_zarr(ds.chunk(dask_size), path, encoding={"v": {"shards": shards}}, align_chunks=True)
+        meta = zarr_json(path, "v")
+        sharding = meta["codecs"][0]["configuration"]
+        assert meta["chunk_grid"]["configuration"]["chunk_shape"] == list(shards)
+        assert sharding["chunk_shape"] == list(inner)
+        xr.testing.assert_identical(xr.open_dataset(path, engine="zarr").load(), ds)
+
+
+def test_layout_errors_say_where_each_shape_came_from():
+    ds = xr.Dataset({"v": (("y", "x"), np.arange(256.0).reshape(16, 16))})
+    with pytest.raises(ValueError) as info:
+        z3.to_zarr(ds.chunk(4), MemoryStore(), encoding={"v": {"chunks": (3, 3), "shards": (8, 8)}})
+    msg = str(info.value)
+    assert "'v'" in msg
+    assert "chunks (3, 3) from encoding['chunks']" in msg and "shards (8, 8) from encoding['shards']" in msg
+    with pytest.raises(ChunkAlignmentError, match=r"shard shape \(6, 6\) from encoding\['v'\]\['shards'\]"):
+        z3.to_zarr(ds.chunk(4), MemoryStore(), encoding={"v": {"shards": (6, 6)}})
+    store = MemoryStore()
+    z3.to_zarr(ds.chunk(8), store, encoding={"v": {"shards": (8, 8)}})
+    with pytest.raises(ChunkAlignmentError, match=r"as stored in 'v/zarr.json'"):
+        z3.to_zarr(ds.chunk(4).isel(y=slice(0, 8)), store, mode="r+", region={"y": slice(0, 8)})
+
+
+@pytest.mark.parametrize("chunks", [{}, None])
+def test_mode_w_over_the_store_the_data_is_read_from(tmp_path, chunks):
+    """mode="w" erases the group before the data is computed: a lazy (dask) source in it is
+    refused, a lazy numpy one is loaded first; a source in another group is no concern."""
+    path = tmp_path / "s.zarr"
+    ds0 = xr.Dataset({"v": (("x",), np.arange(8.0))})
+    z3.to_zarr(ds0, path, encoding={"v": {"chunks": (4,)}})
+    z3.to_zarr(ds0 * 10, path, group="other")
+    other = xr.open_dataset(path, engine="zarr3", group="other", chunks=chunks)
+    z3.to_zarr(other, path, mode="w", group="copy")  # erases group "copy" only
+    np.testing.assert_array_equal(xr.open_dataset(path, engine="zarr", group="copy").v.values, ds0.v.values * 10)
+    before = {p.relative_to(path): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+    src = xr.open_dataset(path, engine="zarr3", chunks=chunks)
+    if chunks is None:
+        z3.to_zarr(src, path, mode="w")  # loaded before the erase
+        np.testing.assert_array_equal(xr.open_dataset(path, engine="zarr").v.values, ds0.v.values)
+    else:
+        for lazy in (src, src + 1, src.chunk({"x": 2})):
+            with pytest.raises(ValueError, match=r"variable 'v' is read lazily \(dask\) from 'v'.*mode='w'"):
+                z3.to_zarr(lazy, path, mode="w")
+        assert {p.relative_to(path): p.read_bytes() for p in path.rglob("*") if p.is_file()} == before
+        z3.to_zarr(src + 1, path, mode="a")  # in place: each task rewrites the shard it read
+        np.testing.assert_array_equal(xr.open_dataset(path, engine="zarr").v.values, ds0.v.values + 1)
+
+
 def test_a_failing_write_in_mode_w_leaves_the_old_data():
     store = MemoryStore()
     z3.to_zarr(climate(), store)

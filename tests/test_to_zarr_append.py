@@ -12,8 +12,9 @@ import pytest
 import xarray as xr
 
 import zarr3_backend as z3
-from zarr3_backend.errors import ChunkAlignmentError
+from zarr3_backend.errors import ChunkAlignmentError, DataTypeError
 from zarr3_backend.stores import LocalStore, MemoryStore
+from zarr3_backend.xarray.writer import EncodedRangeError
 
 
 def hourly(start, hours, nlat=4, nlon=6, seed=0):
@@ -170,3 +171,130 @@ def test_mode_a_minus_leaves_variables_without_the_append_dimension_alone():
         hourly("2000-01-01T08", 4).assign(orography=changed.orography), store, append_dim="time", mode="a"
     )
     assert xr.open_dataset(store, engine="zarr3").orography.min() >= 1000
+
+
+def daily(start, n, seed=0, width=4):
+    rng = np.random.default_rng(seed)
+    return xr.Dataset(
+        {"t": (("time", "x"), rng.random((n, width)).astype("float32"))},
+        coords={"time": pd.date_range(start, periods=n, freq="D")},
+    )
+
+
+def test_deferred_appends_that_would_share_a_shard_are_refused(tmp_path):
+    """Two compute=False appends computed together would both read-modify-write the shard
+    where one ends and the next begins: the second is refused, before anything is written."""
+    store = LocalStore(tmp_path / "d.zarr")
+    jobs = [daily("2000-01-01", 8, 0), daily("2000-01-09", 6, 1), daily("2000-01-15", 6, 2)]
+    z3.to_zarr(jobs[0].chunk({"time": 4}), store, encoding={"t": {"chunks": (2, 4), "shards": (4, 4)}})
+    first = z3.to_zarr(jobs[1].chunk({"time": 4}), store, append_dim="time", compute=False)  # 8..14
+    before = snapshot(store)
+    with pytest.raises(ChunkAlignmentError, match=r"'t'.*compute=False.*\[12, 16\).*safe_chunks=False") as info:
+        z3.to_zarr(jobs[2].chunk({"time": (2, 4)}), store, append_dim="time", compute=False)  # 14..20
+    assert "Compute the previous write first" in str(info.value)
+    assert snapshot(store) == before
+    first.compute()
+    z3.to_zarr(jobs[2].chunk({"time": (2, 4)}), store, append_dim="time")  # computed at once: fine
+    expected = xr.concat(jobs, "time")
+    for engine in ("zarr3", "zarr"):
+        xr.testing.assert_identical(xr.open_dataset(tmp_path / "d.zarr", engine=engine).load(), expected)
+
+
+def test_a_deferred_append_into_a_partly_filled_shard_needs_safe_chunks_false():
+    store = MemoryStore()
+    a, b = daily("2000-01-01", 6, 0), daily("2000-01-07", 5, 1)
+    z3.to_zarr(a, store, encoding={"t": {"chunks": (2, 4), "shards": (4, 4)}})
+    before = snapshot(store)
+    with pytest.raises(ChunkAlignmentError, match=r"time=6:11.*\[4, 8\)"):
+        z3.to_zarr(b.chunk({"time": (2, 3)}), store, append_dim="time", compute=False)
+    assert snapshot(store) == before
+    d = z3.to_zarr(b.chunk({"time": (2, 3)}), store, append_dim="time", compute=False, safe_chunks=False)
+    d.compute()  # the only pending write: nothing to race with
+    xr.testing.assert_identical(xr.open_dataset(store, engine="zarr3").load(), xr.concat([a, b], "time"))
+
+
+def test_a_new_variable_with_the_append_dimension_is_refused_up_front(tmp_path):
+    store = LocalStore(tmp_path / "n.zarr")
+    z3.to_zarr(daily("2000-01-01", 3), store)
+    before = snapshot(store)
+    new = daily("2000-01-04", 3).assign(u=(("time", "x"), np.zeros((3, 4))))
+    with pytest.raises(ValueError, match=r"\['u'\].*append dimension 'time'"):
+        z3.to_zarr(new, store, append_dim="time")
+    assert snapshot(store) == before
+    # a new variable without the append dimension is simply added
+    z3.to_zarr(daily("2000-01-04", 3).assign(elev=("x", np.arange(4.0))), store, append_dim="time")
+    back = xr.open_dataset(tmp_path / "n.zarr", engine="zarr").load()
+    assert back.sizes["time"] == 6 and back.elev.values.tolist() == [0, 1, 2, 3]
+
+
+def test_a_coordinate_stored_in_float32_matches_its_float64_source(tmp_path):
+    store = LocalStore(tmp_path / "f.zarr")
+
+    def job(start, lat):
+        return daily(start, 3, width=5).rename(x="lat").assign_coords(lat=lat)
+
+    lat = np.linspace(-89.9, 89.9, 5)
+    z3.to_zarr(job("2000-01-01", lat), store, encoding={"lat": {"dtype": "float32"}})
+    z3.to_zarr(job("2000-01-04", lat), store, append_dim="time")  # equal once stored as float32
+    assert xr.open_dataset(tmp_path / "f.zarr", engine="zarr").sizes == {"time": 6, "lat": 5}
+    before = snapshot(store)
+    moved = lat + 1e-3  # beyond float32 rounding
+    with pytest.raises(ValueError, match="coordinate 'lat' differs"):
+        z3.to_zarr(job("2000-01-07", moved), store, append_dim="time")
+    assert snapshot(store) == before
+
+
+PACKED = {"dtype": "int16", "scale_factor": 0.01, "add_offset": 270.0, "_FillValue": -32768}
+
+
+def kelvin(start, values):
+    return xr.Dataset(
+        {"t": (("time",), np.array(values, "float32"))},
+        coords={"time": pd.date_range(start, periods=len(values), freq="D")},
+    )
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_packed_values_beyond_int16_raise_instead_of_wrapping(tmp_path, chunked):
+    store = LocalStore(tmp_path / "p.zarr")
+    z3.to_zarr(kelvin("2000-01-01", [280, 290]), store, encoding={"t": PACKED})
+    before = snapshot(store)
+    old = xr.open_dataset(tmp_path / "p.zarr", engine="zarr3").load()
+    hot = kelvin("2000-01-03", [300.0, 700.0])  # (700 - 270) / 0.01 = 43000 > 32767
+    with pytest.raises(EncodedRangeError) as info:
+        z3.to_zarr(hot.chunk({"time": 2}) if chunked else hot, store, append_dim="time")
+    msg = str(info.value)
+    assert "'t'" in msg and "int16" in msg and "43000" in msg and "scale_factor=0.01" in msg
+    assert isinstance(info.value, DataTypeError)
+    if chunked:  # raised in the write task of t's shard, before it wrote; no zarr.json moved on
+        kept = [k for k in before if k.startswith("t/") or k.endswith("zarr.json")]
+        assert {k: store.get(k) for k in kept} == {k: before[k] for k in kept}
+        assert not [k for k in set(snapshot(store)) - set(before) if k.startswith("t/")]
+    else:  # checked before anything was written
+        assert snapshot(store) == before
+    xr.testing.assert_identical(xr.open_dataset(tmp_path / "p.zarr", engine="zarr3").load(), old)
+    z3.to_zarr(kelvin("2000-01-03", [300.0, np.nan]), store, append_dim="time")  # in range; NaN -> fill
+    back = xr.open_dataset(tmp_path / "p.zarr", engine="zarr").load()
+    np.testing.assert_allclose(back.t.values, [280, 290, 300, np.nan], atol=0.006)
+
+
+def test_integer_days_since_times_beyond_int16_raise():
+    store = MemoryStore()
+    enc = {"time": {"units": "days since 2000-01-01", "dtype": "int16"}}
+    z3.to_zarr(daily("2000-01-01", 2), store, encoding=enc)
+    before = snapshot(store)
+    with pytest.raises(EncodedRangeError, match=r"'time'.*36525.*days since 2000-01-01.*int16"):
+        z3.to_zarr(daily("2100-01-01", 2), store, append_dim="time")
+    assert snapshot(store) == before
+    z3.to_zarr(daily("2000-01-03", 2), store, append_dim="time")
+    assert list(xr.open_dataset(store, engine="zarr3").time.values) == list(
+        pd.date_range("2000-01-01", periods=4, freq="D").values
+    )
+
+
+def test_nan_into_an_integer_without_fill_value_raises():
+    ds = xr.Dataset({"n": (("x",), np.array([1.0, np.nan, 3.0]))})
+    store = MemoryStore()
+    with pytest.raises(EncodedRangeError, match=r"'n'.*1 values are NaN"):
+        z3.to_zarr(ds, store, encoding={"n": {"dtype": "int8"}})
+    assert not [k for k in store.list() if k.startswith("n/")]

@@ -3,6 +3,8 @@ writers on disjoint shard-aligned regions, and refusal of regions that cut a sha
 
 from __future__ import annotations
 
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -12,7 +14,7 @@ import xarray as xr
 
 import zarr3_backend as z3
 from zarr3_backend.errors import ChunkAlignmentError
-from zarr3_backend.stores import MemoryStore
+from zarr3_backend.stores import LocalStore, MemoryStore
 
 ENC = {"t2m": {"chunks": (2, 4, 4), "shards": (4, 4, 8)}}
 
@@ -51,22 +53,108 @@ def test_explicit_and_auto_regions_fill_a_template():
     xr.testing.assert_identical(xr.open_dataset(store, engine="zarr3").load(), ds)
 
 
+class SlowStore(LocalStore):
+    """Every read and write of a chunk takes a while, so concurrent writers overlap in time."""
+
+    def get_many(self, keys):
+        time.sleep(0.02)
+        return super().get_many(keys)
+
+    def get_partial_values(self, key_ranges):
+        time.sleep(0.02)
+        return super().get_partial_values(key_ranges)
+
+    def set_many(self, items):
+        time.sleep(0.02)
+        super().set_many(items)
+
+
+class RendezvousStore(LocalStore):
+    """Writers of ``key`` wait for each other (up to a few seconds) before writing it: two
+    read-modify-writes of one shard then certainly overlap, as they might by bad luck."""
+
+    def __init__(self, root, key, *, read_only=False):
+        super().__init__(root, read_only=read_only)
+        self.key = key
+        self.arrived: set[int] = set()
+        self.cond = threading.Condition()
+
+    def set_many(self, items):
+        if self.key in items:
+            with self.cond:
+                self.arrived.add(threading.get_ident())
+                self.cond.notify_all()
+                self.cond.wait_for(lambda: len(self.arrived) >= 2, timeout=5)
+        super().set_many(items)
+
+    def set(self, key, value):
+        self.set_many({key: value})
+
+
+def write_concurrently(store, ds, regions, **kw):
+    """Each region of ``ds`` written by its own thread; the exceptions raised, in order."""
+
+    def write(sl):
+        try:
+            z3.to_zarr(ds.isel(time=sl), store, region={"time": sl}, **kw)
+        except Exception as e:
+            return e
+        return None
+
+    with ThreadPoolExecutor(len(regions)) as pool:
+        return list(pool.map(write, regions))
+
+
+def lost_rows(store, ds) -> list[int]:
+    back = xr.open_dataset(store, engine="zarr3").load()
+    return np.nonzero(np.isnan(back.t2m.values).any(axis=(1, 2)))[0].tolist()
+
+
 def test_two_concurrent_region_writers_on_disjoint_shard_aligned_regions(tmp_path):
     ds = dataset(ntime=32)
     path = tmp_path / "r.zarr"
     template(path, ds)
+    store = SlowStore(path)
     halves = [slice(0, 16), slice(16, 32)]
-
-    def write(sl):
-        piece = ds.isel(time=sl).chunk({"time": 4})
-        return z3.to_zarr(
-            piece, path, region={"time": sl}, chunkmanager_store_kwargs={"scheduler": "threads"}
-        )
-
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(write, halves))
+    errors = write_concurrently(
+        store, ds.chunk({"time": 4}), halves, chunkmanager_store_kwargs={"scheduler": "threads"}
+    )
+    assert errors == [None, None]
     for engine in ("zarr3", "zarr"):
         xr.testing.assert_identical(xr.open_dataset(path, engine=engine).load(), ds)
+
+
+def test_the_rendezvous_store_loses_rows_when_two_writers_share_a_shard(tmp_path):
+    """The harness can fail: with the ownership check lifted (safe_chunks=False), two writers
+    of regions meeting inside shard [4, 8) overwrite each other's rows there."""
+    ds = dataset()
+    path = tmp_path / "r.zarr"
+    template(path, ds)
+    store = RendezvousStore(path, "t2m/c/1/0/0")
+    errors = write_concurrently(store, ds, [slice(0, 6), slice(6, 16)], safe_chunks=False)
+    assert errors == [None, None]
+    lost = lost_rows(path, ds)
+    assert lost in ([4, 5], [6, 7])  # one writer's rows in the shared shard are gone
+
+
+@pytest.mark.parametrize("mode", ["r+", "a"])
+@pytest.mark.parametrize("chunked", [False, True])
+def test_concurrent_regions_that_share_a_shard_are_refused_for_numpy_and_dask_data(tmp_path, mode, chunked):
+    ds = dataset()
+    path = tmp_path / "r.zarr"
+    template(path, ds)
+    before = snapshot(LocalStore(path))
+    store = RendezvousStore(path, "t2m/c/1/0/0")
+    src = ds.chunk({"time": (4, 2, 2, 4, 4)}) if chunked else ds  # dask blocks own their shards
+    errors = write_concurrently(store, src, [slice(0, 6), slice(6, 16)], mode=mode)
+    assert [type(e) for e in errors] == [ChunkAlignmentError, ChunkAlignmentError]
+    assert "time=0:6" in str(errors[0]) and "time=6:16" in str(errors[1])
+    assert snapshot(LocalStore(path)) == before  # refused before anything was written
+    # shard-aligned regions go through, in either mode, and lose nothing
+    src = ds.chunk({"time": 4}) if chunked else ds
+    assert write_concurrently(SlowStore(path), src, [slice(0, 8), slice(8, 16)], mode=mode) == [None, None]
+    assert lost_rows(path, ds) == []
+    xr.testing.assert_identical(xr.open_dataset(path, engine="zarr3").load(), ds)
 
 
 def test_a_region_that_cuts_a_shard_is_refused_unless_safe_chunks_is_false():

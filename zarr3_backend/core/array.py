@@ -90,6 +90,11 @@ def _whole_chunk_target(p: Any, out: np.ndarray, chunk_shape: tuple[int, ...]) -
     return region
 
 
+#: Inline reads of chunks at least this big ask the store to read ahead ``_AHEAD`` chunks.
+_HINT_MIN_BYTES = 1 << 20
+_AHEAD = 4
+
+
 def _in_order(selection: Any, shape: tuple[int, ...]) -> bool:
     """Whether ``selection`` is the whole of an array of ``shape``, in order (step-1 slices)."""
     return (
@@ -307,8 +312,14 @@ class Array:
         direct = self._direct
         raw = direct is not None and direct[2] is None and not direct[1] and direct[0] == self.dtype
         shape = self._chain.spec.shape
+        # read-ahead: while chunk i is decoded, the kernel already fetches chunk i + AHEAD
+        hint = getattr(self.store, "will_need", None) if self._chunk_nbytes >= _HINT_MIN_BYTES else None
+        if hint is not None and len(keys) > 1:
+            hint(keys[:_AHEAD])
 
         def read_one(i: int) -> None:
+            if hint is not None and i + _AHEAD < len(keys):
+                hint([keys[i + _AHEAD]])
             out, p = whole[i]
             target = _whole_chunk_target(p, out, shape) if direct is not None else None
             placed = False

@@ -127,11 +127,13 @@ def check_alignment(
     name: str = "",
     dims: Sequence[str | None] | None = None,
     sharded: bool = True,
+    unit_source: str = "",
 ) -> None:
     """Refuse dask chunks that let two write tasks touch one storage unit.
 
-    The ``ChunkAlignmentError`` names the variable, the dimension, the dask and unit sizes and
-    the ``.chunk({...})`` call (or ``align_chunks=True``) that fixes it.
+    The ``ChunkAlignmentError`` names the variable, the dimension, the dask and unit sizes (and,
+    with ``unit_source``, where the unit shape came from) and the ``.chunk({...})`` call (or
+    ``align_chunks=True``) that fixes it.
     """
     starts = tuple(starts) if starts is not None else (0,) * len(chunks)
     what = "shard" if sharded else "chunk"
@@ -139,18 +141,40 @@ def check_alignment(
         i = first_misaligned(sizes, unit, start)
         if i is None:
             continue
-        dim = dims[axis] if dims is not None and dims[axis] is not None else f"dim_{axis}"
+        dim = _dim(dims, axis)
         boundary = start + sum(sizes[: i + 1])
         lo = boundary // unit * unit
         fix = _chunk_hint(aligned_sizes(sizes, unit, start))
         offset = f" (the write starts at index {start})" if start else ""
+        source = f" ({what} shape {tuple(units)} {unit_source})" if unit_source else ""
         raise ChunkAlignmentError(
             f"variable {name or '<unnamed>'!r}: dask chunks {_sizes_text(sizes)} along dimension "
-            f"{dim!r} do not line up with the {what}s of size {unit}{offset}: the boundary between "
+            f"{dim!r} do not line up with the {what}s of size {unit}{source}{offset}: the boundary between "
             f"dask blocks {i} and {i + 1} at index {boundary} falls inside the {what} [{lo}, {lo + unit}), "
             f"so two write tasks would rewrite the same {what} and one would lose its data. "
             f"Rechunk with `.chunk({{{dim!r}: {fix}}})` (or a multiple of {unit}), or pass align_chunks=True."
         )
+
+
+def cut_units(
+    region: Sequence[slice], shape: Sequence[int], units: Sequence[int]
+) -> list[tuple[int, int, int, int]]:
+    """Where the edges of ``region`` fall strictly inside a storage unit.
+
+    One ``(axis, start, stop, index)`` per axis whose start or stop is not a multiple of the
+    unit; the array's end counts as a unit edge (the last unit is as full as it can be).
+    """
+    out = []
+    for axis, (sl, n, unit) in enumerate(zip(region, shape, units, strict=True)):
+        start, stop = sl.start or 0, n if sl.stop is None else sl.stop
+        bad = [p for p in (start, stop) if p % unit and p != n]
+        if bad:
+            out.append((axis, start, stop, bad[0]))
+    return out
+
+
+def _dim(dims: Sequence[str | None] | None, axis: int) -> str:
+    return dims[axis] if dims is not None and dims[axis] is not None else f"dim_{axis}"  # type: ignore[return-value]
 
 
 def check_region_edges(
@@ -168,14 +192,42 @@ def check_region_edges(
     array at once: each must own whole units (the array's end counts as a unit edge).
     """
     what = "shard" if sharded else "chunk"
-    for axis, (sl, n, unit) in enumerate(zip(region, shape, units, strict=True)):
-        start, stop = sl.start or 0, n if sl.stop is None else sl.stop
-        bad = [p for p in (start, stop) if p % unit and p != n]
-        if bad:
-            dim = dims[axis] if dims is not None and dims[axis] is not None else f"dim_{axis}"
-            raise ChunkAlignmentError(
-                f"variable {name or '<unnamed>'!r}: region {dim}={start}:{stop} cuts the {what} of size "
-                f"{unit} at index {bad[0]}; a concurrent writer of the neighbouring region would "
-                f"rewrite the same {what}. Align the region to multiples of {unit}, or pass "
-                f"safe_chunks=False if no other job writes next to it."
-            )
+    for axis, start, stop, index in cut_units(region, shape, units)[:1]:
+        dim = _dim(dims, axis)
+        unit = units[axis]
+        raise ChunkAlignmentError(
+            f"variable {name or '<unnamed>'!r}: region {dim}={start}:{stop} cuts the {what} of size "
+            f"{unit} at index {index}; a concurrent writer of the neighbouring region would "
+            f"rewrite the same {what}. Align the region to multiples of {unit}, or pass "
+            f"safe_chunks=False if no other job writes next to it."
+        )
+
+
+def check_deferred_edges(
+    region: Sequence[slice],
+    shape: Sequence[int],
+    units: Sequence[int],
+    *,
+    name: str = "",
+    dims: Sequence[str | None] | None = None,
+    sharded: bool = True,
+) -> None:
+    """Refuse a deferred (``compute=False``) write whose edges cut a storage unit.
+
+    Such a unit is read-modify-written when the Delayed runs; another pending write of the
+    same array (e.g. the next ``compute=False`` append, starting where this one ends) would do
+    the same to that unit, and computed together one of the two would lose its rows.
+    """
+    what = "shard" if sharded else "chunk"
+    for axis, start, stop, index in cut_units(region, shape, units)[:1]:
+        dim = _dim(dims, axis)
+        unit = units[axis]
+        lo = index // unit * unit
+        raise ChunkAlignmentError(
+            f"variable {name or '<unnamed>'!r}: this compute=False write of {dim}={start}:{stop} "
+            f"shares the {what} [{lo}, {lo + unit}) (size {unit}) with data outside it, so the "
+            f"Delayed would read-modify-write that {what}; another pending write next to it (such "
+            f"as the previous or next compute=False append) would rewrite the same {what} and one "
+            f"of them would lose its rows. Compute the previous write first and write this one "
+            f"with compute=True, or pass safe_chunks=False if no other write of this array is pending."
+        )

@@ -8,6 +8,7 @@ and touches no store key beyond the metadata already loaded. Each task reads its
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import dask.array as da
@@ -95,11 +96,14 @@ def from_array(
     """A dask array reading ``a``; ``chunks="shards"`` gives exactly one task per stored object.
 
     ``chunks`` also takes ``"chunks"`` (inner chunks), ``"auto"`` or anything dask's
-    ``normalize_chunks`` understands (ints, tuples, dicts, -1).
+    ``normalize_chunks`` understands (ints, tuples, dicts, -1). The default ``name`` is new on
+    every call: the keys say nothing of the data, so a cluster holding the results of an
+    earlier read must not hand them out after the array was rewritten. Pass ``name=`` for
+    deterministic keys when the data is known not to change.
     """
     normalized = resolve_chunks(a, chunks)
     if name is None:
-        name = "zarr3-read-" + tokenize(array_token(a), normalized)
+        name = "zarr3-read-" + tokenize(array_token(a), normalized, uuid.uuid4().hex)
     meta = np.empty((0,) * a.ndim, dtype=a.dtype)
     return da.from_array(
         BlockReader(a),

@@ -12,6 +12,7 @@ a cluster.
 from __future__ import annotations
 
 import gc
+import uuid
 from collections.abc import Sequence
 from itertools import product
 from typing import Any
@@ -20,7 +21,6 @@ import dask
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
-from dask.core import flatten
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.layers import ArraySliceDep
@@ -30,8 +30,10 @@ from ..errors import ChunkAlignmentError, SelectionError, ShapeError
 from .alignment import aligned_sizes, check_alignment, prove_disjoint, split_sizes
 from .progress import compute_with_progress
 from .read import array_token
+from .tree import CountTree, sum_counts
 
 WRITE_PREFIX = "zarr3-write-"
+DONE_PREFIX = "zarr3-done-"
 
 
 def normalize_region(
@@ -89,10 +91,6 @@ def _write_piece(
     return np.ones((1,) * block.ndim, dtype=np.int64)
 
 
-def _total(counts: Any) -> int:
-    return int(sum(int(np.sum(c)) for c in counts))
-
-
 def _pieces(block_sizes: Sequence[int], unit: int, start: int) -> list[tuple[int, slice, slice]]:
     """Along one axis: (block index, slice inside the block, slice of the array) per unit piece.
 
@@ -109,8 +107,31 @@ def _pieces(block_sizes: Sequence[int], unit: int, start: int) -> list[tuple[int
     return out
 
 
-def _write_graph(darr: da.Array, a: Array, starts: tuple[int, ...], token: str) -> Delayed:
-    """A graph of one write task per storage unit plus one task that waits for them all.
+class WriteDelayed(Delayed):
+    """The Delayed a write returns. Its ``compute()`` also makes the caller's Array forget its
+    cached shard indexes, which the tasks may have made stale by rewriting shards through
+    their own copies of the Array (worker processes, a cluster)."""
+
+    __slots__ = ("_target",)
+
+    def __init__(self, key: Any, dsk: Any, target: Array) -> None:
+        super().__init__(key, dsk)
+        self._target = target
+
+    def compute(self, **kwargs: Any) -> Any:
+        """Compute the write, then refresh the caller's Array (runs in the calling process)."""
+        try:
+            return super().compute(**kwargs)
+        finally:  # a failed write may have rewritten some shards too
+            self._target.invalidate_cache()
+
+
+def _as_write(d: Delayed, a: Array) -> WriteDelayed:
+    return WriteDelayed(d.key, d.dask, a)
+
+
+def _write_graph(darr: da.Array, a: Array, starts: tuple[int, ...], token: str) -> WriteDelayed:
+    """A graph of one write task per storage unit and a lazy tree that waits for them all.
 
     When every dask block is exactly one unit's share, the write layer is a lazy Blockwise
     layer (no per-block objects at build time); otherwise each task takes its slice of the
@@ -118,7 +139,7 @@ def _write_graph(darr: da.Array, a: Array, starts: tuple[int, ...], token: str) 
     """
     units = a.storage_chunks
     name = WRITE_PREFIX + token
-    target = dask.delayed(a, name="zarr3-target-" + array_token(a), pure=True)
+    target = dask.delayed(a, name="zarr3-target-" + token, pure=True)
     split = tuple(split_sizes(n, u, s) for n, u, s in zip(darr.shape, units, starts, strict=True))
     if split == darr.chunks:
         counts = da.map_blocks(
@@ -132,7 +153,7 @@ def _write_graph(darr: da.Array, a: Array, starts: tuple[int, ...], token: str) 
             meta=np.empty((0,) * darr.ndim, dtype=np.int64),
         )
         layers, deps = dict(counts.dask.layers), dict(counts.dask.dependencies)
-        keys = list(flatten(counts.__dask_keys__()))
+        grid = counts.numblocks
     else:
         axes = [_pieces(c, u, s) for c, u, s in zip(darr.chunks, units, starts, strict=True)]
         target_key = target.key
@@ -151,11 +172,11 @@ def _write_graph(darr: da.Array, a: Array, starts: tuple[int, ...], token: str) 
         layers = {**darr.dask.layers, **target.dask.layers, name: MaterializedLayer(layer)}
         deps = {**darr.dask.dependencies, **target.dask.dependencies}
         deps[name] = {*darr.__dask_layers__(), *target.__dask_layers__()}
-        keys = list(layer)
-    done = "zarr3-done-" + token
-    layers[done] = MaterializedLayer({done: (_total, keys)})
-    deps[done] = {name}
-    return Delayed(done, HighLevelGraph(layers, deps))
+        grid = tuple(len(p) for p in axes)
+    tree = CountTree(DONE_PREFIX + token, name, grid)
+    layers[tree.name] = tree
+    deps[tree.name] = {name}
+    return WriteDelayed(tree.root, HighLevelGraph(layers, deps), a)
 
 
 def plan_chunks(
@@ -166,17 +187,27 @@ def plan_chunks(
     align_chunks: bool = False,
     name: str | None = None,
     dims: Sequence[str | None] | None = None,
+    unit_source: str = "",
 ) -> tuple[tuple[int, ...], ...] | None:
     """The dask chunks to rechunk to before writing (``None``: keep them), or raise.
 
-    Raises ``ChunkAlignmentError`` for misaligned chunks unless ``align_chunks``.
+    Raises ``ChunkAlignmentError`` for misaligned chunks unless ``align_chunks``;
+    ``unit_source`` says in the message where the shard (or chunk) shape came from.
     """
     units = a.storage_chunks
     starts = tuple(s.start for s in region)
     label = name if name is not None else a.name
     dim_names = dims if dims is not None else a.dimension_names
     try:
-        check_alignment(darr.chunks, units, starts, name=label, dims=dim_names, sharded=a.shards is not None)
+        check_alignment(
+            darr.chunks,
+            units,
+            starts,
+            name=label,
+            dims=dim_names,
+            sharded=a.shards is not None,
+            unit_source=unit_source,
+        )
     except ChunkAlignmentError:
         if not align_chunks:
             raise
@@ -202,6 +233,13 @@ def store(
     Raises ``ChunkAlignmentError`` (naming variable, dimension, sizes and fix) before writing
     anything when dask blocks would share a shard, unless ``align_chunks=True`` rechunks them.
     ``name``/``dims`` label error messages (default: the array's name and dimension names).
+
+    Every call builds a graph of its own (keys carry a per-call nonce), so a cluster never
+    mistakes a new write for an earlier one. Tasks on other processes write through copies of
+    ``a``, so ``a`` forgets its cached shard indexes after ``compute=True`` and after the
+    returned Delayed's own ``.compute()``. Computed any other way (``dask.compute(d)``,
+    ``client.compute(d)``, ``persist``), ``a`` is not told: call ``a.invalidate_cache()`` or
+    reopen the array before reading what the workers wrote.
     """
     a_label = name if name is not None else a.name
     if not isinstance(darr, da.Array):
@@ -210,7 +248,7 @@ def store(
         if compute:  # one writer, one batched call: nothing to coordinate
             a.set_region(reg, value)
             return None
-        return dask.delayed(_write_whole, pure=False)(value, a, reg)
+        return _as_write(dask.delayed(_write_whole, pure=False)(value, a, reg), a)
 
     reg = normalize_region(region, a.shape, darr.shape, a_label)
     new_chunks = plan_chunks(darr, a, reg, align_chunks=align_chunks, name=name, dims=dims)
@@ -220,11 +258,11 @@ def store(
     starts = tuple(s.start for s in reg)
     prove_disjoint(darr.chunks, units, starts)  # the ownership proof, whatever path led here
 
-    token = tokenize(darr.name, array_token(a), reg)
+    token = tokenize(darr.name, array_token(a), reg, uuid.uuid4().hex)
     if darr.size == 0:
-        d = dask.delayed(_total, pure=True)([], dask_key_name="zarr3-done-" + token)
+        d = _as_write(dask.delayed(sum_counts, pure=False)([], dask_key_name=DONE_PREFIX + token), a)
     elif darr.ndim == 0:
-        d = dask.delayed(_write_whole, pure=False)(darr, a, reg, dask_key_name=WRITE_PREFIX + token)
+        d = _as_write(dask.delayed(_write_whole, pure=False)(darr, a, reg, dask_key_name=WRITE_PREFIX + token), a)
     else:
         d = _write_graph(darr, a, starts, token)
     if not compute:

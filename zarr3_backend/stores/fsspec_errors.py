@@ -14,7 +14,8 @@ from ..errors import StoreError
 
 
 class StoreAccessError(StoreError):
-    """The backend refused the credentials or denied access (HTTP 401/403, S3 AccessDenied)."""
+    """The backend refused the credentials or denied access (HTTP 401/403, S3 AccessDenied), or
+    no usable credentials were found (botocore's NoCredentialsError, PartialCredentialsError)."""
 
 
 class BucketNotFoundError(StoreError):
@@ -47,6 +48,11 @@ _TRANSIENT_CODES = frozenset(
     {"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "Throttling"}
 )
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+# a body cut short after the answer began: the request is worth sending again
+_TRANSIENT_NAMES = ("IncompleteRead", "ClientPayloadError", "ResponseStreamingError")
+# failures to open a connection at all (as opposed to one dropped mid-answer)
+_CONNECT_FAILURE_NAMES = ("EndpointConnectionError", "Connector")
+_RANGE_NOT_SATISFIABLE = 416
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
@@ -85,6 +91,12 @@ def _code(exc: BaseException) -> str | None:
     return None
 
 
+def _is_credentials_error(names: list[str]) -> bool:
+    """No usable credentials: botocore's NoCredentialsError and PartialCredentialsError, google-auth's
+    DefaultCredentialsError, ... (matched by class name: stores do not import the clients)."""
+    return any(n.endswith("CredentialsError") for n in names)
+
+
 def _says_bucket_missing(exc: BaseException) -> bool:
     try:
         return "bucket does not exist" in str(exc).lower()
@@ -106,7 +118,12 @@ def error_class(exc: BaseException) -> type[StoreError]:
         code, status, names = _code(e), _status(e), _class_names(e)
         if code in _MISSING_BUCKET_CODES or _says_bucket_missing(e):
             return BucketNotFoundError
-        if code in _ACCESS_CODES or status in (401, 403) or isinstance(e, PermissionError):
+        if (
+            code in _ACCESS_CODES
+            or status in (401, 403)
+            or isinstance(e, PermissionError)
+            or _is_credentials_error(names)
+        ):
             return StoreAccessError
         if isinstance(e, TimeoutError) or any("Timeout" in n for n in names):
             return StoreTimeoutError
@@ -121,7 +138,47 @@ def is_transient(exc: BaseException) -> bool:
         return False
     if error_class(exc) in (StoreTimeoutError, StoreUnreachableError):
         return True
-    return any(_status(e) in _TRANSIENT_STATUS or _code(e) in _TRANSIENT_CODES for e in _chain(exc))
+    return any(
+        _status(e) in _TRANSIENT_STATUS
+        or _code(e) in _TRANSIENT_CODES
+        or any(n in _TRANSIENT_NAMES for n in _class_names(e))
+        for e in _chain(exc)
+    )
+
+
+def is_endpoint_down(exc: BaseException) -> bool:
+    """True when further requests to the same endpoint are likely to fail the same way right now:
+    a timeout, or a connection that could not be opened (refused, DNS). A connection dropped
+    mid-answer (a stale kept-alive socket) is not: the next request may well succeed."""
+    for e in _chain(exc):
+        if isinstance(e, TimeoutError | ConnectionRefusedError):
+            return True
+        names = _class_names(e)
+        if any("Timeout" in n or any(c in n for c in _CONNECT_FAILURE_NAMES) for n in names):
+            return True
+    return False
+
+
+def is_unsatisfiable_range(exc: BaseException) -> bool:
+    """True for an HTTP 416 / S3 InvalidRange answer: the range starts past the end (for a
+    one-byte range from 0: the value exists but is empty)."""
+    for e in _chain(exc):
+        if _status(e) == _RANGE_NOT_SATISFIABLE or _code(e) == "InvalidRange":
+            return True
+        if getattr(e, "__dict__", {}).get("code") == _RANGE_NOT_SATISFIABLE:  # gcsfs' HttpError.code
+            return True
+        try:
+            if "range not satisfiable" in str(e).lower():  # the reason phrase of a 416 answer
+                return True
+        except Exception:  # a client exception whose __str__ needs what it was not given
+            pass
+    return False
+
+
+def is_range_refused(exc: BaseException) -> bool:
+    """True when the backend refused a byte range it cannot serve (HTTP 416, S3 InvalidRange, a
+    ValueError for a suffix or offset it does not support): worth asking again by the size."""
+    return is_unsatisfiable_range(exc) or any(isinstance(e, ValueError) for e in _chain(exc))
 
 
 def store_error(action: str, where: str, exc: BaseException, note: str = "") -> StoreError:
@@ -135,7 +192,9 @@ __all__ = [
     "StoreTimeoutError",
     "StoreUnreachableError",
     "error_class",
+    "is_endpoint_down",
     "is_missing_container",
+    "is_range_refused",
     "is_transient",
     "store_error",
 ]

@@ -1,23 +1,25 @@
 """FsspecStore: a store over any fsspec filesystem (memory, file, s3, gcs, http, ...).
 
-Batched reads go through one ``fs.cat_ranges`` call, which async filesystems (s3fs, gcsfs, http)
-run concurrently, at most ``batch_size`` requests at a time; missing keys come back as values
-(``on_error="return"``), never as an exception round trip per key. On async filesystems batched
-writes are one PUT per key, all in flight together. Transient failures (timeouts, dropped
-connections, 5xx) are retried a bounded number of times; what still fails raises a typed
-StoreError naming the URL (see ``fsspec_errors``).
+Batched reads and writes on async filesystems (s3fs, gcsfs, http) send one request per key, at
+most ``batch_size`` in flight; missing keys come back as values, never as an exception round
+trip per key. Transient failures (timeouts, dropped connections, 5xx) are sent again a bounded
+number of times; what still fails raises a typed StoreError naming the URL (``fsspec_errors``).
+A batch stops sending once the endpoint is found down (timeout, refused connection), so a dead
+server costs a few timeouts, not one per key. Settings and bounded defaults: ``fsspec_options``.
 
-The store pickles by configuration (filesystem class, its arguments, root, options), never by
+The store pickles by configuration (filesystem class, its arguments, root, settings), never by
 a live connection, and rebuilds its filesystem in a process forked after it was used.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import fsspec
@@ -26,8 +28,28 @@ import fsspec.core
 
 from ..byte_range import ByteRange
 from ..errors import Zarr3Error
+from ._aio import run_bounded
 from .base import BytesLike, Store, StoreArgumentError, dir_prefix, validate_key, validate_prefix
-from .fsspec_errors import BucketNotFoundError, is_missing_container, is_transient, store_error
+from .fsspec_errors import (
+    BucketNotFoundError,
+    is_endpoint_down,
+    is_missing_container,
+    is_range_refused,
+    is_transient,
+    is_unsatisfiable_range,
+    store_error,
+)
+from .fsspec_options import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_RETRIES,
+    S3_PROTOCOLS,
+    StoreSettings,
+    filesystem_retries_itself,
+    private_filesystem,
+    rebuild_private,
+    split_storage_options,
+    tuned_options,
+)
 
 T = TypeVar("T")
 
@@ -35,12 +57,19 @@ _GLOB = re.compile(r"[*?\[]")  # fs.rm would expand these; such paths are erased
 _MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
 _WRITE_RETRIES = 5  # directory filesystems: a concurrent erase may prune a parent we just made
 
-#: Retries of transient failures when the filesystem does not retry by itself.
-DEFAULT_RETRIES = 3
 #: Seconds before the first retry; doubled for each further one.
 RETRY_BACKOFF = 0.1
 #: Protocols that can only be read (plain HTTP servers).
 READ_ONLY_PROTOCOLS = frozenset({"http", "https"})
+
+
+@dataclass(frozen=True)
+class _Origin:
+    """How ``from_url`` made a private filesystem: the options the user gave (the filesystem
+    has them plus bounded defaults) and whether the user asked the filesystem to retry."""
+
+    user_options: dict[str, Any] = field(default_factory=dict)
+    retries_itself: bool = False
 
 
 def _rebuild(
@@ -51,11 +80,13 @@ def _rebuild(
     read_only: bool,
     batch_size: int | None,
     retries: int | None,
+    origin: _Origin | None = None,
 ) -> FsspecStore:
     """Pickle helper: make the filesystem anew in this process, then the store on it."""
-    return FsspecStore(
-        fs_class(*args, **options), root, read_only=read_only, batch_size=batch_size, retries=retries
-    )
+    fs = rebuild_private(fs_class, args, options) if origin is not None else fs_class(*args, **options)
+    store = FsspecStore(fs, root, read_only=read_only, batch_size=batch_size, retries=retries)
+    store._origin = origin
+    return store
 
 
 def _is_error(result: object) -> bool:
@@ -66,24 +97,38 @@ def _is_async(fs: fsspec.AbstractFileSystem) -> bool:
     return bool(getattr(fs, "async_impl", False))
 
 
-async def _pipe_each(fs: Any, items: list[tuple[str, bytes]], batch_size: int | None) -> list[object]:
-    """One ``_pipe_file`` per item, ``batch_size`` at a time; exceptions returned in place."""
-    coros = [fs._pipe_file(path, value) for path, value in items]
-    return await fsspec.asyn._run_coros_in_chunks(
-        coros, batch_size=batch_size, nofiles=True, return_exceptions=True
-    )
+def _url_protocol(url: str) -> str | None:
+    """The protocol of a plain URL; None for a chained one (``"simplecache::s3://..."``)."""
+    if "::" in url:
+        return None
+    return fsspec.core.split_protocol(url)[0] or "file"
 
 
 class FsspecStore(Store):
     """A store over an fsspec filesystem, rooted at ``root`` (a path on that filesystem).
 
-    ``batch_size`` bounds how many requests one batched call keeps in flight (None: fsspec's
-    configured default). ``retries`` is how often a transiently failed request is sent again
-    (None: 0 when the filesystem retries by itself, as s3fs and gcsfs do, else
-    ``DEFAULT_RETRIES``). Missing keys read as ``None``; other failures raise StoreError (or a
-    subclass) naming the URL. A byte range that runs past the end of a value returns the bytes
-    that exist. Writes are as atomic as the filesystem's own (object stores: yes; "file": no,
-    use LocalStore, which ``make_store`` picks for local paths).
+    ``batch_size`` bounds how many requests one batched call (reads and writes) keeps in flight
+    (None: ``DEFAULT_BATCH_SIZE``). ``retries`` is how often a transiently failed request is
+    sent again (None: ``DEFAULT_RETRIES``, or 0 when the filesystem retries by itself).
+
+    Both can be given where only ``storage_options`` reach (``open_group``, ``open_array``,
+    ``xr.open_dataset``, ``to_zarr``), in a section the filesystem never sees::
+
+        storage_options={"key": ..., "zarr3": {"retries": 2, "batch_size": 16}}
+
+    For ``s3://`` and ``http(s)://`` URLs ``from_url`` builds a private filesystem instance
+    (shared only with stores of the same options) with bounded timeouts (connect 5 s, read 12 s)
+    and a single retry layer, the store's: s3fs' nested retries are off on that instance, and
+    botocore's too unless ``config_kwargs={"retries": ...}`` is given (then the store adds no
+    retries unless ``retries`` is set). Timeouts are the filesystem's own options
+    (s3fs ``config_kwargs={"connect_timeout": ..., "read_timeout": ...}``, HTTP
+    ``client_kwargs={"timeout": aiohttp.ClientTimeout(...)}``); what the user gives wins.
+    A filesystem passed in directly is used as it is.
+
+    Missing keys read as ``None``; other failures raise StoreError (or a subclass) naming the
+    URL. A byte range that runs past the end of a value returns the bytes that exist. Writes
+    are as atomic as the filesystem's own (object stores: yes; "file": no, use LocalStore,
+    which ``make_store`` picks for local paths).
     """
 
     def __init__(
@@ -101,16 +146,11 @@ class FsspecStore(Store):
             raise StoreArgumentError(
                 f"FsspecStore needs a filesystem made with asynchronous=False, got {fs!r} for root {root!r}"
             )
-        for name, value in (("batch_size", batch_size), ("retries", retries)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-                raise StoreArgumentError(
-                    f"FsspecStore {name} must be a non-negative int or None, got {value!r}"
-                )
-        if batch_size == 0:
-            raise StoreArgumentError("FsspecStore batch_size must be at least 1 (or None)")
+        StoreSettings(retries=retries, batch_size=batch_size)  # validates both
         super().__init__(read_only=read_only)
         self._fs = fs
         self._pid = os.getpid()
+        self._origin: _Origin | None = None  # set when from_url made a private filesystem
         self.batch_size = batch_size
         self.retries = retries
         stripped = fs._strip_protocol(root)
@@ -129,16 +169,29 @@ class FsspecStore(Store):
     ) -> FsspecStore:
         """A store for an fsspec URL such as ``"s3://bucket/data.zarr"`` or ``"memory://x"``.
 
-        ``storage_options`` go to the filesystem unchanged (endpoint, credentials, anon, ...).
-        ``read_only=None`` means read-only for http(s) URLs, writable otherwise.
+        ``storage_options`` go to the filesystem (endpoint, credentials, anon, ...) except the
+        ``"zarr3"`` section: the store's ``retries`` and ``batch_size`` (also accepted as
+        keywords; the same one given both ways must agree). ``read_only=None`` means read-only
+        for http(s) URLs, writable otherwise.
         """
+        options, settings = split_storage_options(storage_options)
+        settings = settings.merged(retries=retries, batch_size=batch_size)
+        protocol = _url_protocol(url)
+        tuned = tuned_options(protocol, options, settings.batch_size or DEFAULT_BATCH_SIZE)
         try:
-            fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+            if tuned is None:
+                fs, path = fsspec.core.url_to_fs(url, **options)
+            else:
+                fs, path = fsspec.core.url_to_fs(url, skip_instance_cache=True, **tuned)
+                fs = private_filesystem(fs)
         except (ImportError, ValueError, TypeError) as e:
             raise StoreArgumentError(f"cannot open an fsspec filesystem for {url!r}: {e}") from e
         if read_only is None:
             read_only = _protocol(fs) in READ_ONLY_PROTOCOLS
-        return cls(fs, path, read_only=read_only, batch_size=batch_size, retries=retries)
+        store = cls(fs, path, read_only=read_only, batch_size=settings.batch_size, retries=settings.retries)
+        if tuned is not None:
+            store._origin = _Origin(options, filesystem_retries_itself(protocol, options))
+        return store
 
     # ---- configuration ---------------------------------------------------------------------
     @property
@@ -146,8 +199,11 @@ class FsspecStore(Store):
         """The filesystem; an async one is made anew in a process forked after it was used
         (its event loop and connections stayed behind in the parent)."""
         if self._pid != os.getpid():
-            if _is_async(self._fs):
-                self._fs = type(self._fs)(*self._fs.storage_args, **self._fs.storage_options)
+            fs = self._fs
+            if self._origin is not None:
+                self._fs = rebuild_private(type(fs), fs.storage_args, fs.storage_options)
+            elif _is_async(fs):
+                self._fs = type(fs)(*fs.storage_args, **fs.storage_options)
             self._pid = os.getpid()
         return self._fs
 
@@ -158,7 +214,9 @@ class FsspecStore(Store):
 
     @property
     def storage_options(self) -> dict[str, Any]:
-        """The keyword arguments the filesystem was made with."""
+        """The filesystem options as the user gave them (without bounded defaults added)."""
+        if self._origin is not None:
+            return dict(self._origin.user_options)
         return dict(self._fs.storage_options)
 
     @property
@@ -182,10 +240,13 @@ class FsspecStore(Store):
     def _retries(self) -> int:
         if self.retries is not None:
             return self.retries
+        if self._origin is not None:
+            return 0 if self._origin.retries_itself else DEFAULT_RETRIES
         return 0 if isinstance(getattr(self._fs, "retries", None), int) else DEFAULT_RETRIES
 
-    def _batch_kwargs(self) -> dict[str, Any]:
-        return {"batch_size": self.batch_size} if self.batch_size and _is_async(self._fs) else {}
+    @property
+    def _limit(self) -> int:
+        return self.batch_size or DEFAULT_BATCH_SIZE
 
     def _path(self, key: str) -> str:
         return self._prefix + validate_key(key)
@@ -212,149 +273,215 @@ class FsspecStore(Store):
                     continue
                 raise store_error(action, where, e) from e
 
+    def _attempts(self, n: int, once: Callable[[list[int]], list[object]]) -> list[object]:
+        """Results of ``once`` over requests ``0..n-1`` (values or exceptions, in order); the
+        transiently failed ones are sent again, alone, at most ``retries`` times."""
+        results: list[object] = [None] * n
+        pending = list(range(n))
+        attempt = 0
+        while pending:
+            for i, result in zip(pending, once(pending), strict=True):
+                results[i] = result
+            pending = [i for i in pending if _is_error(results[i]) and is_transient(results[i])]
+            if not pending or attempt >= self._retries:
+                break
+            self._pause(attempt)
+            attempt += 1
+        return results
+
+    def _concurrently(self, action: str, calls: Sequence[Callable[[], Awaitable[Any]]]) -> list[object]:
+        """Async filesystems: ``calls`` at most ``batch_size`` at a time, results in place; the
+        ones not started yet when the endpoint is found down get that failure unsent."""
+        fs = self.fs
+        return self._call(action, self.url, lambda: run_bounded(fs, calls, self._limit, is_endpoint_down))
+
     def _value(self, path: str, result: object) -> bytes | None:
         """One fetched result: bytes, None for a missing key, else a typed StoreError."""
         if isinstance(result, _MISSING):
-            if is_missing_container(result):
-                raise BucketNotFoundError(
-                    f"reading {self._key_url(path)!r} failed: the bucket of {self.url!r} does not exist: {result}"
-                ) from result
+            self._missing_key(path, result, "reading")
             return None
         if isinstance(result, BaseException):
             raise store_error("reading", self._key_url(path), result) from result
         return bytes(result)
 
+    def _missing_key(self, path: str, error: BaseException, action: str) -> None:
+        """A "not found" for ``path``: fine, unless it is the bucket that is missing."""
+        if is_missing_container(error):
+            raise BucketNotFoundError(
+                f"{action} {self._key_url(path)!r} failed: the bucket of {self.url!r} does not exist: {error}"
+            ) from error
+
     # ---- reading ---------------------------------------------------------------------------
     def _fetch(self, requests: Sequence[tuple[str, int | None, int | None]]) -> list[object]:
-        """``(path, start, end)`` requests through ``fs.cat_ranges``; each result is bytes or
-        the exception it raised. Transient failures are sent again (bounded), alone."""
-        results: list[object] = [None] * len(requests)
-        pending = list(range(len(requests)))
-        attempt = 0
-        while pending:
+        """``(path, start, end)`` requests, concurrent on async filesystems; each result is
+        bytes or the exception it raised. Transient failures are sent again (bounded)."""
+        fs = self.fs
+
+        def once(indices: list[int]) -> list[object]:
+            batch = [requests[i] for i in indices]
+            if _is_async(fs):
+                return self._concurrently(
+                    "reading", [functools.partial(fs._cat_file, p, start=s, end=e) for p, s, e in batch]
+                )
             call = functools.partial(
-                self.fs.cat_ranges,
-                [requests[i][0] for i in pending],
-                [requests[i][1] for i in pending],
-                [requests[i][2] for i in pending],
+                fs.cat_ranges,
+                [p for p, _, _ in batch],
+                [s for _, s, _ in batch],
+                [e for _, _, e in batch],
                 on_error="return",
-                **self._batch_kwargs(),
             )
-            got = self._call("reading", self.url, call)
-            for i, result in zip(pending, got, strict=True):
-                results[i] = result
-            pending = [i for i in pending if _is_error(results[i]) and is_transient(results[i])]
-            if attempt >= self._retries:
-                break
-            if pending:
-                self._pause(attempt)
-            attempt += 1
-        return results
+            return self._call("reading", self.url, call)
+
+        return self._attempts(len(requests), once)
+
+    def _sizes(self, paths: Sequence[str]) -> list[object]:
+        """The size of each value (or the exception asking for it raised), concurrently."""
+        fs = self.fs
+
+        def size(path: str) -> object:
+            try:
+                return fs.size(path)
+            except Exception as e:
+                return e
+
+        def once(indices: list[int]) -> list[object]:
+            if _is_async(fs):
+                return self._concurrently("reading", [functools.partial(fs._size, paths[i]) for i in indices])
+            return [size(paths[i]) for i in indices]
+
+        return self._attempts(len(paths), once)
 
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
         """The value of ``key`` (or the part ``byte_range`` selects, clipped to the value)."""
         return self.get_partial_values([(key, byte_range)])[0]
 
     def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
-        """Values of many keys through one concurrent ``fs.cat_ranges`` call."""
+        """Values of many keys in one batched call (concurrent on async filesystems)."""
         return self.get_partial_values([(k, None) for k in keys])
 
     def get_partial_values(self, key_ranges: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
-        """Byte ranges of many keys through one concurrent ``fs.cat_ranges`` call.
+        """Byte ranges of many keys in one batched call (concurrent on async filesystems).
 
-        Suffix ranges are sent as a negative start (HTTP/S3 ``bytes=-n``); a range the
-        filesystem refuses (no suffix support, start past the end) is retried by the value's size.
+        Suffix ranges are sent as a negative start (HTTP/S3 ``bytes=-n``). A range the backend
+        refuses (416, no suffix support, an empty value) is asked again by the values' sizes,
+        all in one more batch; no other failure costs an extra request.
         """
-        requests = [(self._path(k), r) for k, r in key_ranges]
-        out: list[object] = [None] * len(requests)
-        batch = []
-        for i, (path, r) in enumerate(requests):
-            if r is not None and r.length == 0:  # no request can say "0 bytes": ask if it exists
-                out[i] = b"" if self.exists(key_ranges[i][0]) else FileNotFoundError(path)
+        # a whole value is asked for as "from byte 0": one GET, where s3fs would first ask for
+        # the size (HEAD) to decide on a multi-part download
+        whole = 0 if _is_async(self._fs) else None
+        requests = []
+        for key, r in key_ranges:
+            path = self._path(key)
+            if r is None:
+                requests.append((path, whole, None))
+            elif r.length == 0:  # no request can say "0 bytes": ask for one, to learn if it exists
+                requests.append((path, 0, 1))
             else:
-                batch.append(i)
-        if batch:
-            # a whole value is asked for as "from byte 0": one GET, where s3fs would first ask
-            # for the size (HEAD) to decide on a multi-part download
-            whole = 0 if _is_async(self._fs) else None
-            fetch = []
-            for i in batch:
-                path, r = requests[i]
-                end = None if r is None or r.length is None else r.offset + r.length
-                fetch.append((path, whole if r is None else r.offset, end))
-            for i, result in zip(batch, self._fetch(fetch), strict=True):
-                path, r = requests[i]
-                if _is_error(result) and not isinstance(result, _MISSING) and not is_transient(result):
-                    if r is not None or whole is not None:  # a range refused (e.g. 416 on b"")
-                        result = self._range_by_size(path, r or ByteRange(0))
-                out[i] = result
-        return [self._value(path, res) for (path, _), res in zip(requests, out, strict=True)]
+                requests.append((path, r.offset, None if r.length is None else r.offset + r.length))
+        out = self._fetch(requests)
+        refused = []
+        for i, ((_, start, end), (_, r)) in enumerate(zip(requests, key_ranges, strict=True)):
+            if r is not None and r.length == 0:
+                if not _is_error(out[i]) or is_unsatisfiable_range(out[i]):
+                    out[i] = b""
+            elif _is_error(out[i]) and (start is not None or end is not None) and is_range_refused(out[i]):
+                refused.append(i)
+        if refused:
+            self._refetch_by_size(refused, requests, key_ranges, out)
+        return [self._value(path, res) for (path, _, _), res in zip(requests, out, strict=True)]
 
-    def _range_by_size(self, path: str, byte_range: ByteRange) -> object:
-        """Fallback for one range: look up the size, clip, and fetch absolute offsets."""
-        try:
-            size = self.fs.size(path)
-            if size is None:
-                raise OSError("the filesystem does not report the size")
-            window = byte_range.slice(size)
+    def _refetch_by_size(
+        self,
+        indices: list[int],
+        requests: list[tuple[str, int | None, int | None]],
+        key_ranges: Sequence[tuple[str, ByteRange | None]],
+        out: list[object],
+    ) -> None:
+        """Refused ranges: look the sizes up (one batch), clip, fetch absolute offsets (one more)."""
+        sizes = self._sizes([requests[i][0] for i in indices])
+        again = []
+        for i, size in zip(indices, sizes, strict=True):
+            if _is_error(size) or size is None:
+                out[i] = size if _is_error(size) else OSError("the filesystem does not report the size")
+                continue
+            window = (key_ranges[i][1] or ByteRange(0)).slice(size)
             if window.start >= window.stop:
-                return b""
-            return self.fs.cat_file(path, start=window.start, end=window.stop)
-        except Exception as e:
-            return e
+                out[i] = b""
+            else:
+                again.append((i, (requests[i][0], window.start, window.stop)))
+        for (i, _), result in zip(again, self._fetch([req for _, req in again]), strict=True):
+            out[i] = result
 
     def exists(self, key: str) -> bool:
-        """Whether ``key`` is a file (asks the backend, not a cached listing)."""
-        path = self._path(key)
+        """Whether ``key`` holds a value: one ranged GET of its first byte, no listing."""
+        return self.exists_many([key])[0]
 
-        def check() -> bool:
-            self.fs.invalidate_cache(path)
-            return self.fs.isfile(path)
-
-        return self._call("checking", self._key_url(path), check)
+    def exists_many(self, keys: Sequence[str]) -> list[bool]:
+        """Whether each key holds a value, in one batched call (a ranged GET of one byte each;
+        an empty value answers 416, which also means it exists)."""
+        paths = [self._path(k) for k in keys]
+        found = []
+        for path, result in zip(paths, self._fetch([(p, 0, 1) for p in paths]), strict=True):
+            if not _is_error(result) or is_unsatisfiable_range(result):
+                found.append(True)
+            elif isinstance(result, _MISSING):
+                self._missing_key(path, result, "checking")
+                found.append(False)
+            else:
+                raise store_error("checking", self._key_url(path), result) from result
+        return found
 
     # ---- writing ---------------------------------------------------------------------------
+    def _payload(self, value: BytesLike) -> BytesLike:
+        """``value`` as the filesystem takes it, copied only when it must be: bytes and
+        bytearray go as they are; other buffers go as a flat byte view to filesystems that write
+        any buffer (local, memory), and as bytes to object stores (botocore takes no views)."""
+        if isinstance(value, bytes | bytearray):
+            return value
+        view = memoryview(value)
+        if _is_async(self._fs) or not view.c_contiguous:
+            return view.tobytes()
+        return view.cast("B")
+
     def set(self, key: str, value: BytesLike) -> None:
         """Write ``value`` under ``key`` (one PUT on object stores)."""
         self.check_writable(key)
-        self._write({self._path(key): bytes(value)})
+        self._write({self._path(key): self._payload(value)})
 
     def set_many(self, items: Mapping[str, BytesLike]) -> None:
         """Write many values; every key is checked first. On object stores one PUT per key,
-        concurrently; a failed key is named in the error, the others are written."""
+        at most ``batch_size`` in flight; a failed key is named in the error, the others are
+        written."""
         for key in items:
             self.check_writable(key)
-        data = {self._path(k): bytes(v) for k, v in items.items()}
+        data = {self._path(k): self._payload(v) for k, v in items.items()}
         if data:
             self._write(data)
 
-    def _write(self, data: dict[str, bytes]) -> None:
+    def _write(self, data: dict[str, BytesLike]) -> None:
         if _is_async(self._fs):
             self._put_each(data)
         else:
             self._pipe(data)
 
-    def _put_each(self, data: dict[str, bytes]) -> None:
+    def _put_each(self, data: dict[str, BytesLike]) -> None:
         """Object stores: one ``_pipe_file`` per key, transient failures sent again (bounded)."""
-        pending = list(data.items())
-        attempt = 0
-        while True:
-            fs = self.fs
-            call = functools.partial(fsspec.asyn.sync, fs.loop, _pipe_each, fs, pending, self.batch_size)
-            results = self._call("writing", self.url, call)
-            failed = [(item, r) for item, r in zip(pending, results, strict=True) if _is_error(r)]
-            if not failed:
-                return
-            if attempt < self._retries and all(is_transient(r) for _, r in failed):
-                self._pause(attempt)
-                attempt += 1
-                pending = [item for item, _ in failed]
-                continue
-            (path, _), error = failed[0]
-            others = f" (and {len(failed) - 1} more keys)" if len(failed) > 1 else ""
-            raise store_error("writing", self._key_url(path), error, note=others) from error
+        items = list(data.items())
+        fs = self.fs
 
-    def _pipe(self, data: dict[str, bytes]) -> None:
+        def once(indices: list[int]) -> list[object]:
+            return self._concurrently(
+                "writing", [functools.partial(fs._pipe_file, *items[i]) for i in indices]
+            )
+
+        results = self._attempts(len(items), once)
+        failed = [(items[i][0], r) for i, r in enumerate(results) if _is_error(r)]
+        if failed:
+            (path, error), others = failed[0], len(failed) - 1
+            note = f" (and {others} more keys)" if others else ""
+            raise store_error("writing", self._key_url(path), error, note=note) from error
+
+    def _pipe(self, data: dict[str, BytesLike]) -> None:
         """Filesystems with directories: one ``fs.pipe`` call, making parents when asked to."""
         where = self._key_url(next(iter(data))) if len(data) == 1 else f"{self.url} ({len(data)} keys)"
         try:
@@ -464,9 +591,14 @@ class FsspecStore(Store):
         path = self._path(prefix[:-1]) if prefix else self.root
 
         def ls() -> list[str]:
-            self.fs.invalidate_cache(path)
+            fs = self.fs
+            fs.invalidate_cache(path)
             try:
-                return self.fs.ls(path, detail=False)
+                if _protocol(fs) in S3_PROTOCOLS and hasattr(fs, "_lsdir"):
+                    # one LIST: s3fs' ls lists the parent too when a prefix is empty, to tell a
+                    # missing directory from a file; a store needs neither answer
+                    return [e["name"] for e in fsspec.asyn.sync(fs.loop, fs._lsdir, path, refresh=True)]
+                return fs.ls(path, detail=False)
             except _MISSING as e:
                 self._missing_listing(path, e)
                 return []
@@ -484,10 +616,10 @@ class FsspecStore(Store):
 
     # ---- identity --------------------------------------------------------------------------
     def with_read_only(self, read_only: bool = True) -> FsspecStore:
-        """A store on the same filesystem, root and options with another read-only flag."""
-        return FsspecStore(
-            self.fs, self.root, read_only=read_only, batch_size=self.batch_size, retries=self.retries
-        )
+        """A store on the same filesystem, root and settings with another read-only flag."""
+        other = copy.copy(self)
+        other.read_only = read_only
+        return other
 
     def __eq__(self, other: object) -> bool:
         """Equal when filesystem (fsspec's token), root and flag are equal."""
@@ -513,6 +645,7 @@ class FsspecStore(Store):
             self.read_only,
             self.batch_size,
             self.retries,
+            self._origin,
         )
 
 

@@ -139,18 +139,29 @@ class LocalStore(Store):
     #: memory. A subclass that overrides get/get_many/set/set_many should set this to False.
     inline_io = True
 
-    def get_into(self, key: str, alloc: Callable[[int], memoryview]) -> memoryview | None:
-        """The value of ``key`` read into ``alloc(size)`` (a writable buffer of exactly ``size``
-        bytes, e.g. reused scratch memory or the output array); ``None`` when missing."""
+    def get_into(
+        self, key: str, alloc: Callable[[int], memoryview], byte_range: ByteRange | None = None
+    ) -> memoryview | None:
+        """The value of ``key`` (or the part ``byte_range`` selects, clipped to the file) read
+        into ``alloc(size)``, a writable buffer of exactly ``size`` bytes (e.g. reused scratch
+        memory or the output array itself); ``None`` when missing."""
         fd = self._open_read(key, self._key_path(key))
         if fd is None:
             return None
         try:
             size = os.fstat(fd).st_size
-            buf = alloc(size)
+            start, stop = 0, size
+            if byte_range is not None:
+                if byte_range.is_suffix:
+                    start = max(size + byte_range.offset, 0)
+                else:
+                    start = min(byte_range.offset, size)
+                    if byte_range.length is not None:
+                        stop = min(start + byte_range.length, size)
+            buf = alloc(stop - start)
             got = 0
-            while got < size:
-                n = os.preadv(fd, [buf[got:]], got)
+            while got < stop - start:
+                n = os.preadv(fd, [buf[got:]], start + got)
                 if n == 0:  # the file shrank under us: return what exists
                     break
                 got += n
@@ -161,6 +172,23 @@ class LocalStore(Store):
             raise self._error("reading", key, e) from e
         finally:
             os.close(fd)
+
+    def will_need(self, keys: Sequence[str]) -> None:
+        """Ask the kernel to start reading these keys' files into the page cache (read-ahead
+        for cold data while the caller decodes earlier chunks); missing keys are ignored."""
+        if not hasattr(os, "posix_fadvise"):
+            return
+        for key in keys:
+            try:
+                fd = os.open(self._key_path(key), os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
 
     def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         """Values of many keys, read concurrently on the "io" pool."""

@@ -45,7 +45,9 @@ def make_store(obj: Any, *, mode: str = "r", storage_options: dict[str, Any] | N
     """A Store for ``obj``: a Store (as is), a local path (LocalStore), an fsspec URL
     (FsspecStore; plain ``file://`` URLs give a LocalStore; http(s) URLs are read-only), an
     fsspec mapper, or a dict (MemoryStore). ``mode == "r"`` makes the store read-only.
-    ``storage_options`` go to the fsspec filesystem unchanged.
+    ``storage_options`` go to the fsspec filesystem unchanged, except the section
+    ``"zarr3": {"retries": ..., "batch_size": ...}``, which configures the store itself
+    (see FsspecStore).
     """
     if mode not in MODES:
         raise StoreArgumentError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")

@@ -21,8 +21,10 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 from dask.delayed import Delayed, delayed
+from dask.highlevelgraph import MaterializedLayer
 from xarray import conventions
-from xarray.backends.zarr import encode_zarr_variable
+from xarray.backends.common import ensure_dtype_not_object
+from xarray.coding import strings, variables
 from xarray.core.variable import Variable
 
 from ..core.api import array_metadata, consolidate_metadata, create_group, open_group
@@ -31,13 +33,15 @@ from ..core.codec_specs import coerce_codec
 from ..core.group import Group
 from ..core.metadata import GroupMetadata, to_bytes
 from ..core.paths import join_path, metadata_key, normalize_path
-from ..dask.alignment import check_region_edges
+from ..dask.alignment import check_deferred_edges, check_region_edges
 from ..dask.progress import compute_with_progress
+from ..dask.read import BlockReader, store_token
 from ..dask.write import plan_chunks
 from ..dask.write import store as dask_store
-from ..errors import GroupNotFoundError, MetadataError, NodeExistsError, Zarr3Error
+from ..errors import DataTypeError, GroupNotFoundError, MetadataError, NodeExistsError, Zarr3Error
 from ..stores import make_store
 from ..stores.base import Store
+from .backend_array import Zarr3BackendArray
 from .datastore import Zarr3DataStore
 from .encoding import ZARR_ENCODING_KEYS, encode_attr_value, encode_fill_value_attr
 
@@ -194,11 +198,46 @@ def _as_tuple(value: Any, ndim: int, key: str, name: str) -> tuple[int, ...] | N
     return out
 
 
-def _default_chunks(var: Variable, name: str) -> tuple[int, ...] | None:
-    """The chunk shape dask chunks suggest (the largest block per axis), else ``None``."""
+def _default_chunks(var: Variable, shards: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """The chunk shape dask chunks suggest (the largest block per axis), else ``None``.
+
+    With ``shards``, each size is capped by the shard and lowered to a divisor of it, so that
+    the inner chunks tile the shard.
+    """
     if var.chunks is None:
         return None
-    return tuple(max(max(c), 1) for c in var.chunks)
+    sizes = tuple(max(max(c), 1) for c in var.chunks)
+    if shards is None or len(shards) != len(sizes) or any(n < 1 for n in shards):
+        return sizes
+    return tuple(_largest_divisor_at_most(n, c) for n, c in zip(shards, sizes, strict=True))
+
+
+def _largest_divisor_at_most(n: int, cap: int) -> int:
+    """The largest divisor of ``n`` that is at most ``cap`` (at least 1)."""
+    for d in range(min(n, cap), 0, -1):
+        if n % d == 0:
+            return d
+    return 1
+
+
+def _layout_origin(var: Variable, kwargs: Mapping[str, Any], user_encoding: bool) -> str:
+    """Where the chunk and shard shapes of a new array came from, for error messages."""
+    where = "encoding" if user_encoding else "the variable's encoding"
+    chunks_given = var.encoding.get("chunks") is not None
+    parts = []
+    if kwargs.get("chunks") is not None:
+        if chunks_given:
+            origin = f"from {where}['chunks']"
+        elif kwargs.get("shards") is not None and var.chunks is not None:
+            origin = "from the dask chunks, capped by and dividing the shards"
+        elif var.chunks is not None:
+            origin = "from the dask chunks (largest block per axis)"
+        else:
+            origin = "chosen by default"
+        parts.append(f"chunks {tuple(kwargs['chunks'])} {origin}")
+    if kwargs.get("shards") is not None:
+        parts.append(f"shards {tuple(kwargs['shards'])} from {where}['shards']")
+    return f" [{'; '.join(parts)}]" if parts else ""
 
 
 def _codec_list(value: Any) -> list:
@@ -229,9 +268,9 @@ def creation_kwargs(
     chunks = _as_tuple(encoding.get("chunks"), ndim, "chunks", name)
     if chunks is not None and len(chunks) != ndim:
         chunks = None  # xarray's rule: a chunk spec of the wrong rank is ignored
-    if chunks is None:
-        chunks = _default_chunks(var, name)
     shards = _as_tuple(encoding.get("shards"), ndim, "shards", name)
+    if chunks is None:
+        chunks = _default_chunks(var, shards if encoding.get("codecs") is None else None)
     kwargs: dict[str, Any] = {"shape": var.shape, "dtype": _dtype_for_store(var.dtype)}
     codecs = encoding.get("codecs")
     if codecs is not None:
@@ -285,9 +324,93 @@ def stored_attributes(var: Variable) -> dict[str, Any]:
     return attrs
 
 
+class EncodedRangeError(DataTypeError):
+    """CF-encoded values (packed with scale/offset, times in their units) fall outside the
+    integer type they are stored as; writing them would wrap them around silently."""
+
+
+def _range_context(attrs: Mapping[str, Any]) -> str:
+    given = [f"{k}={attrs[k]!r}" for k in ("units", "scale_factor", "add_offset") if k in attrs]
+    return f" (encoded with {', '.join(given)})" if given else ""
+
+
+def check_integer_range(values: Any, dtype: Any, label: str, context: str = "") -> None:
+    """Raise ``EncodedRangeError`` unless every value, rounded as xarray rounds before its cast,
+    fits the integer ``dtype``; NaN or infinity (no ``_FillValue`` took their place) never do."""
+    dt = np.dtype(dtype)
+    v = np.asarray(values)
+    if v.size == 0 or dt.kind not in "iu":
+        return
+    info = np.iinfo(dt)
+    nonfinite = 0
+    if v.dtype.kind == "f":
+        finite = np.isfinite(v)
+        nonfinite = int(v.size - np.count_nonzero(finite))
+        r = np.round(v[finite]) if nonfinite else np.round(v)
+        ok = r.size == 0 or (r.min() >= float(info.min) and r.max() < float(info.max) + 1)
+        low, high = (r.min(), r.max()) if r.size else (None, None)
+    else:
+        low, high = int(v.min()), int(v.max())
+        ok = info.min <= low and high <= info.max
+    if ok and not nonfinite:
+        return
+    problems = []
+    if not ok:
+        problems.append(f"encoded values range from {low} to {high}")
+    if nonfinite:
+        problems.append(f"{nonfinite} values are NaN or infinite and no _FillValue replaces them")
+    raise EncodedRangeError(
+        f"variable {label!r}: {' and '.join(problems)}{context}, but the data type is {dt} "
+        f"(from {info.min} to {info.max}); casting would wrap them around. Choose a wider dtype, "
+        "scale_factor/add_offset or units that cover the data (an append must use the store's)."
+    )
+
+
+def _check_block(block: np.ndarray, target: str, label: str, context: str) -> np.ndarray:
+    """A dask block passed through unchanged once its values fit ``target`` (runs in the task)."""
+    check_integer_range(block, target, label, context)
+    return block
+
+
+class _RangeCheckedCast(variables.NonStringCoder):
+    """xarray's final cast to ``encoding['dtype']``, refusing values an integer type cannot hold
+    instead of letting them wrap: eagerly for numpy data, inside each dask task otherwise."""
+
+    def encode(self, variable: Variable, name: Hashable = None) -> Variable:
+        target = variable.encoding.get("dtype")
+        if target is None or target in ("S1", str):
+            return super().encode(variable, name)
+        dt = np.dtype(target)
+        if dt.kind in "iu" and variable.dtype.kind in "iuf" and dt != variable.dtype:
+            label, context = str(name), _range_context(variable.attrs)
+            data = variable.data
+            if isinstance(data, da.Array):
+                checked = data.map_blocks(
+                    _check_block, dtype=data.dtype, target=dt.str, label=label, context=context
+                )
+                variable = variable.copy(deep=False, data=checked)
+            else:
+                check_integer_range(data, dt, label, context)
+        return super().encode(variable, name)
+
+
+_CODERS = tuple(
+    _RangeCheckedCast() if isinstance(c, variables.NonStringCoder) else c
+    for c in conventions.ZARR_CODERS
+)
+
+
 def _encode(var: Variable, name: str) -> Variable:
+    """CF-encode as xarray's zarr engine does for Zarr v3, with a range-checked integer cast."""
     try:
-        return encode_zarr_variable(var, name=name, zarr_format=3)
+        out = conventions.encode_cf_variable(var, name=name, coders=_CODERS)
+        out = ensure_dtype_not_object(out, name=name)
+        if out.dtype.kind == "T":  # numpy's StringDType is stored as it is
+            return out
+        out = strings.EncodedStringCoder(allows_unicode=True).encode(out, name=name)
+        return strings.ensure_fixed_length_bytes(out)
+    except EncodedRangeError:
+        raise
     except (ValueError, TypeError) as e:
         raise type(e)(f"variable {name!r}: {e}") from e
 
@@ -421,6 +544,7 @@ def _plan(
     safe_chunks: bool,
     align_chunks: bool,
     write_empty_chunks: bool | None,
+    compute: bool = True,
 ) -> _Plan:
     variables, attrs = conventions.encode_dataset_coordinates(ds)
     for k, enc in encoding.items():
@@ -455,6 +579,14 @@ def _plan(
                 f"stored variables {left_out} have dimension {append_dim!r} but are missing from the dataset to "
                 "append; appending without them would leave them shorter than the rest"
             )
+        growing_new = [n for n in new_names if append_dim in variables[n].dims]
+        if growing_new:
+            raise ValueError(
+                f"variables {growing_new} are not in the store but have the append dimension {append_dim!r}: "
+                f"appended, they would hold only the new {append_dim!r} steps while the stored variables hold "
+                f"them all, and the store could no longer be opened. Write them over the whole {append_dim!r} "
+                "first (mode='a' without append_dim), or drop them from this append"
+            )
 
     stored = _decoded_existing(group, arrays, existing_names) if group is not None else {}
     plan = _Plan(attrs={k: encode_attr_value(v) for k, v in attrs.items()} if mode != "r+" else None)
@@ -488,26 +620,74 @@ def _plan(
             )
         if write is None:
             continue
-        if isinstance(write.variable.data, da.Array):
-            plan_chunks(
-                write.variable.data,
-                write.target,
-                write.region,
-                align_chunks=align_chunks,
-                name=name,
-                dims=write.variable.dims,
-            )
-            if region and mode == "r+" and safe_chunks:
-                check_region_edges(
-                    write.region,
-                    write.target.shape,
-                    write.target.storage_chunks,
-                    name=name,
-                    dims=write.variable.dims,
-                    sharded=write.target.shards is not None,
-                )
+        _check_ownership(
+            write,
+            region=region,
+            compute=compute,
+            safe_chunks=safe_chunks,
+            align_chunks=align_chunks,
+            unit_source=_unit_source(write, encoding.get(name, {}), new=name not in existing_names),
+        )
         plan.writes.append(write)
     return plan
+
+
+def _unit_source(write: _Write, user_encoding: Mapping[str, Any], *, new: bool) -> str:
+    """Where a target's shard (or chunk) shape came from, for error messages."""
+    if not new:
+        return f"as stored in {metadata_key(write.target.path)!r}"
+    enc = user_encoding or write.variable.encoding
+    where = f"encoding[{write.name!r}]" if user_encoding else "the variable's encoding"
+    full_chain = enc.get("codecs") is not None
+    key = "shards" if write.target.shards is not None and not full_chain else "chunks"
+    if enc.get(key) is not None:
+        return f"from {where}[{key!r}]"
+    if key == "chunks" and write.variable.chunks is not None:
+        return "from the dask chunks (largest block per axis)"
+    return "chosen by default"
+
+
+def _check_ownership(
+    write: _Write,
+    *,
+    region: Mapping[str, slice],
+    compute: bool,
+    safe_chunks: bool,
+    align_chunks: bool,
+    unit_source: str,
+) -> None:
+    """Prove, before anything is written, that this write owns every shard it touches.
+
+    Dask chunks must not split a shard; a region (numpy or dask data, any mode) must not cut a
+    shard a neighbouring writer owns; a deferred (``compute=False``) dask write must not share
+    a shard with data outside it, which another pending write could rewrite at the same time.
+    """
+    target, dims = write.target, write.variable.dims
+    sharded = target.shards is not None
+    lazy = isinstance(write.variable.data, da.Array)
+    if lazy:
+        plan_chunks(
+            write.variable.data,
+            target,
+            write.region,
+            align_chunks=align_chunks,
+            name=write.name,
+            dims=dims,
+            unit_source=unit_source,
+        )
+    if not safe_chunks:
+        return
+    if region:
+        own = tuple(
+            sl if d in region else slice(0, n) for sl, d, n in zip(write.region, dims, target.shape, strict=True)
+        )
+        check_region_edges(
+            own, target.shape, target.storage_chunks, name=write.name, dims=dims, sharded=sharded
+        )
+    if lazy and not compute:
+        check_deferred_edges(
+            write.region, target.shape, target.storage_chunks, name=write.name, dims=dims, sharded=sharded
+        )
 
 
 def _plan_new(
@@ -526,7 +706,8 @@ def _plan_new(
         )
         to_bytes(meta)  # the document written after the data must be writable: check it now
     except Zarr3Error as e:
-        raise type(e)(f"variable {name!r}: {e}") from e
+        origin = _layout_origin(encoded, kwargs, user_encoding)
+        raise type(e)(f"variable {name!r}: {e}{origin}") from e
     target = Array(store, apath, meta, write_empty_chunks=wec)
     return _Write(name, encoded, target, _concrete((slice(None),) * encoded.ndim, target.shape), True)
 
@@ -554,12 +735,8 @@ def _plan_existing(
         if mode == "a-":
             return None
         if name in ds.coords:
-            if not ds[name].variable.transpose(*dims).equals(stored):
-                raise ValueError(
-                    f"coordinate {name!r} differs from the one in the store; appending along "
-                    f"{append_dim!r} needs the other coordinates unchanged"
-                )
-            return None  # identical: nothing to write
+            _check_same_coordinate(name, var, a, stored, dims, append_dim)
+            return None  # identical once encoded: nothing to write
     encoded = _match_dims(name, _encode_like_stored(var, stored, name), dims, a.shape, region, append_dim)
     wec = a.write_empty_chunks if write_empty_chunks is None else write_empty_chunks
     reg = _region_tuple(dims, region)
@@ -572,6 +749,35 @@ def _plan_existing(
         reg = tuple(slice(old, shape[axis]) if i == axis else s for i, s in enumerate(reg))
     target = Array(store, a.path, meta, write_empty_chunks=wec)
     return _Write(name, encoded, target, _concrete(reg, target.shape), pending)
+
+
+def _check_same_coordinate(
+    name: str, var: Variable, a: Array, stored: Variable, dims: tuple[str, ...], append_dim: Hashable
+) -> None:
+    """Refuse a non-append coordinate whose values, encoded as the store encodes them (its
+    dtype, units, packing), differ from the stored ones: a float64 latitude equals a float32
+    stored one when it rounds to the same float32 values."""
+    why = ""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            encoded = _encode_like_stored(var, stored, name)
+        new = np.asarray(encoded.transpose(*dims).values)
+        old = np.asarray(a[...])
+        if new.shape != old.shape:
+            why = f" (shape {new.shape} against {old.shape})"
+            same = False
+        elif new.dtype.kind in "fc" and old.dtype.kind in "fc":
+            same = bool(np.array_equal(new, old, equal_nan=True))
+        else:
+            same = bool(np.array_equal(new.astype(object), old.astype(object)))
+    except (ValueError, TypeError) as e:
+        same, why = False, f" ({e})"
+    if not same:
+        raise ValueError(
+            f"coordinate {name!r} differs from the one in the store{why}; appending along "
+            f"{append_dim!r} needs the other coordinates unchanged"
+        )
 
 
 # ---- executing it ------------------------------------------------------------------------------
@@ -637,6 +843,8 @@ def to_zarr(
         raise NodeExistsError(f"a group already exists at {path or '/'!r} in {zstore!r} (mode='w-')")
     arrays = dict(existing.arrays()) if existing is not None else {}
 
+    if mode == "w":
+        ds = _detach_from_target(ds, zstore, path)
     reg: dict[str, slice] = {}
     if region is not None:
         ds, reg = _resolve_region(ds, region, mode, append_dim, existing, arrays)
@@ -655,6 +863,7 @@ def to_zarr(
         safe_chunks=safe_chunks,
         align_chunks=align_chunks,
         write_empty_chunks=write_empty_chunks,
+        compute=compute,
     )
 
     # ---- nothing has been written up to here ----
@@ -699,6 +908,85 @@ def to_zarr(
     if lazy:
         compute_with_progress(*lazy, progress=progress, **(chunkmanager_store_kwargs or {}))
     return write_metadata()
+
+
+# ---- sources that mode="w" would erase -------------------------------------------------------
+_MAX_WRAPPERS = 16
+
+
+def _core_arrays(obj: Any) -> list[Array]:
+    """The zarr3_backend Arrays an object of a dask graph or a lazy variable reads, looking
+    through our readers and xarray's lazy-indexing wrappers."""
+    for _ in range(_MAX_WRAPPERS):
+        if isinstance(obj, Array):
+            return [obj]
+        if isinstance(obj, BlockReader):
+            return [obj.array]
+        if isinstance(obj, Zarr3BackendArray):
+            return [obj.get_array()]
+        if type(obj).__name__ == "DataNode":  # dask's wrapper of a literal in a graph
+            obj = getattr(obj, "value", None)
+            continue
+        if type(obj).__module__.startswith("xarray.") and hasattr(obj, "array"):
+            obj = obj.array
+            continue
+        return []
+    return []
+
+
+def _graph_literals(darr: da.Array) -> list[Any]:
+    """Objects held as data (not tasks) in a dask array's graph: where array-likes live."""
+    found = []
+    for layer in darr.dask.layers.values():
+        indices = getattr(layer, "indices", None)
+        if indices is not None:  # Blockwise: inlined arguments have no index
+            found.extend(arg for arg, index in indices if index is None)
+        elif isinstance(layer, MaterializedLayer):
+            found.extend(v for v in layer.mapping.values() if not isinstance(v, tuple | list | str))
+    return found
+
+
+def _reads_target(var: Variable, target_store: str, path: str) -> list[str]:
+    """Paths of arrays under ``path`` of the target store that ``var`` reads lazily."""
+    data = var._data  # the lazy wrapper, not the values
+    objs = _graph_literals(data) if isinstance(data, da.Array) else [data]
+    out = []
+    for obj in objs:
+        for arr in _core_arrays(obj):
+            inside = not path or arr.path == path or arr.path.startswith(path + "/")
+            if inside and store_token(arr.store) == target_store:
+                out.append(arr.path)
+    return out
+
+
+def _detach_from_target(ds: xr.Dataset, zstore: Store, path: str) -> xr.Dataset:
+    """Load lazily read numpy variables that mode="w" would erase, refuse dask ones.
+
+    mode="w" erases the group before any data is computed, so data read lazily from it would
+    come back as fill values. Numpy-backed lazy variables are loaded now (the write loads
+    them anyway); dask variables may be larger than memory, so they are refused.
+    """
+    target = store_token(zstore)
+    to_load = []
+    for name, var in ds.variables.items():
+        sources = _reads_target(var, target, path)
+        if not sources:
+            continue
+        if isinstance(var._data, da.Array):
+            raise ValueError(
+                f"variable {name!r} is read lazily (dask) from {sources[0]!r} in the store being "
+                f"overwritten, and mode='w' erases group {path or '/'!r} before the data is computed, "
+                "so it would be written as fill values. Load it first (.load() or .persist() on a "
+                "distributed cluster), write to another store or group, or overwrite in place with "
+                "mode='a' (or mode='r+')"
+            )
+        to_load.append(name)
+    if not to_load:
+        return ds
+    ds = ds.copy(deep=False)
+    for name in to_load:
+        ds.variables[name].load()
+    return ds
 
 
 def _root_is_consolidated(store: Store) -> bool:

@@ -1,0 +1,158 @@
+"""Options for remote stores: the store's own settings, and bounded defaults for the filesystem.
+
+Users reach a store only through ``storage_options`` (``open_group(url, storage_options=...)``,
+``xr.open_dataset(..., storage_options=...)``), so the store's own settings travel there too, in
+a section the filesystem never sees::
+
+    storage_options={"anon": True, "zarr3": {"retries": 2, "batch_size": 16}}
+
+For S3 and HTTP(S) the store builds a private filesystem instance (not fsspec's shared, cached
+one) with bounded connect/read timeouts and exactly one retry layer, its own: s3fs' nested
+retries are switched off on that instance and botocore's too, unless the user configured
+botocore's (``config_kwargs={"retries": ...}``), in which case the store adds none by default.
+Options the user gives always win over these defaults.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+
+from .base import StoreArgumentError
+
+#: The ``storage_options`` key holding the store's own settings.
+SETTINGS_KEY = "zarr3"
+#: Retries of transient failures when nothing else retries.
+DEFAULT_RETRIES = 3
+#: Requests one batched call keeps in flight.
+DEFAULT_BATCH_SIZE = 64
+#: Seconds to open a connection, and to wait for the next bytes of an answer (S3, HTTP).
+DEFAULT_CONNECT_TIMEOUT = 5.0
+DEFAULT_READ_TIMEOUT = 12.0
+
+S3_PROTOCOLS = frozenset({"s3", "s3a"})
+HTTP_PROTOCOLS = frozenset({"http", "https"})
+_PRIVATE_CACHE_SIZE = 32
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """The store's own settings (``storage_options["zarr3"]``); None means the default."""
+
+    retries: int | None = None
+    batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("retries", "batch_size"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise StoreArgumentError(
+                    f"store setting {name} must be a non-negative int or None, got {value!r}"
+                )
+        if self.batch_size == 0:
+            raise StoreArgumentError("store setting batch_size must be at least 1 (or None)")
+
+    def merged(self, **explicit: int | None) -> StoreSettings:
+        """These settings with ``explicit`` keyword values added; the same setting given both
+        ways with different values is refused."""
+        values = {"retries": self.retries, "batch_size": self.batch_size}
+        for name, value in explicit.items():
+            if value is None:
+                continue
+            if values[name] is not None and values[name] != value:
+                raise StoreArgumentError(
+                    f"store setting {name} given twice: {value!r} as a keyword and "
+                    f"{values[name]!r} in storage_options[{SETTINGS_KEY!r}]"
+                )
+            values[name] = value
+        return StoreSettings(**values)
+
+
+def split_storage_options(storage_options: dict[str, Any] | None) -> tuple[dict[str, Any], StoreSettings]:
+    """``(options for the filesystem, the store's settings)`` from what the user passed."""
+    if storage_options is None:
+        return {}, StoreSettings()
+    if not isinstance(storage_options, dict):
+        raise StoreArgumentError(f"storage_options must be a dict, got {type(storage_options).__name__}")
+    options = dict(storage_options)
+    section = options.pop(SETTINGS_KEY, None)
+    if section is None:
+        return options, StoreSettings()
+    if not isinstance(section, dict):
+        raise StoreArgumentError(
+            f"storage_options[{SETTINGS_KEY!r}] must be a dict, got {type(section).__name__}"
+        )
+    unknown = sorted(set(section) - {"retries", "batch_size"})
+    if unknown:
+        raise StoreArgumentError(
+            f"unknown store setting(s) {', '.join(map(repr, unknown))} in storage_options[{SETTINGS_KEY!r}]; "
+            "known: 'retries', 'batch_size'"
+        )
+    return options, StoreSettings(**section)
+
+
+def tuned_options(protocol: str | None, options: dict[str, Any], batch_size: int) -> dict[str, Any] | None:
+    """Filesystem options with bounded timeouts and one retry layer added (the user's own
+    values kept); None for protocols built as fsspec builds them (no private instance)."""
+    if protocol in S3_PROTOCOLS:
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("connect_timeout", DEFAULT_CONNECT_TIMEOUT)
+        config.setdefault("read_timeout", DEFAULT_READ_TIMEOUT)
+        config.setdefault("retries", {"total_max_attempts": 1, "mode": "standard"})
+        config.setdefault("max_pool_connections", batch_size)
+        return {**options, "config_kwargs": config}
+    if protocol in HTTP_PROTOCOLS:
+        client = dict(options.get("client_kwargs") or {})
+        if "timeout" not in client:
+            import aiohttp  # fsspec's HTTP filesystem is built on it
+
+            client["timeout"] = aiohttp.ClientTimeout(
+                total=None, sock_connect=DEFAULT_CONNECT_TIMEOUT, sock_read=DEFAULT_READ_TIMEOUT
+            )
+        return {**options, "client_kwargs": client}
+    return None
+
+
+def filesystem_retries_itself(protocol: str | None, options: dict[str, Any]) -> bool:
+    """Whether a private filesystem made from ``options`` retries by itself: only when the user
+    configured botocore's retries."""
+    return protocol in S3_PROTOCOLS and "retries" in (options.get("config_kwargs") or {})
+
+
+_private: OrderedDict[str, fsspec.AbstractFileSystem] = OrderedDict()
+_private_lock = threading.Lock()
+
+
+def private_filesystem(fs: fsspec.AbstractFileSystem) -> fsspec.AbstractFileSystem:
+    """``fs`` (made with ``skip_instance_cache=True``) tuned for a store, or an equal one made
+    before in this process: stores with the same options, and every unpickled copy of one in a
+    dask worker, share one client instead of each opening its own connections. Nothing outside
+    the stores sees these instances, so tuning them changes no one else's filesystem."""
+    token = fs._fs_token  # fsspec's token: class, arguments and process id
+    with _private_lock:
+        known = _private.get(token)
+        if known is not None:
+            _private.move_to_end(token)
+            return known
+        if isinstance(getattr(type(fs), "retries", None), int) and _protocol(fs) in S3_PROTOCOLS:
+            # s3fs retries every call itself, twice nested (5 x 5 tries by default, each of them
+            # botocore's attempts): off on this instance, the store's retries are the only layer
+            fs.retries = 1
+        _private[token] = fs
+        while len(_private) > _PRIVATE_CACHE_SIZE:
+            _private.popitem(last=False)
+        return fs
+
+
+def rebuild_private(cls: type, args: tuple, options: dict[str, Any]) -> fsspec.AbstractFileSystem:
+    """The private filesystem of class ``cls`` made with ``args`` and (tuned) ``options``."""
+    return private_filesystem(cls(*args, skip_instance_cache=True, **options))
+
+
+def _protocol(fs: fsspec.AbstractFileSystem) -> str:
+    p = fs.protocol
+    return p if isinstance(p, str) else p[0]
