@@ -76,7 +76,7 @@ def is_implicit_group(store: Store, path: str) -> bool:
 def v2_metadata_keys(store: Store, path: str) -> list[str]:
     """The Zarr v2 metadata documents (``.zgroup``, ``.zarray``, ``.zmetadata``) at ``path``."""
     keys = [join_path(path, name) for name in V2_METADATA_KEYS]
-    return [k for k in keys if store.exists(k)]
+    return [k for k, found in zip(keys, store.exists_many(keys), strict=True) if found]
 
 
 class Group:

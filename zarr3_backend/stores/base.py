@@ -80,6 +80,10 @@ class Store(ABC):
         """Whether ``key`` holds a value."""
         return self.get(key, ByteRange(0, 0)) is not None
 
+    def exists_many(self, keys: Sequence[str]) -> list[bool]:
+        """Whether each key holds a value, in one call (concurrent where the backend allows)."""
+        return [self.exists(k) for k in keys]
+
     # ---- writing ---------------------------------------------------------------------------
     def check_writable(self, key: str | None = None) -> None:
         """Raise ReadOnlyError (naming this store and ``key``) if the store is read-only."""
