@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 from zarr3_backend.dask.alignment import (
     aligned_sizes,
     check_alignment,
+    check_deferred_edges,
     check_region_edges,
+    cut_units,
     first_misaligned,
     prove_disjoint,
     split_sizes,
@@ -111,3 +113,26 @@ def test_region_edges_must_be_unit_aligned_except_at_the_array_end():
     with pytest.raises(ChunkAlignmentError, match=r"region x=2:8 .* index 2") as info:
         check_region_edges((slice(2, 8),), (10,), (4,), name="v", dims=("x",))
     assert "safe_chunks=False" in str(info.value)
+
+
+@given(st.integers(0, 30), st.integers(0, 30), st.integers(1, 6), st.integers(0, 2))
+def test_cut_units_matches_brute_force(a, b, unit, extra):
+    start, stop = min(a, b), max(a, b)
+    n = stop + extra  # the region ends at the array's end, or before it
+    written = set(range(start, stop))
+    cut = False
+    for u in range(-(-n // unit)):
+        cells = set(range(u * unit, min((u + 1) * unit, n)))
+        cut |= bool(written & cells) and written & cells != cells  # partly covered
+    assert bool(cut_units((slice(start, stop),), (n,), (unit,))) == cut
+
+
+def test_deferred_edges_name_the_shared_shard_and_the_ways_out():
+    check_deferred_edges((slice(8, 11),), (11,), (4,))  # starts on a boundary, ends at the array's end
+    with pytest.raises(ChunkAlignmentError) as info:
+        check_deferred_edges((slice(0, 4), slice(6, 11)), (4, 11), (4, 4), name="t", dims=("x", "time"))
+    msg = str(info.value)
+    assert "'t'" in msg and "time=6:11" in msg and "[4, 8)" in msg
+    assert "compute=True" in msg and "safe_chunks=False" in msg
+    with pytest.raises(ChunkAlignmentError, match="chunk"):
+        check_deferred_edges((slice(2, 4),), (8,), (4,), sharded=False)

@@ -223,7 +223,9 @@ def test_blockwise_write_graph_for_a_million_shards_stays_lazy():
 def test_count_tree_sums_every_source_once_at_any_depth():
     """A tree over a 5 x 7 grid with 3 children per node: every source is a child of exactly
     one node, every node's children exist, and the root adds up to the number of sources."""
-    sources = {("src", i, j): np.ones((1, 1), dtype="int64") * (i * 7 + j + 1) for i in range(5) for j in range(7)}
+    sources = {
+        ("src", i, j): np.ones((1, 1), dtype="int64") * (i * 7 + j + 1) for i in range(5) for j in range(7)
+    }
     tree = CountTree("done", "src", (5, 7), fan_in=3)
     assert tree.depth == 4  # 35 -> 12 -> 4 -> 2 -> 1
     children = [c for k in tree for c in tree.get_dependencies(k, ())]

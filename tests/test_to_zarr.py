@@ -261,7 +261,9 @@ def test_mode_w_over_the_store_the_data_is_read_from(tmp_path, chunks):
     z3.to_zarr(ds0 * 10, path, group="other")
     other = xr.open_dataset(path, engine="zarr3", group="other", chunks=chunks)
     z3.to_zarr(other, path, mode="w", group="copy")  # erases group "copy" only
-    np.testing.assert_array_equal(xr.open_dataset(path, engine="zarr", group="copy").v.values, ds0.v.values * 10)
+    np.testing.assert_array_equal(
+        xr.open_dataset(path, engine="zarr", group="copy").v.values, ds0.v.values * 10
+    )
     before = {p.relative_to(path): p.read_bytes() for p in path.rglob("*") if p.is_file()}
     src = xr.open_dataset(path, engine="zarr3", chunks=chunks)
     if chunks is None:

@@ -12,9 +12,8 @@ import pytest
 import xarray as xr
 
 import zarr3_backend as z3
-from zarr3_backend.errors import ChunkAlignmentError, DataTypeError
+from zarr3_backend.errors import ChunkAlignmentError, DataTypeError, EncodedRangeError
 from zarr3_backend.stores import LocalStore, MemoryStore
-from zarr3_backend.xarray.writer import EncodedRangeError
 
 
 def hourly(start, hours, nlat=4, nlon=6, seed=0):
@@ -189,7 +188,9 @@ def test_deferred_appends_that_would_share_a_shard_are_refused(tmp_path):
     z3.to_zarr(jobs[0].chunk({"time": 4}), store, encoding={"t": {"chunks": (2, 4), "shards": (4, 4)}})
     first = z3.to_zarr(jobs[1].chunk({"time": 4}), store, append_dim="time", compute=False)  # 8..14
     before = snapshot(store)
-    with pytest.raises(ChunkAlignmentError, match=r"'t'.*compute=False.*\[12, 16\).*safe_chunks=False") as info:
+    with pytest.raises(
+        ChunkAlignmentError, match=r"'t'.*compute=False.*\[12, 16\).*safe_chunks=False"
+    ) as info:
         z3.to_zarr(jobs[2].chunk({"time": (2, 4)}), store, append_dim="time", compute=False)  # 14..20
     assert "Compute the previous write first" in str(info.value)
     assert snapshot(store) == before

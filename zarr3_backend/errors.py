@@ -28,6 +28,11 @@ class DataTypeError(MetadataError):
     """Unknown or unsupported data type, or a fill value that does not fit it."""
 
 
+class EncodedRangeError(DataTypeError):
+    """CF-encoded values (packed with scale/offset, times in their units) fall outside the
+    integer type they are stored as; writing them would wrap them around silently."""
+
+
 class CodecError(Zarr3Error, ValueError):
     """A codec is misconfigured, a codec chain has the wrong form, or encoding failed."""
 

@@ -162,11 +162,14 @@ def cut_units(
     """Where the edges of ``region`` fall strictly inside a storage unit.
 
     One ``(axis, start, stop, index)`` per axis whose start or stop is not a multiple of the
-    unit; the array's end counts as a unit edge (the last unit is as full as it can be).
+    unit; the array's end counts as a unit edge (the last unit is as full as it can be). An
+    empty region touches no unit and cuts none.
     """
+    bounds = [(sl.start or 0, n if sl.stop is None else sl.stop) for sl, n in zip(region, shape, strict=True)]
+    if any(start >= stop for start, stop in bounds):
+        return []
     out = []
-    for axis, (sl, n, unit) in enumerate(zip(region, shape, units, strict=True)):
-        start, stop = sl.start or 0, n if sl.stop is None else sl.stop
+    for axis, ((start, stop), n, unit) in enumerate(zip(bounds, shape, units, strict=True)):
         bad = [p for p in (start, stop) if p % unit and p != n]
         if bad:
             out.append((axis, start, stop, bad[0]))

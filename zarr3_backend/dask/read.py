@@ -103,7 +103,7 @@ def from_array(
     """
     normalized = resolve_chunks(a, chunks)
     if name is None:
-        name = "zarr3-read-" + tokenize(array_token(a), normalized)
+        name = "zarr3-read-" + tokenize(array_token(a), normalized, uuid.uuid4().hex)
     meta = np.empty((0,) * a.ndim, dtype=a.dtype)
     return da.from_array(
         BlockReader(a),

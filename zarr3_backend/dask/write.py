@@ -262,7 +262,9 @@ def store(
     if darr.size == 0:
         d = _as_write(dask.delayed(sum_counts, pure=False)([], dask_key_name=DONE_PREFIX + token), a)
     elif darr.ndim == 0:
-        d = _as_write(dask.delayed(_write_whole, pure=False)(darr, a, reg, dask_key_name=WRITE_PREFIX + token), a)
+        d = _as_write(
+            dask.delayed(_write_whole, pure=False)(darr, a, reg, dask_key_name=WRITE_PREFIX + token), a
+        )
     else:
         d = _write_graph(darr, a, starts, token)
     if not compute:

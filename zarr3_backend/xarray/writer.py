@@ -3,7 +3,8 @@
 Everything is validated before the first byte is written: names, modes, encodings, CF encoding
 of every variable (appends reuse the stored units, calendar, dtype and packing, and refuse
 values those cannot represent), dimension sizes, non-append coordinates, region bounds and the
-ownership of every shard by exactly one dask task. Then the writes go in this order: data,
+ownership of every shard by exactly one writer (only the integer range of dask data waits for
+its task, which checks it before writing its shard). Then the writes go in this order: data,
 each array's ``zarr.json``, the group's attributes, consolidated metadata, so a reader never
 sees metadata that points at data not yet there (``compute=False`` writes the metadata now and
 returns a Delayed that writes the dask data).
@@ -38,7 +39,13 @@ from ..dask.progress import compute_with_progress
 from ..dask.read import BlockReader, store_token
 from ..dask.write import plan_chunks
 from ..dask.write import store as dask_store
-from ..errors import DataTypeError, GroupNotFoundError, MetadataError, NodeExistsError, Zarr3Error
+from ..errors import (
+    EncodedRangeError,
+    GroupNotFoundError,
+    MetadataError,
+    NodeExistsError,
+    Zarr3Error,
+)
 from ..stores import make_store
 from ..stores.base import Store
 from .backend_array import Zarr3BackendArray
@@ -324,11 +331,6 @@ def stored_attributes(var: Variable) -> dict[str, Any]:
     return attrs
 
 
-class EncodedRangeError(DataTypeError):
-    """CF-encoded values (packed with scale/offset, times in their units) fall outside the
-    integer type they are stored as; writing them would wrap them around silently."""
-
-
 def _range_context(attrs: Mapping[str, Any]) -> str:
     given = [f"{k}={attrs[k]!r}" for k in ("units", "scale_factor", "add_offset") if k in attrs]
     return f" (encoded with {', '.join(given)})" if given else ""
@@ -395,8 +397,7 @@ class _RangeCheckedCast(variables.NonStringCoder):
 
 
 _CODERS = tuple(
-    _RangeCheckedCast() if isinstance(c, variables.NonStringCoder) else c
-    for c in conventions.ZARR_CODERS
+    _RangeCheckedCast() if isinstance(c, variables.NonStringCoder) else c for c in conventions.ZARR_CODERS
 )
 
 
@@ -679,7 +680,8 @@ def _check_ownership(
         return
     if region:
         own = tuple(
-            sl if d in region else slice(0, n) for sl, d, n in zip(write.region, dims, target.shape, strict=True)
+            sl if d in region else slice(0, n)
+            for sl, d, n in zip(write.region, dims, target.shape, strict=True)
         )
         check_region_edges(
             own, target.shape, target.storage_chunks, name=write.name, dims=dims, sharded=sharded
@@ -815,10 +817,15 @@ def to_zarr(
     """Write ``dataset`` to a Zarr v3 store, as ``xarray.Dataset.to_zarr`` would.
 
     Dask variables are written with one task per shard (per chunk when unsharded); dask chunks
-    that would split a shard raise ``ChunkAlignmentError`` unless ``align_chunks=True``.
-    ``safe_chunks=False`` only lifts the check that a ``region`` write owns whole shards.
-    ``progress=True`` shows a progress bar (distributed's when a Client is active). Returns
-    the written Group, or with ``compute=False`` a Delayed that writes the dask data.
+    that would split a shard raise ``ChunkAlignmentError`` unless ``align_chunks=True``. A
+    ``region`` write (numpy or dask, any mode) must own whole shards, and so must the dask part
+    of a ``compute=False`` write (an append starting inside a partly filled shard is refused:
+    another pending append could rewrite that shard); ``safe_chunks=False`` lifts these two
+    checks when no other write of the arrays runs at the same time. Integer-encoded values
+    (packing, times) that overflow their dtype raise ``EncodedRangeError``. mode="w" refuses
+    dask data read from the group it erases. ``progress=True`` shows a progress bar
+    (distributed's when a Client is active). Returns the written Group, or with
+    ``compute=False`` a Delayed that writes the dask data.
     """
     ds = _as_dataset(dataset)
     mode = choose_mode(mode, append_dim, region)
