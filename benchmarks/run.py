@@ -89,7 +89,6 @@ def machine_info() -> dict:
                 info["memory_gib"] = round(int(line.split()[1]) / 2**20, 1)
     except OSError:
         pass
-    info["loadavg_start"] = os.getloadavg()
     return info
 
 
@@ -128,6 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     size = SIZES[args.size]
     started = time.time()
+    load_start = os.getloadavg()
     pairs = select(args)
     workdir = Path(args.workdir)
     data.ensure_source(workdir, size)
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> dict:
         "repeat": args.repeat,
         "inprocess": args.inprocess,
         "versions": versions(),
-        "machine": {**machine_info(), "loadavg_end": os.getloadavg()},
+        "machine": {**machine_info(), "loadavg_start": load_start, "loadavg_end": os.getloadavg()},
         "eviction_check": eviction,
         "elapsed_s": time.time() - started,
     }
