@@ -424,3 +424,16 @@ def test_reserved_node_names_write_nothing(store, bad):
     with zraises(errors.InvalidKeyError, match=re.escape(repr(bad.rsplit("/", 1)[-1]))):
         z3.create_group(store, bad)
     assert snapshot(store) == before
+
+
+def test_partial_write_over_a_corrupt_chunk_writes_nothing(tmp_path):
+    s = z3.LocalStore(tmp_path / "c.zarr")
+    a = z3.create_array(s, "x", shape=(8,), dtype="i4", chunks=(2,), compressors=[{"name": "crc32c"}])
+    a[:] = np.arange(8)
+    bad = bytearray(s.get("x/c/3"))
+    bad[0] ^= 0xFF
+    s.set("x/c/3", bytes(bad))
+    before = {k: s.get(k) for k in s.list()}
+    with pytest.raises(errors.ChecksumError, match="x/c/3"):
+        a[1:7] = -1  # partial writes of chunks 0 and 3 need their old values; chunk 3 is corrupt
+    assert {k: s.get(k) for k in s.list()} == before

@@ -6,6 +6,7 @@ never touch a store. Partial decoding (sharding) receives a ``RangeReader`` call
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ class ChunkSpec:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize
 
     def fill_array(self) -> np.ndarray:
         """A new chunk filled with the fill value."""

@@ -536,7 +536,9 @@ class Array:
         fill = self.fill_value
         # Stores with cheap synchronous writes: each CPU worker encodes one unit into reused
         # scratch memory and writes it at once (bounded memory, encoding overlaps writing).
-        inline = getattr(self.store, "inline_io", False)
+        # Only when no old unit must be decoded: a corrupt old unit must fail the call before
+        # anything is written, so read-modify-writes encode everything first.
+        inline = getattr(self.store, "inline_io", False) and not stale
         nbytes = int(np.prod(unit)) * self.dtype.itemsize
 
         def new_chunk() -> np.ndarray:
