@@ -1,4 +1,6 @@
-"""The README's Python examples run as written (so the front page never lies)."""
+"""The README's Python examples run as written (so the front page never lies).
+
+Blocks fenced as ```python run; blocks that need a network (object storage) are fenced ```py."""
 
 from __future__ import annotations
 
