@@ -419,3 +419,14 @@ def test_append_writes_data_before_metadata():
     a.append(np.array([5, 6, 7]))
     assert store.log[-1] == "x/zarr.json" and set(store.log[:-1]) == {"x/c/2", "x/c/3"}
     assert z3.open_array(store, "x")[...].tolist() == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_writable_group_reads_live_metadata_not_the_consolidated_snapshot(store):
+    g = z3.open_group(store, mode="w")
+    g.create_array("v", shape=(20,), dtype="i4", chunks=(10,))
+    z3.consolidate_metadata(store)
+    z3.open_array(store, "v", mode="r+").resize((25,))
+    z3.open_group(store, mode="r+")["v"].attrs["units"] = "K"  # must not write back shape 20
+    a = z3.open_array(store, "v")
+    assert a.shape == (25,) and a.attrs["units"] == "K"
+    assert z3.open_group(store, mode="r")["v"].shape == (20,)  # read-only: the (stale) snapshot

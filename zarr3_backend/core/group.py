@@ -93,12 +93,14 @@ class Group:
         *,
         read_only: bool = False,
         implicit: bool = False,
+        use_consolidated: bool | None = None,
     ) -> None:
         self.store = store
         self.path = path
         self.metadata = metadata
         self.read_only = read_only or store.read_only
         self.implicit = implicit
+        self.use_consolidated = use_consolidated
 
     @property
     def name(self) -> str:
@@ -133,9 +135,11 @@ class Group:
     # ---- consolidated metadata -------------------------------------------------------------
     @property
     def consolidated(self) -> dict[str, dict] | None:
-        """Relative path -> ``zarr.json`` document of every descendant, when consolidated."""
+        """Relative path -> ``zarr.json`` document of every descendant, when consolidated and
+        used: always with ``use_consolidated=True``; by default only for read-only groups (a
+        writable group reads the live documents, so it never writes back a stale snapshot)."""
         cm = self.metadata.consolidated_metadata
-        if not cm:
+        if not cm or self.use_consolidated is False or (self.use_consolidated is None and not self.read_only):
             return None
         return cm.get("metadata") or {}
 
@@ -354,7 +358,7 @@ def open_existing_group(store: Store, path: str, *, read_only: bool, use_consoli
         )
     elif use_consolidated is True and meta.consolidated_metadata is None:
         raise MetadataError(f"group {path or '/'!r} has no consolidated metadata (use_consolidated=True)")
-    return Group(store, path, meta, read_only=read_only)
+    return Group(store, path, meta, read_only=read_only, use_consolidated=use_consolidated)
 
 
 def _json_or_none(data: Any) -> Any:
