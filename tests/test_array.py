@@ -430,3 +430,46 @@ def test_writable_group_reads_live_metadata_not_the_consolidated_snapshot(store)
     a = z3.open_array(store, "v")
     assert a.shape == (25,) and a.attrs["units"] == "K"
     assert z3.open_group(store, mode="r")["v"].shape == (20,)  # read-only: the (stale) snapshot
+
+
+def test_design_spelling_of_create_array_defaults(store):
+    """DESIGN.md spells serializer/compressors/filters defaults as None."""
+    a = z3.create_array(
+        store,
+        path="a",
+        shape=(4,),
+        dtype="i4",
+        chunks=(2,),
+        serializer=None,
+        compressors=None,
+        filters=None,
+        codecs=None,
+        fill_value=None,
+        chunk_key_encoding=None,
+        dimension_names=None,
+        attributes=None,
+    )
+    a[:] = [1, 2, 3, 4]
+    assert a.codecs == [{"name": "bytes", "configuration": {"endian": "little"}}]
+    assert z3.open_array(store, "a")[...].tolist() == [1, 2, 3, 4]
+
+
+def test_require_array_checks_shape_and_dtype(store):
+    g = z3.open_group(store, mode="w")
+    g.create_array("x", shape=(2,), dtype="i4")
+    assert g.require_array("x", shape=(2,), dtype="int32").shape == (2,)
+    with pytest.raises(NodeExistsError, match="shape"):
+        g.require_array("x", shape=(3,), dtype="i4")
+    with pytest.raises(NodeExistsError, match="dtype"):
+        g.require_array("x", shape=(2,), dtype="f8")
+
+
+@pytest.mark.interop
+def test_zarr_v2_array_is_refused_with_a_typed_error(tmp_path):
+    import zarr
+
+    from zarr3_backend.errors import ZarrV2Error
+
+    zarr.create_array(tmp_path / "v2.zarr", shape=(3,), dtype="i4", zarr_format=2)
+    with pytest.raises(ZarrV2Error, match=r"\.zarray"):
+        z3.open_array(tmp_path / "v2.zarr")

@@ -59,7 +59,8 @@ class DyingStore(LocalStore):
 
 @pytest.fixture(scope="module")
 def client():
-    distributed = pytest.importorskip("distributed")
+    import distributed
+
     with (
         distributed.LocalCluster(
             n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0", silence_logs=40

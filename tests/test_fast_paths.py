@@ -62,7 +62,8 @@ def test_local_reads_match_numpy(tmp_path, compressors, shape, chunks):
 
 
 def test_direct_reads_are_checked_against_the_zarr_python_oracle(tmp_path):
-    zarr = pytest.importorskip("zarr")
+    import zarr
+
     data = _data((6, 8, 10))
     path = str(tmp_path / "oracle")
     za = zarr.create_array(
@@ -187,7 +188,8 @@ def test_inline_writes_store_every_chunk_correctly(tmp_path, compressors):
 
 
 def test_inline_writes_read_back_by_zarr_python(tmp_path):
-    zarr = pytest.importorskip("zarr")
+    import zarr
+
     data = _data((9, 9))
     a = _create(tmp_path, shape=data.shape, dtype="f4", chunks=(2, 4), compressors=BLOSC)
     a[...] = data
@@ -514,3 +516,177 @@ def test_get_into_byte_ranges_clip_like_get(tmp_path):
         got = store.get_into("k", lambda n: memoryview(bytearray(n)), r)
         assert bytes(got) == store.get("k", r), r
     assert store.get_into("missing", lambda n: memoryview(bytearray(n)), ByteRange(0, 2)) is None
+
+
+# ---- raw inner chunks read straight into the output (ShardingCodec.read_partial_into) -----------
+def _raw_sharded(tmp_path, data, *, index_location="end", endian="little", chunks=(4, 4), shards=(8, 8)):
+    codecs = [
+        {
+            "name": "sharding_indexed",
+            "configuration": {
+                "chunk_shape": list(chunks),
+                "codecs": [{"name": "bytes", "configuration": {"endian": endian}}],
+                "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, CRC],
+                "index_location": index_location,
+            },
+        }
+    ]
+    a = z3.create_array(
+        str(tmp_path / "r"), shape=data.shape, dtype=data.dtype, chunks=shards, codecs=codecs, fill_value=0
+    )
+    a[...] = data
+    return z3.open_array(str(tmp_path / "r"))
+
+
+@pytest.mark.parametrize("index_location", ["start", "end"])
+@pytest.mark.parametrize("endian", ["little", "big"])
+def test_raw_inner_chunk_reads_match_numpy(tmp_path, index_location, endian):
+    data = _data((16, 16))
+    data[8:12, 12:16] = 0  # one inner chunk of fill: not stored, read as fill
+    a = _raw_sharded(tmp_path, data, index_location=index_location, endian=endian)
+    assert a._raw_shard_reads
+    selections = [
+        (slice(0, 4), slice(4, 8)),  # one whole inner chunk: read into the output itself
+        (slice(0, 8), slice(0, 8)),  # a whole shard
+        (slice(2, 10), slice(5, 15)),  # partial inner chunks across shards: scratch path
+        (slice(8, 12), slice(12, 16)),  # the missing inner chunk
+        (slice(7, 1, -1), 3),  # reversed, an int
+        (5, slice(None, None, 3)),
+    ]
+    for sel in selections:
+        np.testing.assert_array_equal(a[sel], data[sel])
+    got = a.get_regions([s for s in selections if all(isinstance(x, slice) for x in s)])
+    for g, sel in zip(got, [s for s in selections if all(isinstance(x, slice) for x in s)], strict=True):
+        np.testing.assert_array_equal(g, data[sel])
+    np.testing.assert_array_equal(a.oindex[[3, 1, 9], 0:6], data[[3, 1, 9], 0:6])
+
+
+def test_raw_shard_fast_path_only_for_plain_inner_chunks(tmp_path):
+    data = _data((16, 16))
+    a, _ = _sharded(tmp_path, data, compressors=BLOSC)
+    assert not a._raw_shard_reads
+    np.testing.assert_array_equal(a[0:4, 4:8], data[0:4, 4:8])
+    mem = z3.create_array(z3.MemoryStore(), shape=(8,), dtype="f4", chunks=(2,), shards=(4,), fill_value=0)
+    assert not mem._raw_shard_reads
+
+
+def _rewrite_index(path, layout, mutate):
+    from zarr3_backend.codecs.sharding import decode_index, encode_index
+
+    raw = bytearray(path.read_bytes())
+    isz = layout.index_size
+    at_end = layout.index_location == "end"
+    index = decode_index(bytes(raw[-isz:] if at_end else raw[:isz]), layout.index).copy()
+    mutate(index, len(raw))
+    new = encode_index(index, layout.index)
+    if at_end:
+        raw[-isz:] = new
+    else:
+        raw[:isz] = new
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("index_location", ["start", "end"])
+def test_raw_inner_chunk_pointing_outside_the_data_is_corruption(tmp_path, index_location):
+    data = _data((16, 16))
+    a = _raw_sharded(tmp_path, data, index_location=index_location)
+    layout = a._shard_codec.layout(a._chain.specs[-1])
+    path = tmp_path / "r" / "c" / "1" / "0"
+
+    def past_the_end(index, size):  # inner chunk (1, 1) now ends in the index or past the end
+        index[1, 1, 0] = size - layout.index_size - 8 if index_location == "end" else size - 8
+
+    _rewrite_index(path, layout, past_the_end)
+    expected = "into the shard index" if index_location == "end" else "past the end of the shard"
+    with pytest.raises(CorruptionError, match=r"^shard 'c/1/0': .*" + expected) as info:
+        a[12:16, 4:8]
+    assert "inner chunk (1, 1)" in str(info.value)
+    with pytest.raises(CorruptionError, match=r"shard 'c/1/0'"):
+        a.get_regions([(slice(0, 4), slice(0, 4)), (slice(12, 16), slice(4, 8))])
+    np.testing.assert_array_equal(a[8:12, 0:4], data[8:12, 0:4])  # the other entries still read
+
+
+def test_raw_inner_chunk_of_the_wrong_size_is_corruption(tmp_path):
+    data = _data((16, 16))
+    a = _raw_sharded(tmp_path, data)
+    layout = a._shard_codec.layout(a._chain.specs[-1])
+
+    def shorter(index, size):
+        index[0, 1, 1] -= 4
+
+    _rewrite_index(tmp_path / "r" / "c" / "0" / "0", layout, shorter)
+    with pytest.raises(CorruptionError, match=r"shard 'c/0/0'.*inner chunk \(0, 1\).*holds 60 bytes"):
+        a[0:4, 4:8]
+
+
+def test_rewritten_shard_is_read_afresh_not_from_the_index_memo(tmp_path):
+    data = _data((16, 16))
+    a = _raw_sharded(tmp_path, data)
+    np.testing.assert_array_equal(a[0:4, 0:4], data[0:4, 0:4])
+    assert a._index_memo and all(not i.flags.writeable for i in a._index_memo.values())
+    w = z3.open_array(str(tmp_path / "r"), mode="r+")
+    w[0:4, 0:4] = 0  # the inner chunk is dropped: the shard's index changes
+    w[4:8, 4:8] = 7
+    np.testing.assert_array_equal(a[0:8, 0:8][:4, :4], 0)
+    np.testing.assert_array_equal(a[4:8, 4:8], 7)
+
+
+def test_get_regions_results_from_shared_slabs_are_independent(tmp_path, monkeypatch):
+    from zarr3_backend.core import array as array_mod
+
+    monkeypatch.setattr(array_mod, "_SLAB_BYTES", 64 * 1024)  # several slabs for a small test
+    data = _data((64, 64, 32))
+    a = _raw_sharded(tmp_path, data, chunks=(8, 8, 32), shards=(16, 16, 32))
+    regions = [(slice(i, i + 8), slice(j, j + 8), slice(0, 32)) for i in (0, 8, 16) for j in (0, 24, 40)]
+    regions = regions * 5  # repeated regions are read once, then copied
+    small = array_mod._SLAB_BYTES // 4
+    assert sum(data[r].nbytes for r in regions) >= 2 * small  # big enough for shared slabs
+    got = a.get_regions(regions)
+    for r, g in zip(regions, got, strict=True):
+        np.testing.assert_array_equal(g, data[r])
+        assert g.flags.c_contiguous and g.flags.writeable
+    for i in range(0, len(got) - 1):
+        assert not np.shares_memory(got[i], got[i + 1])
+    got[0][...] = -1
+    np.testing.assert_array_equal(got[9], data[regions[9]])  # the same region, untouched
+    np.testing.assert_array_equal(got[1], data[regions[1]])  # the neighbour in the slab
+
+
+def test_outputs_carve_aligned_views_only_for_small_plain_arrays(monkeypatch):
+    from zarr3_backend.core import array as array_mod
+
+    monkeypatch.setattr(array_mod, "_SLAB_BYTES", 64 * 1024)
+    shapes = [(1000,)] * 100 + [(3,), (0,), (64 * 1024,)]
+    outs = array_mod._outputs(shapes, np.dtype("f8"))
+    assert [o.shape for o in outs] == shapes
+    assert all(o.ctypes.data % 64 == 0 for o in outs[:-3])
+    assert outs[-1].base is None  # too big to share a slab
+    assert outs[0].base is not None and outs[0].base is outs[5].base  # a shared slab
+    objs = array_mod._outputs([(2,)] * 3, np.dtype(object))
+    assert all(o.dtype == object and o.base is None for o in objs)
+
+
+def test_get_into_reads_only_as_much_as_a_shorter_buffer(tmp_path):
+    store = LocalStore(str(tmp_path))
+    store.set("k", b"abcdef")
+    sizes = []
+    buf = bytearray(b"xxxxxx")
+
+    def alloc(n):
+        sizes.append(n)
+        return memoryview(buf)[:3]
+
+    got = store.get_into("k", alloc, ByteRange(1, 5))
+    assert sizes == [5] and bytes(got) == b"bcd" and buf == bytearray(b"bcdxxx")
+
+
+def test_sharding_layout_follows_the_spec_it_is_given():
+    from zarr3_backend.codecs.sharding import ShardingCodec
+
+    codec = ShardingCodec((2, 2))
+    s1 = ChunkSpec((4, 4), np.dtype("f4"), np.float32(0))
+    s2 = ChunkSpec((4, 8), np.dtype("f4"), np.float32(0))
+    l1 = codec.layout(s1)
+    assert codec.layout(s1) is l1
+    assert codec.layout(s2).grid == (2, 4)
+    assert codec.layout(ChunkSpec((4, 4), np.dtype("f4"), np.float32(0))).grid == (2, 2)

@@ -152,7 +152,8 @@ def test_defaults_bound_timeouts_and_exists_is_one_ranged_get(server):
 
 
 def test_a_stalled_server_raises_timeout_after_a_bounded_number_of_requests(served):
-    aiohttp = pytest.importorskip("aiohttp")
+    import aiohttp
+
     _, root = served
     origin = RangeHTTPServer(root)
     proxy = Proxy(origin.url)

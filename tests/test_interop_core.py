@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tensorstore as ts
+import zarr
 from sample_data import sample as _sample
 
 import zarr3_backend as z3
-
-zarr = pytest.importorskip("zarr")
-ts = pytest.importorskip("tensorstore")
 
 pytestmark = pytest.mark.interop
 

@@ -19,14 +19,12 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import fsspec
+import moto.server
 import numpy as np
 import pandas as pd
 import pytest
+import s3fs  # noqa: F401
 import xarray as xr
-
-pytest.importorskip("s3fs")
-pytest.importorskip("moto.server")
-
 from servers import MotoS3, Proxy, Request, free_port, s3_options
 
 import zarr3_backend as z3
@@ -375,7 +373,8 @@ def test_xarray_round_trip_sharded_and_appended(moto, bucket):
 
 @pytest.mark.interop
 def test_zarr_python_reads_what_we_wrote_to_s3(moto, bucket):
-    zarr = pytest.importorskip("zarr")
+    import zarr
+
     url, opts = f"s3://{bucket}/data.zarr", s3_options(moto.endpoint)
     data = np.arange(200, dtype="f8").reshape(10, 20)
     a = z3.create_array(
@@ -504,8 +503,8 @@ def test_store_used_before_fork_works_in_the_forked_child(moto, bucket):
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_two_process_cluster_writes_and_reads(moto, bucket):
-    distributed = pytest.importorskip("distributed")
     import dask.array as da
+    import distributed
 
     from zarr3_backend.dask import from_array
     from zarr3_backend.dask import store as dask_store

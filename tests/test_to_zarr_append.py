@@ -109,7 +109,8 @@ def test_hourly_jobs_into_a_float_days_since_store():
 
 
 def test_noleap_calendar_appends_keep_the_stored_calendar():
-    pytest.importorskip("cftime")
+    import cftime  # noqa: F401
+
     store = MemoryStore()
     times = xr.date_range("2001-02-27", periods=6, freq="D", calendar="noleap", use_cftime=True)
     ds = hourly("2000-01-01", 6).assign_coords(time=times)

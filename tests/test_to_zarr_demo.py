@@ -38,8 +38,9 @@ def test_demo_runs_writes_and_recovers_the_seasonal_cycle(tmp_path, capsys):
 
 
 def test_climatology_notebook_executes(tmp_path):
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
+    import nbclient
+    import nbformat
+
     nb = nbformat.read(ROOT / "notebooks" / "climatology.ipynb", as_version=4)
     client = nbclient.NotebookClient(
         nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}

@@ -15,6 +15,7 @@ import pathlib
 import struct
 import warnings
 
+import cftime
 import numpy as np
 import pandas as pd
 import pytest
@@ -35,9 +36,6 @@ from zarr3_backend.errors import (
 from zarr3_backend.stores.base import StoreArgumentError
 from zarr3_backend.xarray import Zarr3BackendEntrypoint
 from zarr3_backend.xarray.encoding import GeneratedDimensionWarning
-
-zarr = pytest.importorskip("zarr")
-cftime = pytest.importorskip("cftime")
 
 pytestmark = [
     pytest.mark.interop,
@@ -335,7 +333,8 @@ def test_inputs_path_url_store_and_group(tmp_path):
 
 
 def test_fsspec_url_with_storage_options(tmp_path):
-    fsspec = pytest.importorskip("fsspec")
+    import fsspec
+
     path = write(climate_dataset(), tmp_path / "c.zarr", sharded=True, consolidated=True)
     fs = fsspec.filesystem("memory")
     fs.put(str(path), "/xr-backend-test/c.zarr", recursive=True)

@@ -11,6 +11,9 @@ import numcodecs
 import numpy as np
 import pytest
 import xarray as xr
+import zarr
+import zarr.codecs.numcodecs as zarr_nc
+from zarr.core.dtype import VariableLengthBytes
 
 import zarr3_backend as z3
 from zarr3_backend.codecs import ChunkSpec, CodecChain, codec_from_json, get_codec_class
@@ -19,10 +22,6 @@ from zarr3_backend.codecs.vlen import VLenBytesCodec, VLenUTF8Codec
 from zarr3_backend.core.dtypes import as_data_type, parse_data_type
 from zarr3_backend.core.dtypes_text import STRING_NUMPY
 from zarr3_backend.errors import CodecError, CorruptionError, DataTypeError, UnknownCodecError
-
-zarr = pytest.importorskip("zarr")
-zarr_nc = pytest.importorskip("zarr.codecs.numcodecs")
-from zarr.core.dtype import VariableLengthBytes  # noqa: E402
 
 pytestmark = [
     pytest.mark.interop,

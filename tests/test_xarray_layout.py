@@ -11,12 +11,11 @@ import warnings
 import numpy as np
 import pytest
 import xarray as xr
+import zarr
 
 import zarr3_backend as z3
 from zarr3_backend.errors import UnknownCodecError
 from zarr3_backend.xarray.encoding import SHARD_INDEX_KEY, split_codecs
-
-zarr = pytest.importorskip("zarr")
 
 BYTES = {"name": "bytes", "configuration": {"endian": "little"}}
 GZIP = {"name": "gzip", "configuration": {"level": 3}}

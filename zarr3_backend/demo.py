@@ -187,6 +187,8 @@ def _report(clim: xr.Dataset, log=print) -> None:
         f"{'as built' if warm_n and warm_s else 'UNEXPECTED'}"
     )
     log(f"global mean precipitation: {float(clim.tp.mean()):.2f} mm/day")
+    if not (warm_n and warm_s):  # the data read back is not what was written: fail the demo
+        raise RuntimeError("the seasonal cycle read back differs from the one written")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

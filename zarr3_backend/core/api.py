@@ -20,6 +20,7 @@ from ..errors import (
     GroupNotFoundError,
     NodeExistsError,
     ShapeError,
+    ZarrV2Error,
 )
 from ..stores import make_store
 from ..stores.base import Store, StoreArgumentError
@@ -29,7 +30,7 @@ from .chunk_grid import RegularChunkGrid
 from .chunk_key_encoding import DefaultChunkKeyEncoding, parse_chunk_key_encoding
 from .codec_specs import build_codecs
 from .dtypes import DataType, as_data_type, default_fill_value, parse_fill_value
-from .group import Group, node_from_metadata, open_existing_group, read_node_metadata
+from .group import Group, node_from_metadata, open_existing_group, read_node_metadata, v2_metadata_keys
 from .metadata import ArrayMetadata, GroupMetadata, parse_node, to_bytes
 from .paths import join_prefix, metadata_key, normalize_path, parent_path, validate_new_node_path
 
@@ -198,7 +199,8 @@ def _fill_to_json_input(value: Any, dt: DataType) -> Any:
     try:
         arr = np.asarray(value)
         if dt.numpy.kind not in "OTUS":
-            arr = arr.astype(dt.numpy, casting="unsafe" if arr.dtype.kind in "biufc" else "same_kind")
+            with np.errstate(invalid="ignore", over="ignore"):  # checked just below, as a typed error
+                arr = arr.astype(dt.numpy, casting="unsafe" if arr.dtype.kind in "biufc" else "same_kind")
             if (
                 dt.numpy.kind in "iub"
                 and np.asarray(value).dtype.kind == "f"
@@ -337,6 +339,11 @@ def open_array(
         )
     meta = read_node_metadata(store, path)
     if meta is None:
+        v2 = v2_metadata_keys(store, path)
+        if v2:
+            raise ZarrV2Error(
+                f"{path or '/'!r} in {store!r} is a Zarr v2 node (found {v2}): zarr3_backend reads Zarr v3 only"
+            )
         raise ArrayNotFoundError(f"no array at {path or '/'!r} in {store!r}")
     if not isinstance(meta, ArrayMetadata):
         raise ArrayNotFoundError(f"{path or '/'!r} is a group, not an array")

@@ -95,6 +95,45 @@ _HINT_MIN_BYTES = 1 << 20
 _AHEAD = 4
 
 
+#: At most this many decoded shard indexes are memoised per Array (see ``Array._index_memo``).
+_INDEX_MEMO_MAX = 4096
+
+#: ``get_regions`` carves results of at most ``_SLAB_BYTES // 4`` bytes out of shared slabs this
+#: big: one large allocation faults its memory in huge pages, several times cheaper per byte
+#: than many ~1 MiB arrays (a result keeps its slab alive, so slabs stay small).
+_SLAB_BYTES = 32 * 2**20
+
+
+def _outputs(shapes: Sequence[tuple[int, ...]], dtype: np.dtype) -> list[np.ndarray]:
+    """Fresh uninitialised arrays of ``shapes``; small ones are views of shared slabs."""
+    itemsize = dtype.itemsize
+    sizes = [int(np.prod(s, dtype=np.int64)) * itemsize for s in shapes]
+    small = _SLAB_BYTES // 4
+    if dtype.hasobject or sum(n for n in sizes if 0 < n <= small) < 2 * small:
+        return [np.empty(s, dtype=dtype) for s in shapes]
+    outs: list[np.ndarray] = []
+    slab, used = None, 0
+    for shape, n in zip(shapes, sizes, strict=True):
+        if not 0 < n <= small:
+            outs.append(np.empty(shape, dtype=dtype))
+            continue
+        step = -(-n // 64) * 64  # 64-byte aligned starts
+        if slab is None or used + n > len(slab):
+            slab = np.empty(_SLAB_BYTES + 64, dtype=np.uint8)
+            used = -slab.ctypes.data % 64
+        outs.append(slab[used : used + n].view(dtype).reshape(shape))
+        used += step
+    return outs
+
+
+def _region_key(region: Any, shape: tuple[int, ...]) -> tuple:
+    """A hashable form of a normalized basic selection: equal keys select the same elements."""
+    return tuple(
+        (s.start, s.stop, s.step) if isinstance(s, slice) else s
+        for s in indexing.normalize_selection(tuple(region), shape)
+    )
+
+
 def _in_order(selection: Any, shape: tuple[int, ...]) -> bool:
     """Whether ``selection`` is the whole of an array of ``shape``, in order (step-1 slices)."""
     return (
@@ -395,15 +434,42 @@ class Array:
         if missing:
             index_range = codec.layout(spec).index_range()
             raws = self.store.get_partial_values([(k, index_range) for k in missing])
+            memo = self._index_memo
             for key, raw in zip(missing, raws, strict=True):
-                try:
-                    index = codec.read_index(lambda ranges, raw=raw: [raw for _ in ranges], spec)
-                except CorruptionError as e:
-                    raise type(e)(f"shard {key!r}: {e}") from e
+                index = memo.get(raw) if raw is not None else None
+                if index is None:
+                    try:
+                        index = codec.read_index(lambda ranges, raw=raw: [raw for _ in ranges], spec)
+                    except CorruptionError as e:
+                        raise type(e)(f"shard {key!r}: {e}") from e
+                    if index is not None:
+                        if len(memo) >= _INDEX_MEMO_MAX:
+                            memo.clear()
+                        index.flags.writeable = False
+                        memo[bytes(raw)] = index
                 found[key] = index
                 if cache is not None and index is not None:
                     cache.put(key, index, generation)
         return found
+
+    @cached_property
+    def _raw_shard_reads(self) -> bool:
+        """Whether regions inside shards are read with ``ShardingCodec.read_partial_into``: a
+        local store (``get_into``), no shard-index cache, inner chunks stored as raw elements."""
+        codec = self._shard_codec
+        return (
+            codec is not None
+            and getattr(self.store, "inline_io", False)
+            and hasattr(self.store, "get_into")
+            and self._index_cache is None
+            and codec.raw_inner_dtype(self._chain.specs[-1]) is not None
+        )
+
+    @cached_property
+    def _index_memo(self) -> dict[bytes, np.ndarray]:
+        """Decoded, checked shard indexes by their encoded bytes: an index read again with the
+        same bytes (re-reading a shard) skips decoding and checking. A pure memo, never stale."""
+        return {}
 
     def _read_parts(self, parts: list[tuple[np.ndarray, Any]], adopt: Any = False) -> dict[int, np.ndarray]:
         """Read regions inside shards: every shard index first (one batched request), then the
@@ -414,11 +480,26 @@ class Array:
         fill = self.fill_value
         adopted: dict[int, np.ndarray] = {}
 
+        raw = self._raw_shard_reads
+
         def read_part(i: int) -> None:
             (out, p), key = parts[i], keys[i]
             index = indexes[key]
             if index is None:
                 out[p.out_selection] = fill
+                return
+            if raw and all(isinstance(s, slice) for s in p.out_selection):
+                get_into = self.store.get_into  # type: ignore[attr-defined]
+                try:  # raw inner chunks are read straight into their place in ``out``
+                    codec.read_partial_into(
+                        lambda r, alloc: get_into(key, alloc, r),
+                        p.chunk_selection,
+                        spec,
+                        out[(*p.out_selection, ...)],
+                        index=index,
+                    )
+                except CorruptionError as e:
+                    raise type(e)(f"shard {key!r}: {e}") from e
                 return
 
             def reader(ranges: list[ByteRange | None]) -> list[bytes | None]:
@@ -474,17 +555,27 @@ class Array:
     def get_regions(self, regions: Sequence[tuple[slice, ...]]) -> list[np.ndarray]:
         """The values of many boxes of step-1 slices in one call: every storage unit and shard
         index they touch is fetched once, in batched store calls, and decoded concurrently."""
-        outs, items, single = [], [], set()
-        for region in regions:
-            indexer = indexing.basic_indexer(tuple(region), self.shape, self.storage_chunks)
-            out = np.empty(indexer.shape, dtype=self.dtype)
+        indexers = [indexing.basic_indexer(tuple(r), self.shape, self.storage_chunks) for r in regions]
+        first: dict[tuple, int] = {}  # a region asked for again is read once, then copied
+        source = [first.setdefault(_region_key(r, self.shape), i) for i, r in enumerate(regions)]
+        outs, items, single = _outputs([ix.shape for ix in indexers], self.dtype), [], set()
+        for i, (indexer, out) in enumerate(zip(indexers, outs, strict=True)):
+            if source[i] != i:
+                continue
             projections = list(indexer)
             if len(projections) == 1:
                 single.add(id(out))
-            outs.append(out)
             items.extend((out, p) for p in projections)
         adopted = self._read_items(items, adopt=single)
-        return [adopted.get(id(out), out) for out in outs]
+        results = [adopted.get(id(out), out) for out in outs]
+        copies = [i for i, j in enumerate(source) if j != i]
+
+        def copy(i: int) -> None:
+            np.copyto(outs[i], results[source[i]])
+
+        if copies:
+            thread_map(copy, copies, kind="cpu")
+        return [outs[i] if source[i] != i else r for i, r in enumerate(results)]
 
     @property
     def oindex(self) -> _OIndex:

@@ -88,7 +88,8 @@ def build_codecs(
     sharding codec (defaults: "end", bytes + crc32c).
     """
     filters_ = [coerce_codec(c) for c in _as_list(filters)]
-    serializer_ = default_serializer(dt) if serializer == "auto" else coerce_codec(serializer)
+    auto = serializer is None or (isinstance(serializer, str) and serializer == "auto")
+    serializer_ = default_serializer(dt) if auto else coerce_codec(serializer)
     if isinstance(compressors, str) and compressors == "auto":
         compressors_ = [DEFAULT_COMPRESSOR]
     else:

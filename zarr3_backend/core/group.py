@@ -12,6 +12,8 @@ import json
 from collections.abc import Collection, Iterator
 from typing import Any
 
+import numpy as np
+
 from ..errors import (
     GroupNotFoundError,
     MetadataError,
@@ -310,6 +312,13 @@ class Group:
             return self.create_array(name, **kwargs)
         if not isinstance(node, Array):
             raise NodeExistsError(f"{join_path(self.path, name)!r} is a group, not an array")
+        for key, have in (("shape", node.shape), ("dtype", node.dtype)):
+            if key in kwargs:
+                want = tuple(kwargs[key]) if key == "shape" else np.dtype(kwargs[key])
+                if want != have:
+                    raise NodeExistsError(
+                        f"array {node.path!r} exists with {key} {have}, not the requested {want}"
+                    )
         return node
 
     def __delitem__(self, name: str) -> None:
