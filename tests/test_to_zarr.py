@@ -379,3 +379,18 @@ def test_open_modify_write_keeps_shard_index_and_key_encoding(tmp_path):
     assert b.metadata.chunk_key_encoding.to_json()["configuration"]["separator"] == "."
     assert (b.chunks, b.shards) == ((2, 3), (4, 6))
     np.testing.assert_array_equal(b[...], np.arange(48, dtype="f4").reshape(8, 6) * 2)
+
+
+def test_bad_writer_arguments_are_typed_package_errors(tmp_path):
+    import xarray as xr
+
+    import zarr3_backend as z3
+    from zarr3_backend.errors import ArgumentError, ArgumentTypeError, Zarr3Error
+
+    ds = xr.Dataset({"v": (("t",), np.arange(4.0))})
+    with pytest.raises(ArgumentError) as info:
+        z3.to_zarr(ds, tmp_path / "o.zarr", mode="w", zarr_format=2)
+    assert isinstance(info.value, Zarr3Error) and isinstance(info.value, ValueError)
+    with pytest.raises(ArgumentTypeError):
+        z3.to_zarr(np.arange(3), tmp_path / "o.zarr", mode="w")
+    assert not (tmp_path / "o.zarr").exists()

@@ -86,6 +86,15 @@ class ChunkAlignmentError(ShapeError):
     """Dask chunks would let two write tasks touch one shard (or chunk)."""
 
 
+# --- arguments ----------------------------------------------------------------------------------
+class ArgumentError(Zarr3Error, ValueError):
+    """An argument of a public call is invalid (mode, encoding, region, ...); names it."""
+
+
+class ArgumentTypeError(Zarr3Error, TypeError):
+    """An argument of a public call has the wrong type; names it."""
+
+
 # --- storage ------------------------------------------------------------------------------------
 class StoreError(Zarr3Error, OSError):
     """The storage backend failed (unreachable endpoint, denied access, timeout); names the URL."""

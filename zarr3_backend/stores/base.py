@@ -11,12 +11,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from ..byte_range import ByteRange
-from ..errors import InvalidKeyError, ReadOnlyError, Zarr3Error
+from ..errors import ArgumentError, InvalidKeyError, ReadOnlyError
 
 BytesLike = bytes | bytearray | memoryview
 
 
-class StoreArgumentError(Zarr3Error, ValueError):
+class StoreArgumentError(ArgumentError):
     """An argument choosing or configuring a store is invalid (type, mode, storage_options)."""
 
 

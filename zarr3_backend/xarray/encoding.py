@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..codecs import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec, get_codec_class
-from ..errors import CodecError, MetadataError, ShapeError
+from ..errors import ArgumentError, CodecError, MetadataError, ShapeError
 
 #: The attribute older (xarray + zarr v2) stores use to name an array's dimensions.
 DIMENSION_KEY = "_ARRAY_DIMENSIONS"
@@ -136,13 +136,13 @@ def decode_fill_value_attr(value: Any, dtype: np.dtype | str, *, where: str = "_
             return _decode_float(value)
         if dt.kind == "c":
             if not (isinstance(value, list | tuple) and len(value) == 2):
-                raise ValueError("expected [real, imag]")
+                raise ArgumentError("expected [real, imag]")
             return complex(_decode_float(value[0]), _decode_float(value[1]))
         if dt.kind == "b":
             return bool(value)
         if dt.kind in "iu":
             if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-                raise ValueError("expected a number")
+                raise ArgumentError("expected a number")
             return int(value)
         if dt.kind in "UT":
             return str(value)
@@ -163,7 +163,7 @@ def _is_numpy(dtype: Any) -> bool:
 
 def _decode_float(value: Any) -> float:
     if isinstance(value, bool):
-        raise ValueError("expected a number, got a boolean")
+        raise ArgumentError("expected a number, got a boolean")
     if isinstance(value, int | float | np.integer | np.floating):
         return float(value)
     if isinstance(value, str):
@@ -174,8 +174,8 @@ def _decode_float(value: Any) -> float:
             return struct.unpack("<d", raw)[0]
         if len(raw) == 4:
             return struct.unpack("<f", raw)[0]
-        raise ValueError(f"base64 value decodes to {len(raw)} bytes, expected 8")
-    raise ValueError(f"expected a number or a base64 string, got {type(value).__name__}")
+        raise ArgumentError(f"base64 value decodes to {len(raw)} bytes, expected 8")
+    raise ArgumentError(f"expected a number or a base64 string, got {type(value).__name__}")
 
 
 def _decode_text_fill(value: Any, kind: str, where: str) -> Any:

@@ -40,6 +40,8 @@ from ..dask.read import BlockReader, store_token
 from ..dask.write import plan_chunks
 from ..dask.write import store as dask_store
 from ..errors import (
+    ArgumentError,
+    ArgumentTypeError,
     EncodedRangeError,
     GroupNotFoundError,
     MetadataError,
@@ -66,27 +68,29 @@ def choose_mode(mode: str | None, append_dim: Hashable | None, region: Any) -> s
     if mode is None:
         mode = "a" if append_dim is not None else "r+" if region is not None else "w-"
     if mode not in WRITE_MODES:
-        raise ValueError(f"mode must be one of {WRITE_MODES}, got mode={mode!r}")
+        raise ArgumentError(f"mode must be one of {WRITE_MODES}, got mode={mode!r}")
     if append_dim is not None and mode not in ("a", "a-"):
-        raise ValueError(f"cannot set append_dim unless mode='a' or mode='a-', got mode={mode!r}")
+        raise ArgumentError(f"cannot set append_dim unless mode='a' or mode='a-', got mode={mode!r}")
     if region is not None and mode not in ("a", "a-", "r+"):
-        raise ValueError(f"cannot set region unless mode='a', 'a-' or 'r+', got mode={mode!r}")
+        raise ArgumentError(f"cannot set region unless mode='a', 'a-' or 'r+', got mode={mode!r}")
     return mode
 
 
 def _validate_names(ds: xr.Dataset) -> None:
     for name in ds.variables:
         if not isinstance(name, str) or not name:
-            raise ValueError(f"variable names must be non-empty strings to be stored in Zarr, got {name!r}")
+            raise ArgumentError(
+                f"variable names must be non-empty strings to be stored in Zarr, got {name!r}"
+            )
         if "/" in name or name in (".", ".."):
-            raise ValueError(f"variable name {name!r} cannot be a Zarr array name (no '/', '.' or '..')")
+            raise ArgumentError(f"variable name {name!r} cannot be a Zarr array name (no '/', '.' or '..')")
 
 
 def _as_dataset(obj: xr.Dataset | xr.DataArray) -> xr.Dataset:
     if isinstance(obj, xr.DataArray):
         return obj.to_dataset(name=obj.name if obj.name is not None else "__xarray_dataarray_variable__")
     if not isinstance(obj, xr.Dataset):
-        raise TypeError(f"to_zarr writes an xarray Dataset or DataArray, got {type(obj).__name__}")
+        raise ArgumentTypeError(f"to_zarr writes an xarray Dataset or DataArray, got {type(obj).__name__}")
     return obj
 
 
@@ -96,7 +100,7 @@ def _array_dims(a: Array) -> tuple[str, ...]:
         attr = a.metadata.attributes.get("_ARRAY_DIMENSIONS")
         if isinstance(attr, list) and len(attr) == a.ndim:
             return tuple(attr)
-        raise ValueError(f"array {a.path!r} has no dimension names; cannot match it to dataset dimensions")
+        raise ArgumentError(f"array {a.path!r} has no dimension names; cannot match it to dataset dimensions")
     return tuple(names)  # type: ignore[arg-type]
 
 
@@ -135,7 +139,7 @@ def _auto_region(ds: xr.Dataset, region: dict, group: Group | None, arrays: Mapp
                 f"write cannot add coordinate values (use append_dim to grow {dim!r})"
             )
         if len(idxs) and (np.diff(idxs) != 1).any():
-            raise ValueError(
+            raise ArgumentError(
                 f"the values of coordinate {dim!r} map to non-contiguous positions in the store; a region "
                 "write needs a contiguous block of the stored coordinate"
             )
@@ -155,28 +159,30 @@ def _resolve_region(
     if region == "auto":
         region = dict.fromkeys(ds.dims, "auto")
     if not isinstance(region, Mapping):
-        raise TypeError(f"region must be a dict of dimension -> slice or 'auto', got {type(region).__name__}")
+        raise ArgumentTypeError(
+            f"region must be a dict of dimension -> slice or 'auto', got {type(region).__name__}"
+        )
     region = dict(region)
     if any(v == "auto" for v in region.values()):
         if mode not in ("r+", "a"):
-            raise ValueError(f"region='auto' needs mode='r+' or 'a', got mode={mode!r}")
+            raise ArgumentError(f"region='auto' needs mode='r+' or 'a', got mode={mode!r}")
         region = _auto_region(ds, region, group, arrays)
     for dim, sel in region.items():
         if dim not in ds.dims:
-            raise ValueError(f"region dimension {dim!r} is not a dimension of the dataset {list(ds.dims)}")
+            raise ArgumentError(f"region dimension {dim!r} is not a dimension of the dataset {list(ds.dims)}")
         if not isinstance(sel, slice):
-            raise TypeError(f"region values must be slices, got {sel!r} for dimension {dim!r}")
+            raise ArgumentTypeError(f"region values must be slices, got {sel!r} for dimension {dim!r}")
         if sel.step not in (None, 1):
-            raise ValueError(f"region slices must have step 1, got {sel!r} for dimension {dim!r}")
+            raise ArgumentError(f"region slices must have step 1, got {sel!r} for dimension {dim!r}")
     # index coordinates are dropped below anyway (a region write cannot change them)
     unmatched = [k for k, v in ds.variables.items() if not set(region) & set(v.dims) and k not in ds.indexes]
     if region and unmatched:
-        raise ValueError(
+        raise ArgumentError(
             f"with region={list(region)}, every variable must use one of those dimensions; these do not: "
             f"{unmatched}. Drop them with .drop_vars({unmatched!r})"
         )
     if append_dim is not None and append_dim in region:
-        raise ValueError(f"dimension {append_dim!r} cannot be both append_dim and a region dimension")
+        raise ArgumentError(f"dimension {append_dim!r} cannot be both append_dim and a region dimension")
     return ds.drop_vars(list(ds.indexes)), region
 
 
@@ -199,7 +205,7 @@ def _as_tuple(value: Any, ndim: int, key: str, name: str) -> tuple[int, ...] | N
     try:
         out = tuple(int(v) for v in value)
     except TypeError as e:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"encoding[{key!r}] for variable {name!r} must be an int or a tuple of ints, got {value!r}"
         ) from e
     return out
@@ -266,11 +272,11 @@ def creation_kwargs(
     encoding = {k: v for k, v in var.encoding.items() if k not in _SAFE_TO_DROP}
     invalid = sorted(set(encoding) - _VALID_ENCODING)
     if invalid and user_encoding:
-        raise ValueError(f"unexpected encoding parameters for variable {name!r}: {invalid}")
+        raise ArgumentError(f"unexpected encoding parameters for variable {name!r}: {invalid}")
     for k in invalid:
         del encoding[k]
     if "_FillValue" in var.encoding and var.encoding["_FillValue"] is not None:
-        raise ValueError(f"variable {name!r}: Zarr does not take _FillValue in encoding")
+        raise ArgumentError(f"variable {name!r}: Zarr does not take _FillValue in encoding")
     ndim = var.ndim
     chunks = _as_tuple(encoding.get("chunks"), ndim, "chunks", name)
     if chunks is not None and len(chunks) != ndim:
@@ -284,7 +290,7 @@ def creation_kwargs(
         if user_encoding:
             given = [k for k in _LAYOUT_KEYS if k in encoding]
             if given:
-                raise ValueError(f"variable {name!r}: give either encoding['codecs'] or {given}, not both")
+                raise ArgumentError(f"variable {name!r}: give either encoding['codecs'] or {given}, not both")
         elif any(encoding.get(k) is not None for k in _LAYOUT_KEYS):
             codecs = None  # read back from a store: the split form carries the layout
     if codecs is not None:
@@ -310,7 +316,7 @@ def creation_kwargs(
     kwargs["fill_value"] = fill
     enc_empty = encoding.get("write_empty_chunks")
     if write_empty_chunks is not None and enc_empty is not None and bool(enc_empty) != write_empty_chunks:
-        raise ValueError(
+        raise ArgumentError(
             f"variable {name!r}: encoding['write_empty_chunks']={enc_empty!r} differs from write_empty_chunks={write_empty_chunks!r}"
         )
     kwargs["write_empty_chunks"] = bool(
@@ -432,7 +438,7 @@ def _encode_like_stored(var: Variable, stored: Variable, name: str) -> Variable:
         want = stored.encoding.get(key)
         got = encoded.attrs.get(key)
         if want is not None and got is not None and not _same_cf_setting(key, want, got):
-            raise ValueError(
+            raise ArgumentError(
                 f"variable {name!r}: the new values cannot be encoded with the stored {key} {want!r} "
                 f"(they need {got!r}), so they cannot be written to this store; "
                 + "; ".join(str(w.message) for w in caught)
@@ -469,7 +475,7 @@ def _check_append_dtype(name: str, stored: Variable, new: Variable) -> None:
         or (new.dtype.kind in "SUT" and stored.dtype.kind in "OT")
     )
     if not easy and new.dtype != stored.dtype:
-        raise ValueError(
+        raise ArgumentError(
             f"variable {name!r}: the store holds dtype {stored.dtype} but the data to write has dtype {new.dtype}"
         )
 
@@ -484,7 +490,7 @@ def _match_dims(
 ) -> Variable:
     if var.dims != stored_dims:
         if set(var.dims) != set(stored_dims):
-            raise ValueError(
+            raise ArgumentError(
                 f"variable {name!r} is stored with dimensions {stored_dims} but the dataset has {var.dims}; "
                 "to_zarr cannot change a variable's dimensions"
             )
@@ -498,7 +504,7 @@ def _match_dims(
             n = stop - start
         want[dim], got[dim] = n, m
     if want != got:
-        raise ValueError(
+        raise ArgumentError(
             f"variable {name!r} is stored with dimension sizes {want} but the dataset has {got}; only "
             "append_dim may change a size (use region= to write part of a stored variable)"
         )
@@ -554,35 +560,35 @@ def _plan(
     new_names = [n for n in variables if n not in existing_names]
 
     if mode == "r+" and new_names:
-        raise ValueError(
+        raise ArgumentError(
             f"the dataset has variables {new_names} that the store does not; mode='r+' only writes "
             "existing variables (use mode='a' to add variables)"
         )
     if region and new_names:
-        raise ValueError(f"a region write needs every variable in the store already; missing: {new_names}")
+        raise ArgumentError(f"a region write needs every variable in the store already; missing: {new_names}")
     if mode in ("a", "a-", "r+"):
         clash = sorted(set(encoding) & set(existing_names))
         if clash:
-            raise ValueError(
+            raise ArgumentError(
                 f"variables {clash} already exist in the store, but encoding was provided for them"
             )
     if append_dim is not None:
         stored_dims = {d for a in arrays.values() for d in (a.dimension_names or ())}
         if append_dim not in stored_dims:
-            raise ValueError(
+            raise ArgumentError(
                 f"append_dim={append_dim!r} is not a dimension of the stored dataset {sorted(stored_dims)}"
             )
         left_out = [
             n for n, a in arrays.items() if append_dim in (a.dimension_names or ()) and n not in variables
         ]
         if left_out:
-            raise ValueError(
+            raise ArgumentError(
                 f"stored variables {left_out} have dimension {append_dim!r} but are missing from the dataset to "
                 "append; appending without them would leave them shorter than the rest"
             )
         growing_new = [n for n in new_names if append_dim in variables[n].dims]
         if growing_new:
-            raise ValueError(
+            raise ArgumentError(
                 f"variables {growing_new} are not in the store but have the append dimension {append_dim!r}: "
                 f"appended, they would hold only the new {append_dim!r} steps while the stored variables hold "
                 f"them all, and the store could no longer be opened. Write them over the whole {append_dim!r} "
@@ -776,7 +782,7 @@ def _check_same_coordinate(
     except (ValueError, TypeError) as e:
         same, why = False, f" ({e})"
     if not same:
-        raise ValueError(
+        raise ArgumentError(
             f"coordinate {name!r} differs from the one in the store{why}; appending along "
             f"{append_dim!r} needs the other coordinates unchanged"
         )
@@ -830,12 +836,12 @@ def to_zarr(
     ds = _as_dataset(dataset)
     mode = choose_mode(mode, append_dim, region)
     if zarr_format not in (None, 3):
-        raise ValueError(f"zarr3_backend writes zarr_format 3 only, got zarr_format={zarr_format!r}")
+        raise ArgumentError(f"zarr3_backend writes zarr_format 3 only, got zarr_format={zarr_format!r}")
     _validate_names(ds)
     encoding = dict(encoding or {})
     unknown = [k for k in encoding if k not in ds.variables]
     if unknown:
-        raise ValueError(f"encoding given for variables {unknown} that are not in the dataset")
+        raise ArgumentError(f"encoding given for variables {unknown} that are not in the dataset")
     zstore = make_store(store if store is not None else {}, mode="a", storage_options=storage_options)
     path = normalize_path(group)
 
@@ -980,7 +986,7 @@ def _detach_from_target(ds: xr.Dataset, zstore: Store, path: str) -> xr.Dataset:
         if not sources:
             continue
         if isinstance(var._data, da.Array):
-            raise ValueError(
+            raise ArgumentError(
                 f"variable {name!r} is read lazily (dask) from {sources[0]!r} in the store being "
                 f"overwritten, and mode='w' erases group {path or '/'!r} before the data is computed, "
                 "so it would be written as fill values. Load it first (.load() or .persist() on a "
