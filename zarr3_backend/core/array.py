@@ -146,7 +146,11 @@ def _in_order(selection: Any, shape: tuple[int, ...]) -> bool:
 
 
 class Array:
-    """One Zarr v3 array in a store, addressed numpy-style."""
+    """One Zarr v3 array in a store, addressed numpy-style.
+
+    ``store`` and ``path`` locate it; ``metadata`` is its parsed ``zarr.json``
+    (``ArrayMetadata``). Made by ``open_array``/``create_array`` or a Group, not directly.
+    """
 
     def __init__(
         self,
@@ -168,34 +172,42 @@ class Array:
     # ---- description -----------------------------------------------------------------------
     @property
     def name(self) -> str:
+        """The last segment of the array's path ("" for a root array)."""
         return node_name(self.path)
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The array's shape."""
         return self.metadata.shape
 
     @property
     def ndim(self) -> int:
+        """Number of dimensions."""
         return len(self.shape)
 
     @property
     def size(self) -> int:
+        """Number of elements."""
         return int(np.prod(self.shape, dtype=np.int64))
 
     @property
     def dtype(self) -> np.dtype:
+        """The numpy data type of the values (native byte order)."""
         return self.metadata.data_type.numpy
 
     @property
     def nbytes(self) -> int:
+        """Size of the whole array in bytes, uncompressed."""
         return self.size * self.dtype.itemsize
 
     @property
     def fill_value(self) -> Any:
+        """The value of never-written elements (a numpy scalar of ``dtype``)."""
         return self.metadata.fill_value
 
     @property
     def dimension_names(self) -> tuple[str | None, ...] | None:
+        """The ``dimension_names`` of ``zarr.json``, or ``None``."""
         return self.metadata.dimension_names
 
     @property
@@ -233,6 +245,7 @@ class Array:
 
     @property
     def attrs(self) -> Attributes:
+        """The attributes, as a mutable mapping whose changes are written at once."""
         return Attributes(self)
 
     @property

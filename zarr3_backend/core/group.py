@@ -106,10 +106,12 @@ class Group:
 
     @property
     def name(self) -> str:
+        """The last segment of the group's path ("" for the root)."""
         return node_name(self.path)
 
     @property
     def attrs(self) -> Attributes:
+        """The attributes, as a mutable mapping whose changes are written at once."""
         return Attributes(self)
 
     def __repr__(self) -> str:
@@ -192,6 +194,7 @@ class Group:
         return True
 
     def get(self, name: str, default: Any = None) -> Node | None:
+        """The child ``name``, or ``default`` when there is none."""
         try:
             return self[name]
         except NodeNotFoundError:
@@ -272,9 +275,11 @@ class Group:
         return ((k, v) for k, v in self.members().items() if isinstance(v, Group))
 
     def array_keys(self) -> list[str]:
+        """Names of the direct child arrays."""
         return [k for k, _ in self.arrays()]
 
     def group_keys(self) -> list[str]:
+        """Names of the direct child groups."""
         return [k for k, _ in self.groups()]
 
     # ---- creating children -----------------------------------------------------------------
