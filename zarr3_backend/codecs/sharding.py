@@ -13,14 +13,14 @@ The index format lives in pure functions (``encode_index``, ``decode_index``, ``
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from .. import indexing
-from .._threads import thread_map
+from .._threads import scratch_buffer, thread_map
 from ..byte_range import ByteRange
 from ..errors import CodecError, CorruptionError, Zarr3Error
 from .base import ArrayBytesCodec, Buffer, ChunkSpec, Codec, RangeReader, as_bytes_view
@@ -43,6 +43,11 @@ MERGE_GAP = 4096
 _THREADS_MIN_BYTES = 1 << 20
 
 IndexLocation = Literal["start", "end"]
+
+#: ``read_into(byte_range, alloc)`` reads ``byte_range`` of one stored shard into the buffer
+#: ``alloc(n)`` returns (``n``: the bytes the range holds, clipped to the value; the buffer may be
+#: shorter, then only its length is read) and returns the filled part, ``None`` when missing.
+RangeIntoReader = Callable[[ByteRange, Callable[[int], memoryview]], "memoryview | None"]
 
 
 # --- the index format: pure functions -----------------------------------------------------------
@@ -288,6 +293,7 @@ class ShardingCodec(ArrayBytesCodec):
         )
         self.index_location: IndexLocation = index_location
         self._cached: tuple[tuple, ShardLayout] | None = None  # (spec key, layout), swapped atomically
+        self._last: tuple[ChunkSpec, ShardLayout] | None = None  # (spec object, layout), the same
 
     # ---- metadata ------------------------------------------------------------------------------
     def configuration(self) -> dict[str, Any]:
@@ -312,12 +318,17 @@ class ShardingCodec(ArrayBytesCodec):
 
     def layout(self, spec: ChunkSpec) -> ShardLayout:
         """The validated ``ShardLayout`` for shards of ``spec`` (cached for the last spec)."""
+        last = self._last
+        if last is not None and last[0] is spec:  # the same spec object: no key to compute
+            return last[1]
         key = _spec_key(spec)
         cached = self._cached
         if cached is not None and cached[0] == key:
-            return cached[1]
-        layout = self._build_layout(spec)
-        self._cached = (key, layout)
+            layout = cached[1]
+        else:
+            layout = self._build_layout(spec)
+            self._cached = (key, layout)
+        self._last = (spec, layout)
         return layout
 
     def _build_layout(self, spec: ChunkSpec) -> ShardLayout:
@@ -564,8 +575,110 @@ class ShardingCodec(ArrayBytesCodec):
             thread_map(read_nested, partial, kind="io")
         return out
 
+    def raw_inner_dtype(self, spec: ChunkSpec) -> np.dtype | None:
+        """The stored element type when inner chunks are plain C-order elements (inner chain
+        ``bytes`` alone), else ``None``: such chunks can be read straight into an output array."""
+        inner = self.layout(spec).inner
+        if inner.array_array or inner.bytes_bytes or getattr(inner.array_bytes, "name", None) != "bytes":
+            return None
+        if spec.dtype.hasobject:
+            return None
+        return inner.array_bytes.wire_dtype(spec.dtype)
+
+    def read_partial_into(
+        self,
+        read_into: RangeIntoReader,
+        selection: Any,
+        spec: ChunkSpec,
+        out: np.ndarray,
+        *,
+        index: np.ndarray,
+    ) -> None:
+        """``out[...] = decode(shard)[selection]`` for a shard whose inner chunks are raw elements
+        (``raw_inner_dtype`` is not None): each touched inner chunk is read with one ranged read
+        straight into its place in ``out`` when that is one contiguous block of the same dtype,
+        else into reused scratch memory and copied. Errors are those of ``decode_partial``."""
+        layout = self.layout(spec)
+        wire = self.raw_inner_dtype(spec)
+        if wire is None:
+            raise CodecError("codec 'sharding_indexed': read_partial_into needs inner codecs [bytes]")
+        indexer = inner_indexer(selection, layout.shard_shape, layout.chunk_shape)
+        if out.shape != indexer.shape:
+            raise CodecError(
+                f"codec 'sharding_indexed': output of shape {out.shape} for a selection of shape {indexer.shape}"
+            )
+        nbytes = layout.inner.spec.nbytes
+        guard = layout.index_size if layout.index_location == "end" else 0
+        direct = wire == out.dtype
+        present: list[tuple[indexing.ChunkProjection, int, int]] = []
+        for q in indexer:
+            entry = index[q.chunk_coords]
+            off, nb = int(entry[0]), int(entry[1])
+            if off == EMPTY:
+                out[q.out_selection] = spec.fill_value
+            elif nb != nbytes:
+                raise CorruptionError(
+                    f"inner chunk {q.chunk_coords} (offset={off}, nbytes={nb}): codec 'bytes': chunk holds "
+                    f"{nb} bytes, expected {nbytes} for shape {layout.chunk_shape} of {spec.dtype}"
+                )
+            else:
+                present.append((q, off, nb))
+
+        def read_one(item: tuple[indexing.ChunkProjection, int, int]) -> None:
+            q, off, nb = item
+            target = _contiguous_target(out, q, nb) if direct else None
+
+            def alloc(n: int) -> memoryview:
+                if n < nb + guard:  # the range runs past the end of the shard or into its index
+                    raise _outside_error(q.chunk_coords, off, nb, n, guard)
+                if target is not None:
+                    return memoryview(target.reshape(-1)).cast("B")
+                return scratch_buffer(nb, 1)
+
+            got = read_into(ByteRange(off, nb + guard), alloc)
+            if got is None:
+                raise CorruptionError(f"shard vanished while reading bytes [{off}, {off + nb})")
+            if len(got) < nb:  # the shard shrank between the index read and this one
+                raise _outside_error(q.chunk_coords, off, nb, len(got), 0)
+            if target is None:
+                chunk = np.frombuffer(got, dtype=wire).reshape(layout.chunk_shape)
+                out[q.out_selection] = chunk[q.chunk_selection]
+
+        if layout.use_threads(len(present)):
+            thread_map(read_one, present, kind="cpu")
+        else:
+            for item in present:
+                read_one(item)
+
 
 # --- helpers of the codec -----------------------------------------------------------------------
+def _contiguous_target(out: np.ndarray, q: indexing.ChunkProjection, nb: int) -> np.ndarray | None:
+    """The region of ``out`` a whole inner chunk fills, when it is one C-contiguous block of
+    ``nb`` bytes (the chunk's bytes can then be read straight into it), else ``None``."""
+    if not q.is_complete or not all(isinstance(s, slice) and s.step in (None, 1) for s in q.out_selection):
+        return None
+    if not all(isinstance(s, slice) and s.step in (None, 1) for s in q.chunk_selection):
+        return None
+    region = out[q.out_selection]
+    if region.nbytes != nb or not region.flags.c_contiguous:
+        return None
+    return region
+
+
+def _outside_error(coords: tuple[int, ...], off: int, nb: int, available: int, guard: int) -> CorruptionError:
+    """The error for an inner chunk whose bytes do not all lie in the shard's chunk data."""
+    if available >= nb:  # the chunk exists but overlaps the index at the end
+        data_end = off + available - guard
+        return CorruptionError(
+            f"shard index entry of inner chunk {coords} (offset={off}, nbytes={nb}, end={off + nb}) "
+            f"points outside the shard's chunk data [0, {data_end}) (into the shard index)"
+        )
+    return CorruptionError(
+        f"shard index points past the end of the shard: inner chunk {coords} needs bytes "
+        f"[{off}, {off + nb}), only {available} available from offset {off}"
+    )
+
+
 def _nested_sharding(layout: ShardLayout) -> Any:
     """The inner chain's sharding codec when inner chunks are shards read and written in parts."""
     inner = layout.inner

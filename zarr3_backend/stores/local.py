@@ -143,8 +143,8 @@ class LocalStore(Store):
         self, key: str, alloc: Callable[[int], memoryview], byte_range: ByteRange | None = None
     ) -> memoryview | None:
         """The value of ``key`` (or the part ``byte_range`` selects, clipped to the file) read
-        into ``alloc(size)``, a writable buffer of exactly ``size`` bytes (e.g. reused scratch
-        memory or the output array itself); ``None`` when missing."""
+        into ``alloc(size)``, a writable buffer of ``size`` bytes (e.g. reused scratch memory or
+        the output array itself; a shorter buffer reads only its length); ``None`` when missing."""
         fd = self._open_read(key, self._key_path(key))
         if fd is None:
             return None
@@ -159,9 +159,10 @@ class LocalStore(Store):
                     if byte_range.length is not None:
                         stop = min(start + byte_range.length, size)
             buf = alloc(stop - start)
+            want = min(len(buf), stop - start)
             got = 0
-            while got < stop - start:
-                n = os.preadv(fd, [buf[got:]], start + got)
+            while got < want:
+                n = os.preadv(fd, [buf[got:want]], start + got)
                 if n == 0:  # the file shrank under us: return what exists
                     break
                 got += n
