@@ -154,6 +154,9 @@ def test_from_array_never_serves_an_earlier_read_held_by_the_cluster(client, tmp
     a = z3.create_array(tmp_path / "s.zarr", "v", shape=(8,), dtype="float64", chunks=(4,))
     a[...] = 1.0
     held = from_array(a).persist()  # the cluster keeps these results under their keys
+    from distributed import wait
+
+    wait(held)  # persist returns at once: let the reads finish before the rewrite
     store(da.full((8,), 2.0, chunks=4), a)
     reopened = z3.open_array(tmp_path / "s.zarr", "v")  # same store, path and metadata as `a`
     np.testing.assert_array_equal(from_array(reopened).compute(), np.full(8, 2.0))
