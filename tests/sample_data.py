@@ -4,6 +4,24 @@ from __future__ import annotations
 
 import numpy as np
 
+#: The numeric core data types of the Zarr v3 spec, as numpy names.
+DTYPES = [
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+]
+
 
 def sample(dtype: str, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
     """Random values covering the whole range of integer types; normal values for floats."""

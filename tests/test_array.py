@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sample_data import sample
+from sample_data import DTYPES, sample
 
 import zarr3_backend as z3
 from zarr3_backend.errors import (
@@ -19,22 +19,6 @@ from zarr3_backend.errors import (
     ShapeError,
 )
 
-DTYPES = [
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "float32",
-    "float64",
-    "complex64",
-    "complex128",
-]
 CODECS = {
     "raw": None,
     "gzip": [{"name": "gzip", "configuration": {"level": 1}}],

@@ -14,6 +14,7 @@ import numcodecs.blosc
 import numcodecs.zstd
 import numpy as np
 import pytest
+from sample_data import DTYPES as CORE_DTYPES
 
 from zarr3_backend.codecs import (
     BloscCodec,
@@ -33,23 +34,7 @@ from zarr3_backend.codecs import registry as registry_module
 from zarr3_backend.codecs.blosc import available_cnames
 from zarr3_backend.errors import ChecksumError, CodecError, CorruptionError, UnknownCodecError
 
-DTYPES = [
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "float32",
-    "float64",
-    "complex64",
-    "complex128",
-    "V2",  # the raw type r16
-]
+DTYPES = [*CORE_DTYPES, "V2"]  # V2: the raw type r16
 SHAPES = [(), (0,), (7,), (3, 4), (2, 0, 3), (2, 3, 5)]
 CHAINS = {
     "bytes-little": [{"name": "bytes", "configuration": {"endian": "little"}}],

@@ -6,28 +6,13 @@ import numpy as np
 import pytest
 import tensorstore as ts
 import zarr
+from sample_data import DTYPES
 from sample_data import sample as _sample
 
 import zarr3_backend as z3
 
 pytestmark = pytest.mark.interop
 
-DTYPES = [
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "float32",
-    "float64",
-    "complex64",
-    "complex128",
-]
 CODECS = {
     "none": [],
     "gzip": [{"name": "gzip", "configuration": {"level": 5}}],
