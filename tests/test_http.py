@@ -159,7 +159,7 @@ def test_a_stalled_server_raises_timeout_after_a_bounded_number_of_requests(serv
     proxy = Proxy(origin.url)
     try:
         opts = {
-            "client_kwargs": {"timeout": aiohttp.ClientTimeout(sock_read=0.3)},
+            "client_kwargs": {"timeout": aiohttp.ClientTimeout(sock_read=1.0)},
             "zarr3": {"retries": 1, "batch_size": 2},
         }
         a = z3.open_array(f"{proxy.endpoint}/data.zarr", "t", storage_options=opts)

@@ -588,7 +588,7 @@ def test_denied_access_raises_typed_error_and_keeps_the_old_object(moto, bucket,
 def test_stalled_server_raises_timeout_after_the_store_retries_only(moto, bucket, proxy):
     url = f"s3://{bucket}/data.zarr"
     FsspecStore.from_url(url, s3_options(moto.endpoint)).set("k", b"v")
-    opts = s3_options(proxy.endpoint, attempts=None, read_timeout=0.3, zarr3={"retries": 1})
+    opts = s3_options(proxy.endpoint, attempts=None, read_timeout=1.0, zarr3={"retries": 1})
     shared = fsspec.filesystem("s3", **fs_options(opts))  # what fsspec hands everyone else
     proxy.stall(30, match=lambda r: r.method == "GET")
     store = FsspecStore.from_url(url, opts)
@@ -605,7 +605,7 @@ def test_a_stalled_batch_stops_sending_after_the_first_timeouts(moto, bucket, pr
     keys = [f"k/{i}" for i in range(12)]
     FsspecStore.from_url(url, s3_options(moto.endpoint)).set_many(dict.fromkeys(keys, b"v"))
     proxy.stall(30, match=lambda r: r.method == "GET")
-    opts = s3_options(proxy.endpoint, attempts=None, read_timeout=0.3, zarr3={"retries": 1, "batch_size": 3})
+    opts = s3_options(proxy.endpoint, attempts=None, read_timeout=1.0, zarr3={"retries": 1, "batch_size": 3})
     with pytest.raises(StoreTimeoutError, match=re.escape(url)):
         FsspecStore.from_url(url, opts).get_many(keys)
     assert 2 <= len(proxy.log.snapshot()) <= 6  # one window of 3 per attempt, not 12 / 3 windows of timeouts
