@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Iterator, MutableMapping, Sequence
+from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
@@ -22,53 +22,13 @@ from .._threads import scratch_buffer, thread_map
 from ..byte_range import ByteRange
 from ..codecs import CodecChain
 from ..codecs.fill import is_fill
-from ..errors import CorruptionError, ReadOnlyError, SelectionError, ShapeError
+from ..errors import CorruptionError, ReadOnlyError, ShapeError
 from ..stores.base import Store
+from .attributes import Attributes
 from .metadata import ArrayMetadata, to_bytes
 from .paths import join_path, join_prefix, metadata_key, node_name
+from .selection import OIndex, VIndex, fancy_kind, flatten_nd
 from .shard_index_cache import ShardIndexCache
-
-
-class Attributes(MutableMapping):
-    """The ``attributes`` of a node; every change is written to its ``zarr.json`` at once."""
-
-    def __init__(self, node: Array | Any) -> None:
-        self._node = node
-
-    def _get(self) -> dict:
-        return self._node.metadata.attributes
-
-    def __getitem__(self, key: str) -> Any:
-        return self._get()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._get())
-
-    def __len__(self) -> int:
-        return len(self._get())
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self.update({key: value})
-
-    def __delitem__(self, key: str) -> None:
-        attrs = dict(self._get())
-        del attrs[key]
-        self._node._set_attributes(attrs)
-
-    def update(self, other: Any = (), /, **kwargs: Any) -> None:  # one write for many keys
-        attrs = dict(self._get())
-        attrs.update(other, **kwargs)
-        self._node._set_attributes(attrs)
-
-    def put(self, attrs: dict) -> None:
-        """Replace all attributes with ``attrs`` (one write)."""
-        self._node._set_attributes(dict(attrs))
-
-    def asdict(self) -> dict:
-        return dict(self._get())
-
-    def __repr__(self) -> str:
-        return repr(self._get())
 
 
 def _whole_chunk_target(p: Any, out: np.ndarray, chunk_shape: tuple[int, ...]) -> np.ndarray | None:
@@ -551,9 +511,9 @@ class Array:
         return adopted
 
     def __getitem__(self, selection: Any) -> Any:
-        kind = _fancy_kind(selection, self.shape)
+        kind = fancy_kind(selection, self.shape)
         if kind == "nd-array":
-            flat, pos, index_shape = _flatten_nd(selection)
+            flat, pos, index_shape = flatten_nd(selection)
             result = self.oindex[flat]
             return result.reshape(result.shape[:pos] + index_shape + result.shape[pos + 1 :])
         if kind is not None:
@@ -591,14 +551,14 @@ class Array:
         return [outs[i] if source[i] != i else r for i, r in enumerate(results)]
 
     @property
-    def oindex(self) -> _OIndex:
+    def oindex(self) -> OIndex:
         """Orthogonal indexing: integer arrays and boolean masks apply per axis."""
-        return _OIndex(self)
+        return OIndex(self)
 
     @property
-    def vindex(self) -> _VIndex:
+    def vindex(self) -> VIndex:
         """Vectorized (numpy fancy) indexing: coordinate arrays broadcast together."""
-        return _VIndex(self)
+        return VIndex(self)
 
     # ---- writing ---------------------------------------------------------------------------
     def _check_writable(self) -> None:
@@ -713,9 +673,9 @@ class Array:
             cache.invalidate(keys)
 
     def __setitem__(self, selection: Any, value: Any) -> None:
-        kind = _fancy_kind(selection, self.shape)
+        kind = fancy_kind(selection, self.shape)
         if kind == "nd-array":
-            flat, pos, index_shape = _flatten_nd(selection)
+            flat, pos, index_shape = flatten_nd(selection)
             indexer = indexing.orthogonal_indexer(flat, self.shape, self.storage_chunks)
             nd_shape = (*indexer.shape[:pos], *index_shape, *indexer.shape[pos + 1 :])
             self._write(indexer, self._coerce_value(value, nd_shape).reshape(indexer.shape))
@@ -810,72 +770,3 @@ class Array:
         grown._index_cache = self._index_cache
         grown[tuple(region)] = data
         self._write_metadata(new_meta)
-
-
-def _fancy_kind(selection: Any, shape: tuple[int, ...]) -> str | None:
-    """How numpy would read ``selection``: None (basic), "orthogonal" or "vectorized".
-
-    Like numpy (and zarr-python): several integer arrays with no slices, a multi-dimensional
-    index array, or one boolean mask of the array's shape select points (vectorized); one array
-    among slices and ints selects the same as orthogonal indexing.
-    """
-    sel = selection if isinstance(selection, tuple) else (selection,)
-    arrays = [np.asarray(s) for s in sel if isinstance(s, np.ndarray | list)]
-    if not arrays:
-        return None
-    if len(sel) == 1 and arrays[0].dtype == bool and arrays[0].ndim == len(shape) > 1:
-        return "vectorized"
-    if any(a.ndim > 1 for a in arrays):
-        return "nd-array" if len(arrays) == 1 and arrays[0].dtype != bool else "vectorized"
-    if len(arrays) > 1:
-        if all(isinstance(s, np.ndarray | list | int | np.integer) for s in sel):
-            return "vectorized"
-        raise SelectionError(
-            f"selection {selection!r} mixes several index arrays with slices; numpy's rules for that are "
-            "ambiguous here: use a.oindex[...] (per-axis) or a.vindex[...] (points)"
-        )
-    return "orthogonal"
-
-
-def _flatten_nd(selection: Any) -> tuple[tuple, int, tuple[int, ...]]:
-    """For one multi-dimensional integer index array among slices/ints: the selection with that
-    array raveled, the axis position of its result, and its shape (numpy places the array's
-    dimensions where the indexed axis was)."""
-    sel = selection if isinstance(selection, tuple) else (selection,)
-    out, pos, shape = [], 0, ()
-    for i, s in enumerate(sel):
-        if isinstance(s, np.ndarray | list):
-            arr = np.asarray(s)
-            pos = sum(1 for t in sel[:i] if not isinstance(t, int | np.integer))
-            shape = arr.shape
-            out.append(arr.ravel())
-        else:
-            out.append(s)
-    return tuple(out), pos, shape
-
-
-class _OIndex:
-    def __init__(self, array: Array) -> None:
-        self.array = array
-
-    def __getitem__(self, selection: Any) -> np.ndarray:
-        a = self.array
-        result = a._read(indexing.orthogonal_indexer(selection, a.shape, a.storage_chunks))
-        return result[()] if result.ndim == 0 else result
-
-    def __setitem__(self, selection: Any, value: Any) -> None:
-        a = self.array
-        a._write(indexing.orthogonal_indexer(selection, a.shape, a.storage_chunks), value)
-
-
-class _VIndex:
-    def __init__(self, array: Array) -> None:
-        self.array = array
-
-    def __getitem__(self, selection: Any) -> np.ndarray:
-        a = self.array
-        return a._read(indexing.vectorized_indexer(selection, a.shape, a.storage_chunks))
-
-    def __setitem__(self, selection: Any, value: Any) -> None:
-        a = self.array
-        a._write(indexing.vectorized_indexer(selection, a.shape, a.storage_chunks), value)

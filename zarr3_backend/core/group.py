@@ -23,7 +23,8 @@ from ..errors import (
     ZarrV2Error,
 )
 from ..stores.base import Store
-from .array import Array, Attributes
+from .array import Array
+from .attributes import Attributes
 from .metadata import ArrayMetadata, GroupMetadata, parse_node, parse_node_json, to_bytes
 from .paths import join_path, join_prefix, metadata_key, node_name, normalize_path
 
