@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sample_data import DTYPES, sample
+from store_doubles import RecordingStore
 
 import zarr3_backend as z3
 from zarr3_backend.errors import (
@@ -383,25 +384,12 @@ def test_chunks_of_transposed_sharded_array_in_array_axis_order(store):
 
 
 def test_append_writes_data_before_metadata():
-    class Log(z3.MemoryStore):
-        def __init__(self):
-            super().__init__()
-            self.log = []
-
-        def set(self, key, value):
-            self.log.append(key)
-            super().set(key, value)
-
-        def set_many(self, items):
-            self.log.extend(items)
-            super().set_many(items)
-
-    store = Log()
+    store = RecordingStore()
     a = z3.create_array(store, "x", shape=(4,), dtype="i4", chunks=(2,))
     a[:] = [1, 2, 3, 4]
-    store.log.clear()
+    store.writes.clear()
     a.append(np.array([5, 6, 7]))
-    assert store.log[-1] == "x/zarr.json" and set(store.log[:-1]) == {"x/c/2", "x/c/3"}
+    assert store.writes[-1] == "x/zarr.json" and set(store.writes[:-1]) == {"x/c/2", "x/c/3"}
     assert z3.open_array(store, "x")[...].tolist() == [1, 2, 3, 4, 5, 6, 7]
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+from store_doubles import RecordingStore
 
 import zarr3_backend as z3
 import zarr3_backend.dask.tree as tree_module
@@ -19,22 +20,6 @@ from zarr3_backend.dask import DONE_PREFIX, WRITE_PREFIX, CountTree, from_array,
 from zarr3_backend.dask.write import _write_block
 from zarr3_backend.errors import ChunkAlignmentError, SelectionError, ShapeError
 from zarr3_backend.stores import LocalStore, MemoryStore
-
-
-class RecordingStore(MemoryStore):
-    """A MemoryStore that records the keys it was asked to write, in order."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.writes: list[str] = []
-
-    def set(self, key, value):
-        self.writes.append(key)
-        super().set(key, value)
-
-    def set_many(self, items):
-        self.writes.extend(items)
-        super().set_many(items)
 
 
 def new_array(store=None, shape=(10, 12), chunks=(2, 3), shards=(4, 6), dtype="float64", **kw):

@@ -11,27 +11,12 @@ import pandas as pd
 import pytest
 import xarray as xr
 from dask.delayed import Delayed
+from store_doubles import RecordingStore
 
 import zarr3_backend as z3
 from zarr3_backend.codecs import GzipCodec
 from zarr3_backend.errors import ChunkAlignmentError, MetadataError, NodeExistsError
 from zarr3_backend.stores import LocalStore, MemoryStore
-
-
-class RecordingStore(MemoryStore):
-    """A MemoryStore that records the keys written, in order."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.writes: list[str] = []
-
-    def set(self, key, value):
-        self.writes.append(key)
-        super().set(key, value)
-
-    def set_many(self, items):
-        self.writes.extend(items)
-        super().set_many(items)
 
 
 def climate(ntime=12, nlat=6, nlon=8, seed=0):

@@ -101,6 +101,17 @@ def _clear_for_create(store: Store, path: str, overwrite: bool) -> None:
         store.erase(metadata_key(path))
 
 
+def _write_new_node(store: Store, path: str, doc: bytes, overwrite: bool) -> None:
+    """Write a validated ``zarr.json`` at ``path``: refuse (or clear) what is there, add any
+    missing parent groups, then the document itself."""
+    store.check_writable()
+    parents = _ensure_parents(store, path)
+    _clear_for_create(store, path, overwrite)
+    if parents:
+        store.set_many(parents)
+    store.set(metadata_key(path), doc)
+
+
 def array_metadata(
     *,
     shape: Any,
@@ -261,12 +272,7 @@ def create_array(
         path=path,
     )
     doc = to_bytes(meta)
-    store.check_writable()
-    parents = _ensure_parents(store, path)
-    _clear_for_create(store, path, overwrite)
-    if parents:
-        store.set_many(parents)
-    store.set(metadata_key(path), doc)
+    _write_new_node(store, path, doc, overwrite)
     return Array(store, path, meta, write_empty_chunks=write_empty_chunks)
 
 
@@ -283,12 +289,7 @@ def create_group(
     store = _resolve_store(store, "w" if overwrite else "a", storage_options)
     meta = GroupMetadata(attributes=dict(attributes or {}))
     doc = to_bytes(meta)
-    store.check_writable()
-    parents = _ensure_parents(store, path)
-    _clear_for_create(store, path, overwrite)
-    if parents:
-        store.set_many(parents)
-    store.set(metadata_key(path), doc)
+    _write_new_node(store, path, doc, overwrite)
     return Group(store, path, meta)
 
 
