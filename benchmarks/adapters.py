@@ -187,6 +187,20 @@ class ZarrsAdapter(ZarrAdapter):
         return {**super().versions(), "zarrs": version("zarrs")}
 
 
+class ZarrFusedAdapter(ZarrAdapter):
+    """zarr-python with its opt-in synchronous ``FusedCodecPipeline`` (zarr-python 3.4+)."""
+
+    name = "zarrfused"
+    pipeline = "zarr.core.codec_pipeline.FusedCodecPipeline"
+
+    def __init__(self) -> None:
+        from zarr.core import codec_pipeline
+
+        if not hasattr(codec_pipeline, "FusedCodecPipeline"):
+            raise ImportError("this zarr-python has no FusedCodecPipeline (needs 3.4+)")
+        super().__init__()
+
+
 class TensorstoreAdapter(Adapter):
     """tensorstore's zarr3 driver on the file kvstore, default context (no chunk cache)."""
 
@@ -250,6 +264,7 @@ class TensorstoreAdapter(Adapter):
 ADAPTERS: dict[str, type[Adapter]] = {
     "z3": Z3Adapter,
     "zarr": ZarrAdapter,
+    "zarrfused": ZarrFusedAdapter,
     "zarrs": ZarrsAdapter,
     "tensorstore": TensorstoreAdapter,
 }

@@ -35,10 +35,11 @@ SIZES = {
     "tiny": Size("tiny", 32, 16, 8, 40),
 }
 
-#: Library names: ours, zarr-python (default pipeline), zarr-python with the zarrs (Rust) codec
-#: pipeline, tensorstore. ``numpy`` and ``file`` name the reference points.
-LIBS = ("z3", "zarr", "zarrs", "tensorstore")
-ANCHORS = ("zarr", "zarrs", "tensorstore")
+#: Library names: ours, zarr-python (default pipeline), zarr-python with its synchronous
+#: FusedCodecPipeline, zarr-python with the zarrs (Rust) codec pipeline, tensorstore.
+#: ``numpy`` and ``file`` name the reference points.
+LIBS = ("z3", "zarr", "zarrfused", "zarrs", "tensorstore")
+ANCHORS = ("zarr", "zarrfused", "zarrs", "tensorstore")
 
 
 @dataclass(frozen=True)
@@ -81,14 +82,14 @@ WORKLOADS: tuple[Workload, ...] = (
         "(g) to_zarr of a dask dataset, threads",
         "to_zarr",
         "raw",
-        libs=("z3", "zarr", "zarrs"),
+        libs=("z3", "zarr", "zarrfused", "zarrs"),
     ),
     Workload(
         "h_to_zarr_distributed",
         "(h) to_zarr on a LocalCluster of 2 processes",
         "to_zarr",
         "raw",
-        libs=("z3", "zarr", "zarrs"),
+        libs=("z3", "zarr", "zarrfused", "zarrs"),
         distributed=True,
     ),
 )

@@ -18,7 +18,7 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from . import data
+from . import data, envs
 from .config import LIBS, REFERENCE_LIBS, SIZES, WORKLOADS, Case
 from .report import add_ratios, markdown_table, text_table
 from .worker import RESULT_PREFIX, run_case
@@ -51,6 +51,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", default=str(HERE / "results"), help="directory for the JSON results")
     p.add_argument("--markdown", default=None, help="also write the table as Markdown to this file")
     p.add_argument("--timeout", type=float, default=600, help="seconds allowed per case")
+    p.add_argument(
+        "--python",
+        default="auto",
+        help="interpreter for the cases: auto (default; a Python 3.12+ environment the suite "
+        "builds in benchmarks/_env, so the newest zarr-python installs), current, or a path",
+    )
     p.add_argument(
         "--inprocess",
         action="store_true",
@@ -92,21 +98,24 @@ def machine_info() -> dict:
     return info
 
 
-def versions() -> dict[str, str]:
-    out = {}
-    for name in PACKAGES:
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = "not installed"
-    return out
+def versions(python: str) -> dict[str, str]:
+    """Package versions in the interpreter the cases ran in."""
+    if python == sys.executable:
+        out = {"python": platform.python_version()}
+        for name in PACKAGES:
+            try:
+                out[name] = version(name)
+            except PackageNotFoundError:
+                out[name] = "not installed"
+        return out
+    return envs.versions_in(python, PACKAGES)
 
 
-def run_subprocess(case: Case, timeout: float) -> dict:
+def run_subprocess(case: Case, timeout: float, python: str = sys.executable) -> dict:
     """Run one case in a fresh interpreter; its last stdout line holds the result."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
-    cmd = [sys.executable, "-m", "benchmarks.worker", json.dumps(case.to_json())]
+    cmd = [python, "-m", "benchmarks.worker", json.dumps(case.to_json())]
     base = {"workload": case.workload, "lib": case.lib, "unit": "GB/s", "ok": False}
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
@@ -129,6 +138,7 @@ def main(argv: list[str] | None = None) -> dict:
     started = time.time()
     load_start = os.getloadavg()
     pairs = select(args)
+    python = sys.executable if args.inprocess else envs.resolve_python(args.python)
     workdir = Path(args.workdir)
     data.ensure_source(workdir, size)
     fixtures = {
@@ -139,6 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     data.ensure_fixtures(workdir, size, fixtures)
     eviction = data.eviction_check(data.source_path(workdir, size))
+    print(f"cases run in {python} (Python {'.'.join(map(str, envs.python_version(python) or ()))})")
     print(
         f"size {size.name}: shape {size.shape} float32 ({size.nbytes / 2**20:.0f} MiB), "
         f"chunks {size.chunk}^3, shards {size.chunk}^3 of {size.inner}^3; {args.repeat} repetitions"
@@ -153,7 +164,7 @@ def main(argv: list[str] | None = None) -> dict:
     for wid, lib in pairs:
         case = Case(wid, lib, size.name, str(workdir), args.repeat)
         t = time.perf_counter()
-        r = run_case(case) if args.inprocess else run_subprocess(case, args.timeout)
+        r = run_case(case) if args.inprocess else run_subprocess(case, args.timeout, python)
         r["case_s"] = time.perf_counter() - t
         results.append(r)
         shown = f"{r['value']:.2f} {r['unit']}" if r.get("ok") else r.get("error", "failed")
@@ -167,7 +178,8 @@ def main(argv: list[str] | None = None) -> dict:
         "nbytes": size.nbytes,
         "repeat": args.repeat,
         "inprocess": args.inprocess,
-        "versions": versions(),
+        "python_executable": python,
+        "versions": versions(python),
         "machine": {**machine_info(), "loadavg_start": load_start, "loadavg_end": os.getloadavg()},
         "eviction_check": eviction,
         "elapsed_s": time.time() - started,

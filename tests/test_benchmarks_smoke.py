@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from benchmarks import adapters, data, run
+from benchmarks import adapters, data, envs, run
 from benchmarks.config import SIZES, WORKLOADS, Case
 from benchmarks.report import add_ratios, markdown_table, text_table
 from benchmarks.worker import run_case
@@ -37,6 +37,8 @@ def _run(tmp_path, *extra):
         str(out),
         "--markdown",
         str(md),
+        "--python",
+        "current",
         *extra,
     ]
     report = run.main(argv)
@@ -143,3 +145,17 @@ def test_evict_and_warm_touch_every_file(tmp_path):
     assert data.evict(root) == 3
     data.warm(root)
     assert data.evict(root / "zarr.json") == 1
+
+
+def test_env_python_choice(tmp_path):
+    import sys
+
+    assert envs.resolve_python("current") == sys.executable
+    assert envs.python_version(sys.executable) == sys.version_info[:2]
+    assert envs.python_version(str(tmp_path / "no-such-python")) is None
+    with pytest.raises(SystemExit, match="does not run"):
+        envs.resolve_python(str(tmp_path / "no-such-python"))
+    found = envs.find_python(minimum=sys.version_info[:2])
+    assert found is not None and found[1] >= sys.version_info[:2]
+    versions = envs.versions_in(sys.executable, ("numpy", "no-such-package-here"))
+    assert versions["numpy"] == np.__version__ and versions["no-such-package-here"] == "not installed"
