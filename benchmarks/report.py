@@ -15,6 +15,7 @@ COLUMNS = (
     "vs best anchor",
     "CPU cores",
     "CPU s/GB (ms/read)",
+    "faults/MiB (/read)",
     "peak RSS Δ MiB",
     "check",
 )
@@ -39,7 +40,7 @@ def _row(r: dict) -> list[str]:
     if not r.get("ok"):
         status = "skipped" if r.get("skipped") else "FAILED"
         error = f"{status}: {r.get('error', '')}"[:70]
-        return [r["workload"], r["lib"], "-", "-", r["unit"], "-", "-", "-", "-", error]
+        return [r["workload"], r["lib"], "-", "-", r["unit"], "-", "-", "-", "-", "-", error]
     ratio = "" if r.get("ratio") is None else f"{r['ratio']:.2f}x"
     mem = f"{r['peak_delta_mib']:.0f}"
     if r.get("mem_ratio") is not None:
@@ -47,7 +48,8 @@ def _row(r: dict) -> list[str]:
     best = _num(r.get("best", r["value"]))
     cpu = f"{r['cpu_cores']:.2f}"
     per = f"{r['cpu_per_unit']:.3g}" if r.get("cpu_per_unit") is not None else ""
-    return [r["workload"], r["lib"], _num(r["value"]), best, r["unit"], ratio, cpu, per, mem, "ok"]
+    faults = f"{r['faults_per_unit']:.3g}" if r.get("faults_per_unit") is not None else ""
+    return [r["workload"], r["lib"], _num(r["value"]), best, r["unit"], ratio, cpu, per, faults, mem, "ok"]
 
 
 def _num(v: float) -> str:

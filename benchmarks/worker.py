@@ -44,6 +44,11 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
+def _minor_faults() -> int:
+    """Page faults this process took so far (first touches of fresh memory, mostly)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def _children_cpu() -> float:
     """CPU seconds of live child processes (distributed workers), via psutil."""
     try:
@@ -111,17 +116,19 @@ class Runner:
 
     # ---- measurement loop --------------------------------------------------------------------
     def measure(self, before: Callable[[], None], body: Callable[[], Any]) -> dict:
-        walls, cpus = [], []
+        walls, cpus, faults = [], [], []
         baseline = _rss()
         result = None
         for _ in range(self.case.repeat):
             result = None
             before()
             c0 = time.process_time() + (_children_cpu() if self.child_cpu else 0.0)
+            f0 = _minor_faults()
             t0 = time.perf_counter()
             result = body()
             t1 = time.perf_counter()
             c1 = time.process_time() + (_children_cpu() if self.child_cpu else 0.0)
+            faults.append(_minor_faults() - f0)
             walls.append(t1 - t0)
             cpus.append(c1 - c0)
         peak = _peak_rss()
@@ -131,6 +138,7 @@ class Runner:
             "wall_s": walls,
             "cpu_s": cpus,
             "median_wall_s": wall,
+            "minor_faults": faults,
             "cpu_cores": statistics.median(c / w for c, w in zip(cpus, walls, strict=True) if w > 0),
             "baseline_rss_mib": baseline / MiB,
             "peak_rss_mib": peak / MiB,
@@ -146,9 +154,11 @@ class Runner:
         if self.w.unit == "GB/s":
             values = [self.size.nbytes / GB / w for w in stats["wall_s"]]
             stats["cpu_per_unit"] = cpu / (self.size.nbytes / GB)  # CPU seconds per GB
+            stats["faults_per_unit"] = statistics.median(stats["minor_faults"]) / (self.size.nbytes / MiB)
         else:
             values = [self.nreads / w for w in stats["wall_s"]]
             stats["cpu_per_unit"] = cpu / self.nreads * 1e3  # CPU milliseconds per read
+            stats["faults_per_unit"] = statistics.median(stats["minor_faults"]) / self.nreads
         stats["value"] = statistics.median(values)
         stats["best"] = max(values)
         stats["values"] = values

@@ -63,6 +63,7 @@ def test_suite_runs_every_workload_for_z3(tmp_path, capsys):
         assert r["ok"], r
         assert r["value"] > 0 and len(r["wall_s"]) == 1 and r["cpu_cores"] >= 0
         assert r["best"] >= r["value"] and r["cpu_per_unit"] >= 0
+        assert len(r["minor_faults"]) == 1 and r["faults_per_unit"] >= 0
         assert r["unit"] == ("reads/s" if r["workload"].startswith("e_") else "GB/s")
     meta = on_disk["meta"]
     assert meta["size"] == "tiny" and meta["versions"]["zarr3_backend"] != "not installed"
