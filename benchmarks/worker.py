@@ -3,8 +3,9 @@
 Run as ``python -m benchmarks.worker '<case json>'`` in a fresh process per case, so the peak
 resident set size (``ru_maxrss``) belongs to that case alone. Timed: wall clock
 (``perf_counter``) and process CPU time (all threads; plus child processes for distributed).
-Untimed: setup, page-cache eviction or warming, removing the previous repetition's output, and
-checking every result against the source.
+Untimed: setup, one warm-up repetition, page-cache eviction or warming, removing the previous
+repetition's output, and checking every result against the source. Peak memory is measured
+from before the warm-up, so memory a library keeps between calls is counted.
 """
 
 from __future__ import annotations
@@ -117,7 +118,9 @@ class Runner:
     # ---- measurement loop --------------------------------------------------------------------
     def measure(self, before: Callable[[], None], body: Callable[[], Any]) -> dict:
         walls, cpus, faults = [], [], []
-        baseline = _rss()
+        baseline = _rss()  # before the warm-up: memory a library keeps between calls counts
+        before()  # one untimed warm-up: imports, thread pools, first-touch costs of a new process
+        body()
         result = None
         for _ in range(self.case.repeat):
             result = None

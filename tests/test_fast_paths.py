@@ -198,6 +198,72 @@ def test_inline_writes_read_back_by_zarr_python(tmp_path):
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "a"), mode="r")[...], data)
 
 
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"cname": "lz4", "clevel": 5, "shuffle": "shuffle", "typesize": 4},
+        {"cname": "zstd", "clevel": 3, "shuffle": "bitshuffle", "typesize": 4},
+        {"cname": "blosclz", "clevel": 9, "shuffle": "noshuffle"},
+        {"cname": "lz4hc", "clevel": 1, "shuffle": "shuffle", "typesize": 8, "blocksize": 4096},
+        {"cname": "zlib", "clevel": 2, "shuffle": "shuffle", "typesize": 3},  # not whole items
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("nbytes", [1, 1000, 100_000])
+def test_blosc_encode_into_writes_the_same_frame_as_encode(config, nbytes):
+    from zarr3_backend.codecs import blosc as blosc_module
+
+    assert blosc_module._compress_ctx() is not None  # the numcodecs build here exports it
+    codec = BloscCodec.from_config(config)
+    spec = ChunkSpec((nbytes // 4,), np.dtype("f4"), 0.0)
+    data = np.frombuffer(_data(nbytes, dtype="u1", seed=nbytes).tobytes(), dtype="u1")
+    out = memoryview(bytearray(nbytes + 64))
+    got = codec.encode_into(data, spec, out)
+    assert isinstance(got, memoryview) and got.obj is out.obj  # written into the caller's buffer
+    assert bytes(got) == bytes(codec.encode(data, spec))
+    assert bytes(codec.decode(got, spec)) == data.tobytes()
+
+
+def test_blosc_encode_into_falls_back_when_it_cannot_write_in_place(monkeypatch):
+    from zarr3_backend.codecs import blosc as blosc_module
+
+    codec = BloscCodec.from_config(BLOSC["configuration"])
+    spec = ChunkSpec((256,), np.dtype("f4"), 0.0)
+    data = _data(256)
+    small = memoryview(bytearray(data.nbytes))  # may be too small for an incompressible chunk
+    assert bytes(codec.encode_into(data, spec, small)) == bytes(codec.encode(data, spec))
+    monkeypatch.setattr(blosc_module, "_compress_ctx", lambda: None)  # not exported: numcodecs
+    big = memoryview(bytearray(data.nbytes + 64))
+    got = codec.encode_into(data, spec, big)
+    assert not isinstance(got, memoryview) and bytes(got) == bytes(codec.encode(data, spec))
+
+
+def test_blosc_encode_into_reports_an_unknown_compressor_as_a_codec_error(monkeypatch):
+    from zarr3_backend.codecs import blosc as blosc_module
+    from zarr3_backend.errors import CodecError
+
+    codec = BloscCodec.from_config(BLOSC["configuration"])
+    monkeypatch.setattr(blosc_module, "available_cnames", lambda: frozenset({"lz4", "nope"}))
+    bad = BloscCodec(cname="lz4", clevel=5, shuffle="shuffle", typesize=4)
+    object.__setattr__(bad, "cname", "nope")  # bypasses validation to reach c-blosc itself
+    data = _data(64)
+    with pytest.raises(CodecError, match="blosc"):
+        bad.encode_into(data, ChunkSpec((64,), np.dtype("f4"), 0.0), memoryview(bytearray(512)))
+    assert bytes(codec.encode(data, ChunkSpec((64,), np.dtype("f4"), 0.0)))
+
+
+def test_inline_blosc_writes_match_the_bytes_of_a_memory_store_write(tmp_path):
+    data = _data((40, 30))
+    kw = dict(shape=data.shape, dtype="f4", chunks=(16, 16), compressors=BLOSC, fill_value=0)
+    a = z3.create_array(str(tmp_path / "a"), **kw)  # inline: compressed into per-thread scratch
+    a[...] = data
+    mem = z3.create_array(z3.MemoryStore(), **kw)  # whole-bytes path
+    mem[...] = data
+    for key in ("c/0/0", "c/1/1", "c/2/1"):
+        assert (tmp_path / "a" / key).read_bytes() == bytes(mem.store.get(key))
+    np.testing.assert_array_equal(z3.open_array(str(tmp_path / "a"))[...], data)
+
+
 def test_fill_chunks_are_erased_by_inline_writes(tmp_path):
     a = _create(tmp_path, shape=(4, 4), dtype="f4", chunks=(2, 2), compressors=None)
     a[...] = 1.0
@@ -632,14 +698,14 @@ def test_rewritten_shard_is_read_afresh_not_from_the_index_memo(tmp_path):
 
 
 def test_get_regions_results_from_shared_slabs_are_independent(tmp_path, monkeypatch):
-    from zarr3_backend.core import array as array_mod
+    from zarr3_backend import _slabs
 
-    monkeypatch.setattr(array_mod, "_SLAB_BYTES", 64 * 1024)  # several slabs for a small test
+    monkeypatch.setattr(_slabs, "POOL", _slabs.SlabPool(2**20, slab_bytes=64 * 1024))  # several slabs
     data = _data((64, 64, 32))
     a = _raw_sharded(tmp_path, data, chunks=(8, 8, 32), shards=(16, 16, 32))
     regions = [(slice(i, i + 8), slice(j, j + 8), slice(0, 32)) for i in (0, 8, 16) for j in (0, 24, 40)]
     regions = regions * 5  # repeated regions are read once, then copied
-    small = array_mod._SLAB_BYTES // 4
+    small = _slabs.POOL.slab_bytes // 4
     assert sum(data[r].nbytes for r in regions) >= 2 * small  # big enough for shared slabs
     got = a.get_regions(regions)
     for r, g in zip(regions, got, strict=True):
@@ -653,15 +719,17 @@ def test_get_regions_results_from_shared_slabs_are_independent(tmp_path, monkeyp
 
 
 def test_outputs_carve_aligned_views_only_for_small_plain_arrays(monkeypatch):
+    from zarr3_backend import _slabs
     from zarr3_backend.core import array as array_mod
 
-    monkeypatch.setattr(array_mod, "_SLAB_BYTES", 64 * 1024)
+    monkeypatch.setattr(_slabs, "POOL", _slabs.SlabPool(2**20, slab_bytes=64 * 1024))
     shapes = [(1000,)] * 100 + [(3,), (0,), (64 * 1024,)]
     outs = array_mod._outputs(shapes, np.dtype("f8"))
     assert [o.shape for o in outs] == shapes
     assert all(o.ctypes.data % 64 == 0 for o in outs[:-3])
     assert outs[-1].base is None  # too big to share a slab
     assert outs[0].base is not None and outs[0].base is outs[5].base  # a shared slab
+    assert outs[0].base.base is None  # the pooled slab itself, so pooled reuse can see its views
     objs = array_mod._outputs([(2,)] * 3, np.dtype(object))
     assert all(o.dtype == object and o.base is None for o in objs)
 
@@ -690,3 +758,149 @@ def test_sharding_layout_follows_the_spec_it_is_given():
     assert codec.layout(s1) is l1
     assert codec.layout(s2).grid == (2, 4)
     assert codec.layout(ChunkSpec((4, 4), np.dtype("f4"), np.float32(0))).grid == (2, 2)
+
+
+# ---- one open file per shard, neighbouring inner chunks in one vectored read -------------------
+class _CountingReader:
+    """A PositionedReader over bytes that records each vectored read."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.size, self.calls = data, len(data), []
+
+    def read_into(self, offset, buffers):
+        self.calls.append((offset, [len(b) for b in buffers]))
+        got = 0
+        for b in buffers:
+            piece = self.data[offset + got : offset + got + len(b)]
+            b[: len(piece)] = piece
+            got += len(piece)
+            if len(piece) < len(b):
+                break
+        return got
+
+
+def test_read_many_into_merges_neighbouring_inner_chunks(tmp_path):
+    data = _data((16, 16))
+    a = _raw_sharded(tmp_path, data)  # shards 8x8 of 4x4 inner chunks, stored in C order
+    codec, spec = a._shard_codec, a._chain.specs[-1]
+    raw = (tmp_path / "r" / "c" / "0" / "0").read_bytes()
+    index = a._shard_indexes(["c/0/0"])["c/0/0"]
+    reader = _CountingReader(raw)
+    outs = [np.empty((4, 4), "f4") for _ in range(4)]
+    jobs = [
+        ((slice(i, i + 4), slice(j, j + 4)), o)
+        for (i, j), o in zip([(0, 0), (0, 4), (4, 0), (4, 4)], outs, strict=True)
+    ]
+    jobs.append(((slice(1, 7), slice(2, 3)), np.empty((6, 1), "f4")))  # partial: via scratch
+    codec.read_many_into(reader, jobs, spec, index=index)
+    for sel, out in jobs:
+        np.testing.assert_array_equal(out, data[sel])
+    whole = [c for c in reader.calls if len(c[1]) > 1]
+    assert whole == [(0, [64, 64, 64, 64])]  # four back-to-back chunks: one read, four buffers
+    assert len(reader.calls) == 1 + 2  # plus one scratch read per partly read inner chunk
+
+
+def test_read_many_into_reports_a_shard_that_shrank_while_reading(tmp_path):
+    data = _data((16, 16))
+    a = _raw_sharded(tmp_path, data)
+    codec, spec = a._shard_codec, a._chain.specs[-1]
+    raw = (tmp_path / "r" / "c" / "0" / "0").read_bytes()
+    index = a._shard_indexes(["c/0/0"])["c/0/0"]
+    reader = _CountingReader(raw)
+    reader.data = raw[:100]  # size still says whole: the file shrank after it was opened
+    with pytest.raises(CorruptionError, match=r"past the end.*inner chunk \(0, 1\)"):
+        codec.read_many_into(
+            reader, [((slice(0, 4), slice(0, 8)), np.empty((4, 8), "f4"))], spec, index=index
+        )
+
+
+def test_file_reader_fills_buffers_across_short_reads(tmp_path, monkeypatch):
+    store = LocalStore(str(tmp_path))
+    store.set("k", bytes(range(200)))
+    real = os.preadv
+
+    def short(fd, buffers, offset):  # the kernel may return less than asked
+        first = buffers[0]
+        return real(fd, [first[: max(1, len(first) // 2)]], offset)
+
+    monkeypatch.setattr(os, "preadv", short)
+    with store.open_reader("k") as reader:
+        assert reader.size == 200
+        bufs = [memoryview(bytearray(7)), memoryview(bytearray(50)), memoryview(bytearray(3))]
+        assert reader.read_into(10, bufs) == 60
+        assert b"".join(bytes(b) for b in bufs) == bytes(range(10, 70))
+        tail = [memoryview(bytearray(8)), memoryview(bytearray(8))]
+        assert reader.read_into(195, tail) == 5  # end of file
+        assert bytes(tail[0][:5]) == bytes(range(195, 200))
+    assert store.open_reader("missing") is None
+
+
+def test_file_reader_refuses_symlinks_out_of_the_root(tmp_path):
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"secret")
+    root = tmp_path / "root"
+    root.mkdir()
+    os.symlink(outside, root / "link")
+    with pytest.raises(InvalidKeyError):
+        LocalStore(str(root)).open_reader("link")
+
+
+# ---- recycled result slabs ------------------------------------------------------------------------
+def test_slabs_are_reused_only_when_no_view_is_left():
+    from zarr3_backend._slabs import SlabPool
+
+    pool = SlabPool(cap_bytes=10 * 4096, slab_bytes=4096)
+    first = pool.take()
+    view = first[100:200].view("f4")
+    del first
+    second = pool.take()
+    assert not np.shares_memory(view, second)  # a view of the first slab is alive
+    mv = memoryview(view)
+    del view
+    third = pool.take()
+    assert not np.shares_memory(np.asarray(mv), third)  # a memoryview keeps it too
+    del mv
+    fourth = pool.take()  # the first slab, nothing refers to it now
+    assert pool.pooled_bytes == 3 * (4096 + 64)
+    assert fourth.ctypes.data % 64 == 0 and fourth.nbytes == 4096 and fourth.flags.writeable
+    del second, third, fourth
+    again = pool.take()
+    assert pool.pooled_bytes == 3 * (4096 + 64)  # reused, no new slab
+    del again
+
+
+def test_slab_pool_is_bounded_and_can_be_switched_off():
+    from zarr3_backend._slabs import SlabPool
+
+    pool = SlabPool(cap_bytes=2 * (4096 + 64), slab_bytes=4096)
+    held = [pool.take() for _ in range(5)]  # three beyond the cap: plain allocations
+    assert pool.pooled_bytes == 2 * (4096 + 64)
+    assert len({h.ctypes.data for h in held}) == 5
+    off = SlabPool(cap_bytes=0, slab_bytes=4096)
+    a = off.take()
+    del a
+    off.take()
+    assert off.pooled_bytes == 0
+    pool.clear()
+    assert pool.pooled_bytes == 0 and all(h.flags.writeable for h in held)
+
+
+def test_get_regions_reuses_slabs_of_results_that_are_gone(tmp_path, monkeypatch):
+    from zarr3_backend import _slabs
+
+    monkeypatch.setattr(_slabs, "POOL", _slabs.SlabPool(2**20, slab_bytes=64 * 1024))
+    data = _data((64, 64, 32))
+    a = _raw_sharded(tmp_path, data, chunks=(8, 8, 32), shards=(16, 16, 32))
+    regions = [
+        (slice(i, i + 8), slice(j, j + 8), slice(0, 32)) for i in range(0, 64, 8) for j in range(0, 64, 8)
+    ]
+    got = a.get_regions(regions)
+    pooled = _slabs.POOL.pooled_bytes
+    kept = got[5]  # one result survives: its slab must not be handed out again
+    del got
+    again = a.get_regions(regions[::-1])
+    assert _slabs.POOL.pooled_bytes == pooled + (64 * 1024 + 64)  # only the kept slab was replaced
+    np.testing.assert_array_equal(kept, data[regions[5]])
+    for r, g in zip(regions[::-1], again, strict=True):
+        np.testing.assert_array_equal(g, data[r])
+        assert not np.shares_memory(g, kept)

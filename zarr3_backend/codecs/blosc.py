@@ -2,10 +2,14 @@
 
 The metadata's ``typesize`` drives shuffling: the bytes reach blosc as a buffer whose item size
 is ``typesize``. Decoding reads everything it needs (compressor, shuffle) from the frame header.
+``encode_into`` compresses into a caller's buffer through the c-blosc that numcodecs ships
+(its exported ``blosc_compress_ctx``): numcodecs' ``compress`` returns a fresh bytes object,
+and first-touching that memory costs about as much CPU as compressing into it.
 """
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cache
@@ -24,6 +28,32 @@ SHUFFLES = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
 #: Compressor codes of the frame header (flags >> 5) -> a cname that decodes them.
 _HEADER_COMPRESSORS = {0: "blosclz", 1: "lz4", 2: "snappy", 3: "zlib", 4: "zstd"}
 _HEADER_SIZE = 16
+#: c-blosc never adds more than this to its input (BLOSC_MAX_OVERHEAD).
+MAX_OVERHEAD = 16
+
+
+@cache
+def _compress_ctx() -> Any:
+    """numcodecs' c-blosc ``blosc_compress_ctx`` as a ctypes function (GIL released while it
+    runs), or None when this build does not export it."""
+    try:
+        fn = ctypes.CDLL(_blosc.__file__).blosc_compress_ctx
+    except (OSError, AttributeError, TypeError):
+        return None
+    fn.argtypes = [
+        ctypes.c_int,  # clevel
+        ctypes.c_int,  # doshuffle
+        ctypes.c_size_t,  # typesize
+        ctypes.c_size_t,  # nbytes
+        ctypes.c_void_p,  # src
+        ctypes.c_void_p,  # dest
+        ctypes.c_size_t,  # destsize
+        ctypes.c_char_p,  # compressor
+        ctypes.c_size_t,  # blocksize
+        ctypes.c_int,  # numinternalthreads
+    ]
+    fn.restype = ctypes.c_int
+    return fn
 
 
 @cache
@@ -92,13 +122,47 @@ class BloscCodec(BytesBytesCodec):
         if self.shuffle != "noshuffle" and self.typesize is None:
             raise CodecError(f"codec 'blosc': 'typesize' is required when shuffle is {self.shuffle!r}")
 
-    def encode(self, data: Buffer, spec: ChunkSpec) -> bytes:
+    def _resolved(self, spec: ChunkSpec) -> BloscCodec:
         codec = self if self.shuffle is not None and self.typesize is not None else self.evolve(spec)
         if codec.cname not in available_cnames():
             raise CodecError(
                 f"codec 'blosc': cname {codec.cname!r} is not available in this build of c-blosc "
                 f"(available: {', '.join(sorted(available_cnames()))})"
             )
+        return codec
+
+    def encode_into(self, data: Buffer, spec: ChunkSpec, out: memoryview) -> Buffer:
+        """The frame ``encode`` returns, written into ``out`` (a writable byte buffer) and
+        returned as a view of it; falls back to ``encode`` when ``out`` may be too small or
+        c-blosc's entry point is not exported. The same bytes either way."""
+        view = as_bytes_view(data)
+        fn = _compress_ctx()
+        if fn is None or len(out) < len(view) + MAX_OVERHEAD or not len(view):
+            return self.encode(data, spec)
+        codec = self._resolved(spec)
+        typesize = codec.typesize or 1
+        if len(view) % typesize:
+            typesize = 1  # as numcodecs does for a buffer that is not whole items
+        src = np.frombuffer(view, dtype=np.uint8)
+        dest = np.frombuffer(out, dtype=np.uint8)
+        n = fn(
+            codec.clevel,
+            SHUFFLES[codec.shuffle or "noshuffle"],
+            typesize,
+            len(view),
+            src.ctypes.data,
+            dest.ctypes.data,
+            len(view) + MAX_OVERHEAD,  # as numcodecs: c-blosc stores incompressible data raw
+            codec.cname.encode("ascii"),
+            codec.blocksize,
+            1,
+        )
+        if n <= 0:
+            raise CodecError(f"codec 'blosc': compression of {len(view)} bytes failed (c-blosc returned {n})")
+        return out[:n]
+
+    def encode(self, data: Buffer, spec: ChunkSpec) -> bytes:
+        codec = self._resolved(spec)
         view = as_bytes_view(data)
         try:
             return _blosc.compress(

@@ -79,11 +79,15 @@ class CodecChain:
     def to_json(self) -> list[dict[str, Any]]:
         return [c.to_json() for c in self.codecs]
 
-    def encode(self, chunk: np.ndarray, *, write_empty_chunks: bool = False) -> Buffer | None:
+    def encode(
+        self, chunk: np.ndarray, *, write_empty_chunks: bool = False, out: memoryview | None = None
+    ) -> Buffer | None:
         """Encoded bytes of one chunk; ``None`` when the array->bytes codec stores nothing.
 
         ``write_empty_chunks`` reaches array->bytes codecs that drop fill parts themselves
-        (sharding: ``takes_write_empty_chunks``); with it they store everything.
+        (sharding: ``takes_write_empty_chunks``); with it they store everything. ``out``, a
+        writable scratch buffer, lets the last bytes->bytes codec write into it (those with
+        ``encode_into``): the result may then be a view of ``out``, valid until it is reused.
         """
         for c, s in zip(self.array_array, self.specs, strict=False):
             chunk = c.encode(chunk, s)
@@ -93,8 +97,10 @@ class CodecChain:
             data = self.array_bytes.encode(chunk, self.specs[-1])
         if data is None:
             return None
-        for c in self.bytes_bytes:
-            data = c.encode(data, self.specs[-1])
+        last = len(self.bytes_bytes) - 1
+        for k, c in enumerate(self.bytes_bytes):
+            into = getattr(c, "encode_into", None) if out is not None and k == last else None
+            data = c.encode(data, self.specs[-1]) if into is None else into(data, self.specs[-1], out)
         return data
 
     def decode(self, data: Buffer) -> np.ndarray:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 import numpy as np
 
@@ -44,10 +44,16 @@ _THREADS_MIN_BYTES = 1 << 20
 
 IndexLocation = Literal["start", "end"]
 
+
 #: ``read_into(byte_range, alloc)`` reads ``byte_range`` of one stored shard into the buffer
 #: ``alloc(n)`` returns (``n``: the bytes the range holds, clipped to the value; the buffer may be
 #: shorter, then only its length is read) and returns the filled part, ``None`` when missing.
-RangeIntoReader = Callable[[ByteRange, Callable[[int], memoryview]], "memoryview | None"]
+class PositionedReader(Protocol):
+    """One open shard: its ``size`` and positioned reads into caller buffers (a local file)."""
+
+    size: int
+
+    def read_into(self, offset: int, buffers: Sequence[memoryview]) -> int: ...
 
 
 # --- the index format: pure functions -----------------------------------------------------------
@@ -585,73 +591,105 @@ class ShardingCodec(ArrayBytesCodec):
             return None
         return inner.array_bytes.wire_dtype(spec.dtype)
 
-    def read_partial_into(
+    def read_many_into(
         self,
-        read_into: RangeIntoReader,
-        selection: Any,
+        reader: PositionedReader,
+        jobs: Sequence[tuple[Any, np.ndarray]],
         spec: ChunkSpec,
-        out: np.ndarray,
         *,
         index: np.ndarray,
     ) -> None:
-        """``out[...] = decode(shard)[selection]`` for a shard whose inner chunks are raw elements
-        (``raw_inner_dtype`` is not None): each touched inner chunk is read with one ranged read
-        straight into its place in ``out`` when that is one contiguous block of the same dtype,
-        else into reused scratch memory and copied. Errors are those of ``decode_partial``."""
+        """``out[...] = decode(shard)[selection]`` for every ``(selection, out)`` of one shard
+        whose inner chunks are raw elements (``raw_inner_dtype`` is not None), through one open
+        file. Whole inner chunks whose place in ``out`` is one contiguous block of the same dtype
+        are read straight into it, neighbours in the file with one vectored read; the others
+        into reused scratch memory, then copied. Errors are those of ``decode_partial``."""
         layout = self.layout(spec)
         wire = self.raw_inner_dtype(spec)
         if wire is None:
-            raise CodecError("codec 'sharding_indexed': read_partial_into needs inner codecs [bytes]")
-        indexer = inner_indexer(selection, layout.shard_shape, layout.chunk_shape)
-        if out.shape != indexer.shape:
-            raise CodecError(
-                f"codec 'sharding_indexed': output of shape {out.shape} for a selection of shape {indexer.shape}"
-            )
+            raise CodecError("codec 'sharding_indexed': read_many_into needs inner codecs [bytes]")
         nbytes = layout.inner.spec.nbytes
         guard = layout.index_size if layout.index_location == "end" else 0
-        direct = wire == out.dtype
-        present: list[tuple[indexing.ChunkProjection, int, int]] = []
-        for q in indexer:
-            entry = index[q.chunk_coords]
-            off, nb = int(entry[0]), int(entry[1])
-            if off == EMPTY:
-                out[q.out_selection] = spec.fill_value
-            elif nb != nbytes:
-                raise CorruptionError(
-                    f"inner chunk {q.chunk_coords} (offset={off}, nbytes={nb}): codec 'bytes': chunk holds "
-                    f"{nb} bytes, expected {nbytes} for shape {layout.chunk_shape} of {spec.dtype}"
+        direct: list[tuple[int, tuple[int, ...], memoryview]] = []
+        staged: list[tuple[int, indexing.ChunkProjection, np.ndarray]] = []
+        for selection, out in jobs:
+            indexer = inner_indexer(selection, layout.shard_shape, layout.chunk_shape)
+            if out.shape != indexer.shape:
+                raise CodecError(
+                    f"codec 'sharding_indexed': output of shape {out.shape} for a selection of "
+                    f"shape {indexer.shape}"
                 )
-            else:
-                present.append((q, off, nb))
+            same_dtype = wire == out.dtype
+            for q in indexer:
+                off, nb = (int(x) for x in index[q.chunk_coords])
+                if off == EMPTY:
+                    out[q.out_selection] = spec.fill_value
+                    continue
+                if nb != nbytes:
+                    raise CorruptionError(
+                        f"inner chunk {q.chunk_coords} (offset={off}, nbytes={nb}): codec 'bytes': chunk "
+                        f"holds {nb} bytes, expected {nbytes} for shape {layout.chunk_shape} of {spec.dtype}"
+                    )
+                available = max(0, min(nb + guard, reader.size - off))
+                if available < nb + guard:  # runs past the end of the shard or into its index
+                    raise _outside_error(q.chunk_coords, off, nb, available, guard)
+                target = _contiguous_target(out, q, nb) if same_dtype else None
+                if target is None:
+                    staged.append((off, q, out))
+                else:
+                    direct.append((off, q.chunk_coords, memoryview(target.reshape(-1)).cast("B")))
 
-        def read_one(item: tuple[indexing.ChunkProjection, int, int]) -> None:
-            q, off, nb = item
-            target = _contiguous_target(out, q, nb) if direct else None
+        def read_run(run: list[tuple[int, tuple[int, ...], memoryview]]) -> None:
+            got = reader.read_into(run[0][0], [buf for _, _, buf in run])
+            for off, coords, buf in run:  # the shard shrank between the index read and now
+                if off - run[0][0] + len(buf) > got:
+                    raise _outside_error(coords, off, len(buf), max(0, got - (off - run[0][0])), 0)
 
-            def alloc(n: int) -> memoryview:
-                if n < nb + guard:  # the range runs past the end of the shard or into its index
-                    raise _outside_error(q.chunk_coords, off, nb, n, guard)
-                if target is not None:
-                    return memoryview(target.reshape(-1)).cast("B")
-                return scratch_buffer(nb, 1)
+        def read_staged(item: tuple[int, indexing.ChunkProjection, np.ndarray]) -> None:
+            off, q, out = item
+            buf = scratch_buffer(nbytes, 1)
+            got = reader.read_into(off, [buf])
+            if got < nbytes:
+                raise _outside_error(q.chunk_coords, off, nbytes, got, 0)
+            chunk = np.frombuffer(buf, dtype=wire).reshape(layout.chunk_shape)
+            out[q.out_selection] = chunk[q.chunk_selection]
 
-            got = read_into(ByteRange(off, nb + guard), alloc)
-            if got is None:
-                raise CorruptionError(f"shard vanished while reading bytes [{off}, {off + nb})")
-            if len(got) < nb:  # the shard shrank between the index read and this one
-                raise _outside_error(q.chunk_coords, off, nb, len(got), 0)
-            if target is None:
-                chunk = np.frombuffer(got, dtype=wire).reshape(layout.chunk_shape)
-                out[q.out_selection] = chunk[q.chunk_selection]
-
-        if layout.use_threads(len(present)):
-            thread_map(read_one, present, kind="cpu")
+        runs = _contiguous_runs(sorted(direct, key=lambda d: d[0]))
+        tasks: list[Callable[[], None]] = [lambda r=r: read_run(r) for r in runs]
+        tasks += [lambda s=s: read_staged(s) for s in staged]
+        if layout.use_threads(len(direct) + len(staged)) and len(tasks) > 1:
+            thread_map(lambda task: task(), tasks, kind="cpu")
         else:
-            for item in present:
-                read_one(item)
+            for task in tasks:
+                task()
 
 
 # --- helpers of the codec -----------------------------------------------------------------------
+#: At most this many buffers in one vectored read (IOV_MAX is 1024 on Linux) and this many bytes
+#: (a run is one task: long runs still spread over the CPU pool).
+_RUN_BUFFERS = 256
+_RUN_BYTES = 16 * 2**20
+
+
+def _contiguous_runs(
+    reads: list[tuple[int, tuple[int, ...], memoryview]],
+) -> list[list[tuple[int, tuple[int, ...], memoryview]]]:
+    """``reads`` (sorted by offset) grouped into runs of back-to-back byte ranges."""
+    runs: list[list[tuple[int, tuple[int, ...], memoryview]]] = []
+    end = -1
+    size = 0
+    for item in reads:
+        off, _, buf = item
+        if runs and off == end and len(runs[-1]) < _RUN_BUFFERS and size + len(buf) <= _RUN_BYTES:
+            runs[-1].append(item)
+            size += len(buf)
+        else:
+            runs.append([item])
+            size = len(buf)
+        end = off + len(buf)
+    return runs
+
+
 def _contiguous_target(out: np.ndarray, q: indexing.ChunkProjection, nb: int) -> np.ndarray | None:
     """The region of ``out`` a whole inner chunk fills, when it is one C-contiguous block of
     ``nb`` bytes (the chunk's bytes can then be read straight into it), else ``None``."""

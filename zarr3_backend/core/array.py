@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from .. import indexing
+from .. import _slabs, indexing
 from .._threads import scratch_buffer, thread_map
 from ..byte_range import ByteRange
 from ..codecs import CodecChain
@@ -58,17 +58,18 @@ _AHEAD = 4
 #: At most this many decoded shard indexes are memoised per Array (see ``Array._index_memo``).
 _INDEX_MEMO_MAX = 4096
 
-#: ``get_regions`` carves results of at most ``_SLAB_BYTES // 4`` bytes out of shared slabs this
-#: big: one large allocation faults its memory in huge pages, several times cheaper per byte
-#: than many ~1 MiB arrays (a result keeps its slab alive, so slabs stay small).
-_SLAB_BYTES = 32 * 2**20
+#: ``get_regions`` carves results of at most a quarter of a slab out of shared slabs: one
+#: large allocation faults its memory in huge pages, several times cheaper per byte than many
+#: ~1 MiB arrays, and a slab whose results are all gone is reused (``_slabs``). A result keeps
+#: its slab alive, so slabs stay small.
 
 
 def _outputs(shapes: Sequence[tuple[int, ...]], dtype: np.dtype) -> list[np.ndarray]:
     """Fresh uninitialised arrays of ``shapes``; small ones are views of shared slabs."""
     itemsize = dtype.itemsize
     sizes = [int(np.prod(s, dtype=np.int64)) * itemsize for s in shapes]
-    small = _SLAB_BYTES // 4
+    pool = _slabs.POOL
+    small = pool.slab_bytes // 4
     if dtype.hasobject or sum(n for n in sizes if 0 < n <= small) < 2 * small:
         return [np.empty(s, dtype=dtype) for s in shapes]
     outs: list[np.ndarray] = []
@@ -77,10 +78,9 @@ def _outputs(shapes: Sequence[tuple[int, ...]], dtype: np.dtype) -> list[np.ndar
         if not 0 < n <= small:
             outs.append(np.empty(shape, dtype=dtype))
             continue
-        step = -(-n // 64) * 64  # 64-byte aligned starts
+        step = -(-n // 64) * 64  # 64-byte aligned starts (slabs start aligned)
         if slab is None or used + n > len(slab):
-            slab = np.empty(_SLAB_BYTES + 64, dtype=np.uint8)
-            used = -slab.ctypes.data % 64
+            slab, used = pool.take(), 0
         outs.append(slab[used : used + n].view(dtype).reshape(shape))
         used += step
     return outs
@@ -427,13 +427,13 @@ class Array:
 
     @cached_property
     def _raw_shard_reads(self) -> bool:
-        """Whether regions inside shards are read with ``ShardingCodec.read_partial_into``: a
-        local store (``get_into``), no shard-index cache, inner chunks stored as raw elements."""
+        """Whether regions inside shards are read with ``ShardingCodec.read_many_into``: a
+        local store (``open_reader``), no shard-index cache, inner chunks stored as raw elements."""
         codec = self._shard_codec
         return (
             codec is not None
             and getattr(self.store, "inline_io", False)
-            and hasattr(self.store, "get_into")
+            and hasattr(self.store, "open_reader")
             and self._index_cache is None
             and codec.raw_inner_dtype(self._chain.specs[-1]) is not None
         )
@@ -454,25 +454,32 @@ class Array:
         adopted: dict[int, np.ndarray] = {}
 
         raw = self._raw_shard_reads
+        by_shard: dict[str, list[tuple[Any, np.ndarray]]] = {}
+        if raw:  # raw inner chunks: one task per shard reads them all through one open file
+            rest = []
+            for i, (out, p) in enumerate(parts):
+                if indexes[keys[i]] is not None and all(isinstance(s, slice) for s in p.out_selection):
+                    by_shard.setdefault(keys[i], []).append((p.chunk_selection, out[(*p.out_selection, ...)]))
+                else:
+                    rest.append(i)
+        else:
+            rest = list(range(len(parts)))
+
+        def read_shard(key: str) -> None:
+            reader = self.store.open_reader(key)  # type: ignore[attr-defined]
+            if reader is None:
+                raise CorruptionError(f"shard {key!r} vanished while being read")
+            try:
+                with reader:
+                    codec.read_many_into(reader, by_shard[key], spec, index=indexes[key])
+            except CorruptionError as e:
+                raise type(e)(f"shard {key!r}: {e}") from e
 
         def read_part(i: int) -> None:
             (out, p), key = parts[i], keys[i]
             index = indexes[key]
             if index is None:
                 out[p.out_selection] = fill
-                return
-            if raw and all(isinstance(s, slice) for s in p.out_selection):
-                get_into = self.store.get_into  # type: ignore[attr-defined]
-                try:  # raw inner chunks are read straight into their place in ``out``
-                    codec.read_partial_into(
-                        lambda r, alloc: get_into(key, alloc, r),
-                        p.chunk_selection,
-                        spec,
-                        out[(*p.out_selection, ...)],
-                        index=index,
-                    )
-                except CorruptionError as e:
-                    raise type(e)(f"shard {key!r}: {e}") from e
                 return
 
             def reader(ranges: list[ByteRange | None]) -> list[bytes | None]:
@@ -507,7 +514,9 @@ class Array:
 
         # local files: reads are cheap system calls, so CPU-many threads beat a GIL convoy of 32
         kind = "cpu" if getattr(self.store, "inline_io", False) else "io"
-        thread_map(read_part, range(len(parts)), kind=kind)
+        tasks: list[Callable[[], None]] = [lambda k=k: read_shard(k) for k in by_shard]
+        tasks += [lambda i=i: read_part(i) for i in rest]
+        thread_map(lambda task: task(), tasks, kind=kind)
         return adopted
 
     def __getitem__(self, selection: Any) -> Any:
@@ -604,6 +613,7 @@ class Array:
         # anything is written, so read-modify-writes encode everything first.
         inline = getattr(self.store, "inline_io", False) and not stale
         nbytes = int(np.prod(unit)) * self.dtype.itemsize
+        out_bytes = nbytes + 64  # room for a compressor's worst-case overhead
 
         def new_chunk() -> np.ndarray:
             if inline and not self.dtype.hasobject:
@@ -644,6 +654,8 @@ class Array:
             chunk[p.chunk_selection] = value[p.out_selection]
             if not wec and is_fill(chunk, fill):
                 return None
+            if inline and shard_codec is None:  # written before this thread encodes again
+                return self._chain.encode(chunk, write_empty_chunks=wec, out=scratch_buffer(out_bytes, 2))
             return self._chain.encode(chunk, write_empty_chunks=wec)
 
         cache = self._index_cache
