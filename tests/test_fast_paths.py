@@ -904,3 +904,68 @@ def test_get_regions_reuses_slabs_of_results_that_are_gone(tmp_path, monkeypatch
     for r, g in zip(regions[::-1], again, strict=True):
         np.testing.assert_array_equal(g, data[r])
         assert not np.shares_memory(g, kept)
+
+
+# ---- whole shards of raw inner chunks assembled in place ------------------------------------------
+@pytest.mark.parametrize("index_location", ["start", "end"])
+@pytest.mark.parametrize("endian", ["little", "big"])
+@pytest.mark.parametrize("wec", [False, True])
+def test_sharding_encode_into_writes_the_bytes_of_encode(index_location, endian, wec):
+    from zarr3_backend.codecs.sharding import ShardingCodec
+
+    codec = ShardingCodec.from_config(
+        {
+            "chunk_shape": [4, 4],
+            "codecs": [{"name": "bytes", "configuration": {"endian": endian}}],
+            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, CRC],
+            "index_location": index_location,
+        }
+    )
+    spec = ChunkSpec((8, 12), np.dtype("f4"), 0.0)
+    codec = codec.evolve(spec)
+    data = _data((8, 12))
+    data[4:8, 0:4] = 0  # one inner chunk of fill: left out unless write_empty_chunks
+    source = np.asfortranarray(data)  # a strided source: every inner chunk is gathered
+    out = memoryview(bytearray(data.nbytes + 1000))
+    got = codec.encode_into(source, spec, out, write_empty_chunks=wec)
+    assert isinstance(got, memoryview) and got.obj is out.obj
+    assert bytes(got) == bytes(codec.encode(source, spec, write_empty_chunks=wec))
+    np.testing.assert_array_equal(codec.decode(got, spec), data)
+    assert codec.encode_into(np.zeros((8, 12), "f4"), spec, out) is None  # all fill: nothing stored
+    small = memoryview(bytearray(data.nbytes))  # no room for the index: the plain encode
+    assert bytes(codec.encode_into(source, spec, small)) == bytes(codec.encode(source, spec))
+
+
+def test_sharding_encode_into_leaves_compressed_inner_chunks_to_encode():
+    from zarr3_backend.codecs.sharding import ShardingCodec
+
+    codec = ShardingCodec.from_config({"chunk_shape": [4], "codecs": [{"name": "bytes"}, BLOSC]})
+    spec = ChunkSpec((8,), np.dtype("f4"), 0.0)
+    codec = codec.evolve(spec)
+    data = _data(8)
+    got = codec.encode_into(data, spec, memoryview(bytearray(4096)))
+    assert not isinstance(got, memoryview) and bytes(got) == bytes(codec.encode(data, spec))
+
+
+@pytest.mark.parametrize("index_location", ["start", "end"])
+def test_inline_shard_writes_match_the_bytes_of_a_memory_store_write(tmp_path, index_location):
+    data = _data((24, 16))
+    data[8:16, 0:8] = 0  # a whole shard of fill: erased, not written
+    data[0:4, 8:12] = 0  # one inner chunk of fill inside a stored shard
+    kw = dict(
+        shape=data.shape,
+        dtype="f4",
+        chunks=(4, 4),
+        shards=(8, 8),
+        compressors=None,
+        fill_value=0,
+        shard_index={"index_location": index_location},
+    )
+    a = z3.create_array(str(tmp_path / "a"), **kw)
+    a[...] = data  # whole shards, assembled in per-thread scratch memory
+    mem = z3.create_array(z3.MemoryStore(), **kw)
+    mem[...] = data
+    assert not (tmp_path / "a" / "c" / "1" / "0").exists()
+    for key in ("c/0/0", "c/0/1", "c/2/1"):
+        assert (tmp_path / "a" / key).read_bytes() == bytes(mem.store.get(key))
+    np.testing.assert_array_equal(z3.open_array(str(tmp_path / "a"))[...], data)

@@ -86,11 +86,18 @@ class CodecChain:
 
         ``write_empty_chunks`` reaches array->bytes codecs that drop fill parts themselves
         (sharding: ``takes_write_empty_chunks``); with it they store everything. ``out``, a
-        writable scratch buffer, lets the last bytes->bytes codec write into it (those with
-        ``encode_into``): the result may then be a view of ``out``, valid until it is reused.
+        writable scratch buffer, lets the codec that produces the final bytes write into it (those
+        with ``encode_into``): the result may then be a view of ``out``, valid until it is reused.
         """
         for c, s in zip(self.array_array, self.specs, strict=False):
             chunk = c.encode(chunk, s)
+        ab_into = (
+            getattr(self.array_bytes, "encode_into", None)
+            if out is not None and not self.bytes_bytes
+            else None
+        )
+        if ab_into is not None:  # writes into ``out`` itself (sharding of raw inner chunks)
+            return ab_into(chunk, self.specs[-1], out, write_empty_chunks=write_empty_chunks)
         if getattr(self.array_bytes, "takes_write_empty_chunks", False):
             data = self.array_bytes.encode(chunk, self.specs[-1], write_empty_chunks=write_empty_chunks)  # type: ignore[call-arg]
         else:

@@ -382,6 +382,41 @@ class ShardingCodec(ArrayBytesCodec):
             parts = [encode_one(c) for c in coords]
         return _assemble(layout, parts)
 
+    def encode_into(
+        self, chunk: np.ndarray, spec: ChunkSpec, out: memoryview, *, write_empty_chunks: bool = False
+    ) -> Buffer | None:
+        """``encode``'s bytes written into ``out`` (writable) and returned as a view of it, for
+        inner chunks of raw elements: each inner chunk is copied once, from ``chunk`` straight
+        to its place in the shard (no per-chunk buffers, no joining). Otherwise, or when ``out``
+        is too small, ``encode``."""
+        layout = self.layout(spec)
+        wire = self.raw_inner_dtype(spec)
+        shard = np.asarray(chunk)
+        nb = layout.inner.spec.nbytes
+        isz = layout.index_size
+        if wire is None or shard.shape != layout.shard_shape or len(out) < nb * math.prod(layout.grid) + isz:
+            return self.encode(chunk, spec, write_empty_chunks=write_empty_chunks)
+        dest = np.frombuffer(out, dtype=np.uint8)
+        index = np.full((*layout.grid, 2), EMPTY, dtype=np.uint64)
+        flat = index.reshape(-1, 2)
+        fill = layout.inner.spec.fill_value
+        body = offset = isz if layout.index_location == "start" else 0
+        for i, c in enumerate(np.ndindex(*layout.grid)):
+            src = shard[layout.chunk_slices(c)]
+            if not write_empty_chunks and is_fill(src, fill):
+                continue
+            np.copyto(dest[offset : offset + nb].view(wire).reshape(layout.chunk_shape), src)
+            flat[i] = (offset, nb)
+            offset += nb
+        if offset == body:
+            return None
+        encoded_index = np.frombuffer(encode_index(index, layout.index), dtype=np.uint8)
+        if layout.index_location == "start":
+            dest[:isz] = encoded_index
+            return out[:offset]
+        dest[offset : offset + isz] = encoded_index
+        return out[: offset + isz]
+
     def encode_partial(
         self,
         old: Buffer | None,

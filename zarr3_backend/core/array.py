@@ -613,7 +613,9 @@ class Array:
         # anything is written, so read-modify-writes encode everything first.
         inline = getattr(self.store, "inline_io", False) and not stale
         nbytes = int(np.prod(unit)) * self.dtype.itemsize
-        out_bytes = nbytes + 64  # room for a compressor's worst-case overhead
+        out_bytes = nbytes + 64  # room for a compressor's worst-case overhead, or a shard index
+        if self._shard_codec is not None:
+            out_bytes += self._shard_codec.layout(self._chain.specs[-1]).index_size
 
         def new_chunk() -> np.ndarray:
             if inline and not self.dtype.hasobject:
@@ -643,6 +645,10 @@ class Array:
                     if whole.shape == tuple(unit):  # the codec copies each inner chunk out itself:
                         if not wec and is_fill(whole, fill):  # no shard-sized staging copy
                             return None
+                        if inline:  # written before this thread encodes again
+                            return self._chain.encode(
+                                whole, write_empty_chunks=wec, out=scratch_buffer(out_bytes, 2)
+                            )
                         return self._chain.encode(whole, write_empty_chunks=wec)
                 chunk = self._fill_chunk() if edge else new_chunk()
             elif old[i] is None:
