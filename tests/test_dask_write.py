@@ -267,3 +267,61 @@ def test_computing_a_deferred_write_refreshes_the_callers_shard_indexes(tmp_path
     assert d.compute(scheduler=remote_get) == 1  # the tasks wrote through a copy of `a`
     np.testing.assert_array_equal(a[4:6], [14, 15])  # a stale index would still say "absent"
     np.testing.assert_array_equal(a[...], np.arange(8) + 10)
+
+
+def test_writes_take_in_the_blockwise_tasks_that_make_their_blocks():
+    data, d = source()
+    a = new_array()
+    derived = (d * 2).map_blocks(np.negative)  # two more blockwise layers before the write
+    w = store(derived, a, compute=False)
+    (optimized,) = dask.optimize(w)
+    graph = dict(optimized.__dask_graph__())
+    prefixes = {str(k[0] if isinstance(k, tuple) else k).split("-")[0] for k in graph}
+    unfused = dict(w.__dask_graph__())
+    assert len(unfused) > len(graph)
+    assert len(write_keys(graph)) == 6  # one fused task per shard ...
+    assert not {"mul", "negative"} & prefixes  # ... the blockwise source tasks are fused into them
+    w.compute()
+    np.testing.assert_array_equal(a[...], -(data * 2))
+
+
+def _blocks(data, chunks):
+    return [
+        data[i : i + chunks[0], j : j + chunks[1]]
+        for i in range(0, data.shape[0], chunks[0])
+        for j in range(0, data.shape[1], chunks[1])
+    ]
+
+
+def test_a_block_two_writes_share_is_computed_once():
+    calls = []
+
+    def expensive(block):
+        calls.append(block.shape)
+        return block * 10
+
+    data, d = source()
+    shared = d.map_blocks(expensive)  # 6 blocks, used by both writes
+    a, b = new_array(), new_array()
+    writes = store(shared + 1, a, compute=False), store(shared - 1, b, compute=False)
+    calls.clear()  # map_blocks' meta inference called it on empty arrays
+    dask.compute(*writes, scheduler="sync")
+    assert sorted(calls) == sorted(b.shape for b in _blocks(data, (4, 6)))  # each block once
+    np.testing.assert_array_equal(a[...], data * 10 + 1)
+    np.testing.assert_array_equal(b[...], data * 10 - 1)
+
+
+def test_to_zarr_compute_false_is_fused_too(tmp_path):
+    import xarray as xr
+
+    data, d = source()
+    ds = xr.Dataset({"v": (("y", "x"), d + 0.5)})
+    w = z3.to_zarr(ds, str(tmp_path / "s.zarr"), mode="w", compute=False)
+    (optimized,) = dask.optimize(w)
+    graph = dict(optimized.__dask_graph__())
+    assert len(write_keys(graph)) == 6
+    assert not any(isinstance(k, tuple) and str(k[0]).startswith("add") for k in graph)
+    w.compute()
+    np.testing.assert_array_equal(
+        xr.open_dataset(str(tmp_path / "s.zarr"), engine="zarr3")["v"].values, data + 0.5
+    )

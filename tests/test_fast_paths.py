@@ -969,3 +969,27 @@ def test_inline_shard_writes_match_the_bytes_of_a_memory_store_write(tmp_path, i
     for key in ("c/0/0", "c/0/1", "c/2/1"):
         assert (tmp_path / "a" / key).read_bytes() == bytes(mem.store.get(key))
     np.testing.assert_array_equal(z3.open_array(str(tmp_path / "a"))[...], data)
+
+
+@pytest.mark.parametrize(
+    "codecs",
+    [
+        [{"name": "bytes", "configuration": {"endian": "little"}}],
+        [{"name": "bytes", "configuration": {"endian": "big"}}, BLOSC],
+        [{"name": "transpose", "configuration": {"order": [1, 0]}}, {"name": "bytes"}, ZSTD, CRC],
+    ],
+    ids=["raw", "big-blosc", "transpose-zstd-crc"],
+)
+def test_whole_chunk_writes_from_contiguous_blocks_leave_the_values_alone(tmp_path, codecs):
+    kw = dict(shape=(8, 12), dtype="f4", chunks=(4, 6), codecs=codecs, fill_value=0)
+    a = z3.create_array(str(tmp_path / "a"), **kw)
+    mem = z3.create_array(z3.MemoryStore(), **kw)
+    block = np.ascontiguousarray(_data((4, 6)))  # exactly one chunk, C-ordered: no staging copy
+    before = block.copy()
+    a[4:8, 6:12] = block
+    mem[4:8, 6:12] = block
+    np.testing.assert_array_equal(block, before)  # codecs never write into the caller's values
+    assert (tmp_path / "a" / "c" / "1" / "1").read_bytes() == bytes(mem.store.get("c/1/1"))
+    a[0:4, 0:6] = 2.5  # a broadcast scalar: read-only, not C-ordered: staged as before
+    np.testing.assert_array_equal(a[...][:4, :6], 2.5)
+    np.testing.assert_array_equal(z3.open_array(str(tmp_path / "a"))[4:8, 6:12], before)

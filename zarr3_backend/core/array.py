@@ -640,16 +640,20 @@ class Array:
             if p.is_complete:
                 region = grid.chunk_region(p.chunk_coords, self.shape)
                 edge = any(r.stop - r.start != c for r, c in zip(region, unit, strict=True))
-                if shard_codec is not None and not edge:
-                    whole = value[p.out_selection]
-                    if whole.shape == tuple(unit):  # the codec copies each inner chunk out itself:
-                        if not wec and is_fill(whole, fill):  # no shard-sized staging copy
-                            return None
-                        if inline:  # written before this thread encodes again
-                            return self._chain.encode(
-                                whole, write_empty_chunks=wec, out=scratch_buffer(out_bytes, 2)
-                            )
-                        return self._chain.encode(whole, write_empty_chunks=wec)
+                whole = value[p.out_selection] if not edge else None
+                # encoded straight from the caller's values, no staging copy, when the codec
+                # copies each inner chunk out itself (sharding) or they are one C-ordered block
+                direct = whole is not None and (
+                    shard_codec is not None or (whole.flags.c_contiguous and not self.dtype.hasobject)
+                )
+                if direct and whole.shape == tuple(unit):
+                    if not wec and is_fill(whole, fill):
+                        return None
+                    if inline:  # written before this thread encodes again
+                        return self._chain.encode(
+                            whole, write_empty_chunks=wec, out=scratch_buffer(out_bytes, 2)
+                        )
+                    return self._chain.encode(whole, write_empty_chunks=wec)
                 chunk = self._fill_chunk() if edge else new_chunk()
             elif old[i] is None:
                 chunk = self._fill_chunk()

@@ -21,6 +21,8 @@ import dask
 import dask.array as da
 import numpy as np
 from dask.base import tokenize
+from dask.blockwise import optimize_blockwise
+from dask.core import flatten
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.layers import ArraySliceDep
@@ -107,7 +109,24 @@ def _pieces(block_sizes: Sequence[int], unit: int, start: int) -> list[tuple[int
     return out
 
 
-class WriteDelayed(Delayed):
+class FusingDelayed(Delayed):
+    """A Delayed whose graph gets the blockwise fusion dask gives arrays when it is computed."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def __dask_optimize__(dsk: Any, keys: Any, **kwargs: Any) -> HighLevelGraph:
+        """Delayed's culling plus the blockwise fusion dask gives arrays: each write task takes
+        in the blockwise tasks that make its block (one task per unit on a cluster, not a
+        source task and a write task). Applied to the graph of everything computed together,
+        so blocks that several writes share are still computed once."""
+        keys = list(flatten(keys)) if isinstance(keys, list) else [keys]
+        if not isinstance(dsk, HighLevelGraph):
+            dsk = HighLevelGraph.from_collections(str(id(dsk)), dsk, dependencies=())
+        return optimize_blockwise(dsk, keys=keys).cull(set(keys))  # dask.array's order
+
+
+class WriteDelayed(FusingDelayed):
     """The Delayed a write returns. Its ``compute()`` also makes the caller's Array forget its
     cached shard indexes, which the tasks may have made stale by rewriting shards through
     their own copies of the Array (worker processes, a cluster)."""

@@ -37,7 +37,7 @@ from ..core.paths import join_path, metadata_key, normalize_path
 from ..dask.alignment import check_deferred_edges, check_region_edges
 from ..dask.progress import compute_with_progress
 from ..dask.read import BlockReader, store_token
-from ..dask.write import plan_chunks
+from ..dask.write import FusingDelayed, plan_chunks
 from ..dask.write import store as dask_store
 from ..errors import (
     ArgumentError,
@@ -917,7 +917,8 @@ def to_zarr(
 
     if not compute:
         write_metadata()
-        return delayed(_finish, pure=False)(*lazy)
+        finish = delayed(_finish, pure=False)(*lazy)
+        return FusingDelayed(finish.key, finish.dask)
     if lazy:
         compute_with_progress(*lazy, progress=progress, **(chunkmanager_store_kwargs or {}))
     return write_metadata()
