@@ -700,12 +700,13 @@ def test_rewritten_shard_is_read_afresh_not_from_the_index_memo(tmp_path):
 def test_get_regions_results_from_shared_slabs_are_independent(tmp_path, monkeypatch):
     from zarr3_backend import _slabs
 
-    monkeypatch.setattr(_slabs, "POOL", _slabs.SlabPool(2**20, slab_bytes=64 * 1024))  # several slabs
+    monkeypatch.setattr(_slabs, "SLAB_BYTES", 64 * 1024)  # several slabs for a small test
+    monkeypatch.setattr(_slabs, "POOL", _slabs.BufferPool(2**20))
     data = _data((64, 64, 32))
     a = _raw_sharded(tmp_path, data, chunks=(8, 8, 32), shards=(16, 16, 32))
     regions = [(slice(i, i + 8), slice(j, j + 8), slice(0, 32)) for i in (0, 8, 16) for j in (0, 24, 40)]
     regions = regions * 5  # repeated regions are read once, then copied
-    small = _slabs.POOL.slab_bytes // 4
+    small = _slabs.SLAB_BYTES // 4
     assert sum(data[r].nbytes for r in regions) >= 2 * small  # big enough for shared slabs
     got = a.get_regions(regions)
     for r, g in zip(regions, got, strict=True):
@@ -722,7 +723,8 @@ def test_outputs_carve_aligned_views_only_for_small_plain_arrays(monkeypatch):
     from zarr3_backend import _slabs
     from zarr3_backend.core import array as array_mod
 
-    monkeypatch.setattr(_slabs, "POOL", _slabs.SlabPool(2**20, slab_bytes=64 * 1024))
+    monkeypatch.setattr(_slabs, "SLAB_BYTES", 64 * 1024)
+    monkeypatch.setattr(_slabs, "POOL", _slabs.BufferPool(2**20))
     shapes = [(1000,)] * 100 + [(3,), (0,), (64 * 1024,)]
     outs = array_mod._outputs(shapes, np.dtype("f8"))
     assert [o.shape for o in outs] == shapes
@@ -846,49 +848,86 @@ def test_file_reader_refuses_symlinks_out_of_the_root(tmp_path):
 
 
 # ---- recycled result slabs ------------------------------------------------------------------------
-def test_slabs_are_reused_only_when_no_view_is_left():
-    from zarr3_backend._slabs import SlabPool
+def test_buffers_are_reused_only_when_no_view_is_left():
+    from zarr3_backend._slabs import BufferPool
 
-    pool = SlabPool(cap_bytes=10 * 4096, slab_bytes=4096)
-    first = pool.take()
+    pool = BufferPool(cap_bytes=10 * (4096 + 64))
+    first = pool.take(4096)
     view = first[100:200].view("f4")
     del first
-    second = pool.take()
-    assert not np.shares_memory(view, second)  # a view of the first slab is alive
+    second = pool.take(4096)
+    assert not np.shares_memory(view, second)  # a view of the first buffer is alive
     mv = memoryview(view)
     del view
-    third = pool.take()
+    third = pool.take(4096)
     assert not np.shares_memory(np.asarray(mv), third)  # a memoryview keeps it too
     del mv
-    fourth = pool.take()  # the first slab, nothing refers to it now
+    fourth = pool.take(4096)  # the first buffer: nothing refers to it now
     assert pool.pooled_bytes == 3 * (4096 + 64)
     assert fourth.ctypes.data % 64 == 0 and fourth.nbytes == 4096 and fourth.flags.writeable
     del second, third, fourth
-    again = pool.take()
-    assert pool.pooled_bytes == 3 * (4096 + 64)  # reused, no new slab
-    del again
+    again = pool.take(4096)
+    assert pool.pooled_bytes == 3 * (4096 + 64)  # reused, no new buffer
+    other = pool.take(1000)  # another size: a buffer of its own
+    assert other.nbytes == 1000 and pool.pooled_bytes == 3 * (4096 + 64) + 1064
+    del again, other
 
 
-def test_slab_pool_is_bounded_and_can_be_switched_off():
-    from zarr3_backend._slabs import SlabPool
+def test_buffer_pool_is_bounded_and_can_be_switched_off():
+    from zarr3_backend._slabs import BufferPool
 
-    pool = SlabPool(cap_bytes=2 * (4096 + 64), slab_bytes=4096)
-    held = [pool.take() for _ in range(5)]  # three beyond the cap: plain allocations
+    pool = BufferPool(cap_bytes=2 * (4096 + 64))
+    held = [pool.take(4096) for _ in range(5)]  # three beyond the cap: plain allocations
     assert pool.pooled_bytes == 2 * (4096 + 64)
     assert len({h.ctypes.data for h in held}) == 5
-    off = SlabPool(cap_bytes=0, slab_bytes=4096)
-    a = off.take()
+    off = BufferPool(cap_bytes=0)
+    a = off.take(4096)
     del a
-    off.take()
+    off.take(4096)
     assert off.pooled_bytes == 0
     pool.clear()
     assert pool.pooled_bytes == 0 and all(h.flags.writeable for h in held)
 
 
+def test_buffer_pool_size_comes_from_the_environment():
+    from zarr3_backend._slabs import default_cap_bytes
+
+    assert default_cap_bytes({"ZARR3_BUFFER_POOL_MB": "0"}) == 0
+    assert default_cap_bytes({"ZARR3_BUFFER_POOL_MB": "5", "MALLOC_TRIM_THRESHOLD_": "1"}) == 5 * 2**20
+    assert default_cap_bytes({"MALLOC_TRIM_THRESHOLD_": "65536"}) == 64 * 2**20  # dask's workers
+    assert 0 < default_cap_bytes({}) <= 1024 * 2**20
+
+
+def test_chunk_sized_reads_reuse_the_memory_of_results_that_are_gone(tmp_path, monkeypatch):
+    from zarr3_backend import _slabs
+
+    monkeypatch.setattr(_slabs, "POOL", _slabs.BufferPool(64 * 2**20))
+    data = _data((4, 256, 256))  # 1 MiB per chunk: the pooled range
+    a = _create(tmp_path, shape=data.shape, dtype="f4", chunks=(1, 256, 256), compressors=None)
+    a[...] = data
+    first = a[0]
+    address = first.ctypes.data
+    second = a[1]  # the first is alive: other memory
+    assert second.ctypes.data != address
+    np.testing.assert_array_equal(first, data[0])
+    del first
+    third = a[2]  # the first result's memory, handed out again
+    assert third.ctypes.data == address
+    np.testing.assert_array_equal(third, data[2])
+    np.testing.assert_array_equal(second, data[1])
+    third[...] = -1  # results are writable and independent
+    np.testing.assert_array_equal(a[2], data[2])
+    small = a[0, :4, :4]  # below the pooled range: a plain array
+    assert small.base is None or small.base.nbytes == small.nbytes
+    _slabs.release_memory()
+    assert _slabs.POOL.pooled_bytes == 0
+
+
 def test_get_regions_reuses_slabs_of_results_that_are_gone(tmp_path, monkeypatch):
     from zarr3_backend import _slabs
 
-    monkeypatch.setattr(_slabs, "POOL", _slabs.SlabPool(2**20, slab_bytes=64 * 1024))
+    monkeypatch.setattr(_slabs, "SLAB_BYTES", 64 * 1024)
+    monkeypatch.setattr(_slabs, "POOL", _slabs.BufferPool(2**20))
     data = _data((64, 64, 32))
     a = _raw_sharded(tmp_path, data, chunks=(8, 8, 32), shards=(16, 16, 32))
     regions = [

@@ -5,6 +5,7 @@ Layers (each imports only those below it): ``xarray`` > ``dask`` > ``core`` > ``
 """
 
 from . import errors
+from ._slabs import release_memory
 from .core.api import consolidate_metadata, create_array, create_group, open_array, open_group, open_node
 from .core.array import Array
 from .core.group import Group
@@ -35,5 +36,6 @@ __all__ = [
     "open_array",
     "open_group",
     "open_node",
+    "release_memory",
     "to_zarr",
 ]

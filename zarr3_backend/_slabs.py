@@ -1,15 +1,19 @@
-"""Recycled memory for many small results (``Array.get_regions``).
+"""Recycled memory for read results.
 
-Fresh memory costs the kernel a page fault and zeroing on first touch: for a batch of a
-thousand 1 MiB reads from the page cache that is as much CPU as the reads themselves. Results
-are therefore carved out of 32 MiB slabs, and a slab whose results are all gone is used again
-by the next batch instead of being returned to the kernel and faulted in afresh.
+Fresh memory costs the kernel a page fault and zeroing on first touch, and glibc hands large
+freed blocks back to the kernel (a thread's heap is trimmed, a big block unmapped), so the next
+read of the same size pays again: as much CPU as copying the data out of the page cache. Read
+results of 1-64 MiB (a chunk or shard a dask task reads; the 32 MiB slabs ``get_regions``
+carves small results from) are therefore taken from a pool of buffers, and a buffer nothing
+refers to any more is handed out again instead of being faulted in afresh.
 
-A slab is free again when nothing refers to it: every numpy view of a slab holds a reference
-to the slab itself (numpy points a view's ``base`` at the array that owns the memory), and so
-does anything holding a view (memoryviews, DLPack capsules, other libraries' tensors). The pool
-keeps at most ``ZARR3_SLAB_CACHE_MB`` (default: 1/16 of physical memory, at most 1024) of
-slabs; beyond that, slabs are plain allocations that go back to the kernel when freed.
+A buffer is free again when nothing refers to it: every numpy view of a buffer holds a
+reference to the buffer itself (numpy points a view's ``base`` at the array that owns the
+memory), and so does anything holding a view (memoryviews, DLPack capsules, other libraries'
+tensors). The pool keeps at most ``ZARR3_BUFFER_POOL_MB`` of buffers (default: 1/16 of
+physical memory, at most 1024; 64 in processes that ask malloc to return memory promptly with
+``MALLOC_TRIM_THRESHOLD_``, as dask's nanny does for its workers; 0 turns reuse off). Beyond
+that, results are plain allocations.
 """
 
 from __future__ import annotations
@@ -17,18 +21,27 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections import deque
 
 import numpy as np
 
 SLAB_BYTES = 32 * 2**20
+#: Results of this size range come from the pool.
+POOLED_MIN = 2**20
+POOLED_MAX = 64 * 2**20
 _ALIGN = 64
 _MiB = 2**20
+#: Buffers of one size checked per request (the least recently handed out first).
+_PROBES = 8
 
 
-def _default_cap_bytes() -> int:
-    env = os.environ.get("ZARR3_SLAB_CACHE_MB")
+def default_cap_bytes(environ: dict[str, str] | os._Environ[str] = os.environ) -> int:
+    """The pool's size limit: ``ZARR3_BUFFER_POOL_MB``, else the defaults described above."""
+    env = environ.get("ZARR3_BUFFER_POOL_MB")
     if env is not None:
         return max(int(env), 0) * _MiB
+    if "MALLOC_TRIM_THRESHOLD_" in environ:
+        return 64 * _MiB
     try:
         physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
@@ -42,40 +55,56 @@ def _refcounts_reliable() -> bool:
     return is_gil_enabled is None or is_gil_enabled()
 
 
-class SlabPool:
-    """Slabs of ``slab_bytes`` (64-byte aligned) reused once nothing refers to them."""
+class BufferPool:
+    """Byte buffers (64-byte aligned) handed out again once nothing refers to them."""
 
-    def __init__(self, cap_bytes: int, slab_bytes: int = SLAB_BYTES) -> None:
-        self.slab_bytes = slab_bytes
-        self.cap_slabs = cap_bytes // (slab_bytes + _ALIGN) if _refcounts_reliable() else 0
-        self._slabs: list[np.ndarray] = []  # every pooled slab, in use or not
+    def __init__(self, cap_bytes: int) -> None:
+        self.cap_bytes = cap_bytes if _refcounts_reliable() else 0
+        self.pooled_bytes = 0
+        self._by_size: dict[int, deque[np.ndarray]] = {}
         self._lock = threading.Lock()
 
-    def take(self) -> np.ndarray:
-        """A writable uint8 array of ``slab_bytes``: a pooled slab nothing refers to any more,
-        a new pooled slab while under the cap, else a plain allocation."""
+    def take(self, nbytes: int) -> np.ndarray:
+        """A writable uint8 array of ``nbytes``: a pooled buffer nothing refers to any more, a
+        new pooled buffer while under the cap, else a plain allocation."""
         with self._lock:
-            for raw in self._slabs:
-                # the pool's list and the call's argument are the only references: unused
-                if sys.getrefcount(raw) == 3:  # + this loop's variable
-                    return self._aligned(raw)
-            raw = np.empty(self.slab_bytes + _ALIGN, dtype=np.uint8)
-            if len(self._slabs) < self.cap_slabs:
-                self._slabs.append(raw)
-            return self._aligned(raw)
+            ring = self._by_size.get(nbytes)
+            if ring:
+                for _ in range(min(_PROBES, len(ring))):
+                    ring.rotate(-1)  # the least recently handed out moves to the back ...
+                    # ... and is free when the pool's ring, ``ring[-1]`` and the call's argument
+                    # are its only references
+                    if sys.getrefcount(ring[-1]) == 2:
+                        return self._aligned(ring[-1], nbytes)
+            raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
+            if self.pooled_bytes + raw.nbytes <= self.cap_bytes:
+                self._by_size.setdefault(nbytes, deque()).append(raw)
+                self.pooled_bytes += raw.nbytes
+            return self._aligned(raw, nbytes)
 
-    def _aligned(self, raw: np.ndarray) -> np.ndarray:
+    @staticmethod
+    def _aligned(raw: np.ndarray, nbytes: int) -> np.ndarray:
         start = -raw.ctypes.data % _ALIGN
-        return raw[start : start + self.slab_bytes]
+        return raw[start : start + nbytes]
 
     def clear(self) -> None:
-        """Forget every pooled slab (memory in use stays valid; the rest goes back to the kernel)."""
+        """Forget every pooled buffer (memory in use stays valid; the rest goes back to the kernel)."""
         with self._lock:
-            self._slabs.clear()
-
-    @property
-    def pooled_bytes(self) -> int:
-        return len(self._slabs) * (self.slab_bytes + _ALIGN)
+            self._by_size.clear()
+            self.pooled_bytes = 0
 
 
-POOL = SlabPool(_default_cap_bytes())
+POOL = BufferPool(default_cap_bytes())
+
+
+def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """``np.empty(shape, dtype)``, from the pool when its size is in the pooled range."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if dtype.hasobject or not POOLED_MIN <= nbytes <= POOLED_MAX:
+        return np.empty(shape, dtype=dtype)
+    return POOL.take(nbytes).view(dtype).reshape(shape)
+
+
+def release_memory() -> None:
+    """Let the kernel have back the memory pooled read results no longer use."""
+    POOL.clear()

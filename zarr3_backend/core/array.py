@@ -58,18 +58,18 @@ _AHEAD = 4
 #: At most this many decoded shard indexes are memoised per Array (see ``Array._index_memo``).
 _INDEX_MEMO_MAX = 4096
 
-#: ``get_regions`` carves results of at most a quarter of a slab out of shared slabs: one
-#: large allocation faults its memory in huge pages, several times cheaper per byte than many
-#: ~1 MiB arrays, and a slab whose results are all gone is reused (``_slabs``). A result keeps
-#: its slab alive, so slabs stay small.
+#: ``get_regions`` carves results of at most a quarter of a slab out of shared 32 MiB slabs:
+#: one large allocation faults its memory in huge pages, several times cheaper per byte than
+#: many ~1 MiB arrays, and a slab whose results are all gone is reused (``_slabs``). A result
+#: keeps its slab alive, so slabs stay small.
 
 
 def _outputs(shapes: Sequence[tuple[int, ...]], dtype: np.dtype) -> list[np.ndarray]:
     """Fresh uninitialised arrays of ``shapes``; small ones are views of shared slabs."""
     itemsize = dtype.itemsize
     sizes = [int(np.prod(s, dtype=np.int64)) * itemsize for s in shapes]
-    pool = _slabs.POOL
-    small = pool.slab_bytes // 4
+    slab_bytes = _slabs.SLAB_BYTES
+    small = slab_bytes // 4
     if dtype.hasobject or sum(n for n in sizes if 0 < n <= small) < 2 * small:
         return [np.empty(s, dtype=dtype) for s in shapes]
     outs: list[np.ndarray] = []
@@ -80,7 +80,7 @@ def _outputs(shapes: Sequence[tuple[int, ...]], dtype: np.dtype) -> list[np.ndar
             continue
         step = -(-n // 64) * 64  # 64-byte aligned starts (slabs start aligned)
         if slab is None or used + n > len(slab):
-            slab, used = pool.take(), 0
+            slab, used = _slabs.POOL.take(slab_bytes), 0
         outs.append(slab[used : used + n].view(dtype).reshape(shape))
         used += step
     return outs
@@ -355,7 +355,7 @@ class Array:
 
     # ---- reading ---------------------------------------------------------------------------
     def _read(self, indexer: Any) -> np.ndarray:
-        out = np.empty(indexer.shape, dtype=self.dtype)
+        out = _slabs.empty(indexer.shape, self.dtype)  # recycled memory for chunk-sized results
         items = [(out, p) for p in indexer]
         adopted = self._read_items(items, adopt=len(items) == 1)
         return adopted.get(id(out), out)  # one shard region: its decoded array is the result
