@@ -73,12 +73,14 @@ def select(args: argparse.Namespace) -> list[tuple[str, str]]:
         raise SystemExit(f"unknown libs {sorted(unknown)}; choose from {LIBS}")
     wanted = [x for x in args.workloads.split(",") if x]
     cases = []
-    for w in WORKLOADS:
+    for k, w in enumerate(WORKLOADS):
         if wanted and not any(w.id == x or w.id.startswith(x) for x in wanted):
             continue
-        for lib in w.libs:
-            if (lib in REFERENCE_LIBS and not args.no_reference) or lib in libs:
-                cases.append((w.id, lib))
+        chosen = [lib for lib in w.libs if (lib in REFERENCE_LIBS and not args.no_reference) or lib in libs]
+        # the library that runs first after another workload varies: no library always pays
+        # for what the previous workload left behind (dirty pages, freed memory to reclaim)
+        shift = k % len(chosen) if chosen else 0
+        cases.extend((w.id, lib) for lib in chosen[shift:] + chosen[:shift])
     return cases
 
 
@@ -170,6 +172,11 @@ def main(argv: list[str] | None = None) -> dict:
         shown = f"{r['value']:.2f} {r['unit']}" if r.get("ok") else r.get("error", "failed")
         print(f"  {wid:24s} {lib:12s} {shown}  ({r['case_s']:.1f} s)", flush=True)
 
+    for i, r in enumerate(results):
+        r["run_order"] = i
+    workload_pos = {w.id: i for i, w in enumerate(WORKLOADS)}
+    lib_pos = {lib: i for i, lib in enumerate((*REFERENCE_LIBS, *LIBS))}
+    results.sort(key=lambda r: (workload_pos[r["workload"]], lib_pos[r["lib"]]))  # table order
     best = add_ratios(results)
     meta = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from benchmarks import adapters, data, envs, run
-from benchmarks.config import SIZES, WORKLOADS, Case
+from benchmarks.config import SIZES, WORKLOADS, WORKLOADS_BY_ID, Case
 from benchmarks.report import add_ratios, markdown_table, text_table
 from benchmarks.worker import run_case
 
@@ -160,3 +160,18 @@ def test_env_python_choice(tmp_path):
     assert found is not None and found[1] >= sys.version_info[:2]
     versions = envs.versions_in(sys.executable, ("numpy", "no-such-package-here"))
     assert versions["numpy"] == np.__version__ and versions["no-such-package-here"] == "not installed"
+
+
+def test_library_order_rotates_between_workloads_and_the_table_does_not(tmp_path):
+    args = run.parse_args(["--libs", "z3,zarr,tensorstore", "--no-reference"])
+    cases = run.select(args)
+    firsts = {}
+    for wid, lib in cases:
+        firsts.setdefault(wid, lib)
+    assert len(set(firsts.values())) > 1  # not always the same library first
+    per_workload = {}
+    for wid, lib in cases:
+        per_workload.setdefault(wid, []).append(lib)
+    for wid, libs in per_workload.items():  # every chosen library still runs exactly once
+        expected = [x for x in WORKLOADS_BY_ID[wid].libs if x in ("z3", "zarr", "tensorstore")]
+        assert sorted(libs) == sorted(expected)
