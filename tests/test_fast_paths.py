@@ -725,11 +725,12 @@ def test_outputs_carve_aligned_views_only_for_small_plain_arrays(monkeypatch):
 
     monkeypatch.setattr(_slabs, "SLAB_BYTES", 64 * 1024)
     monkeypatch.setattr(_slabs, "POOL", _slabs.BufferPool(2**20))
-    shapes = [(1000,)] * 100 + [(3,), (0,), (64 * 1024,)]
+    shapes = [(1000,)] * 100 + [(3,), (0,), (64 * 1024,), (2**18,)]
     outs = array_mod._outputs(shapes, np.dtype("f8"))
     assert [o.shape for o in outs] == shapes
-    assert all(o.ctypes.data % 64 == 0 for o in outs[:-3])
-    assert outs[-1].base is None  # too big to share a slab
+    assert all(o.ctypes.data % 64 == 0 for o in outs[:-4])
+    assert outs[-2].base is None  # too big to share a slab, too small for the pool
+    assert outs[-1].base is not None and outs[-1].base.nbytes >= 2 * 2**20  # a pooled buffer of its own
     assert outs[0].base is not None and outs[0].base is outs[5].base  # a shared slab
     assert outs[0].base.base is None  # the pooled slab itself, so pooled reuse can see its views
     objs = array_mod._outputs([(2,)] * 3, np.dtype(object))
@@ -896,17 +897,21 @@ def test_buffer_pool_size_comes_from_the_environment():
     assert default_cap_bytes({"ZARR3_BUFFER_POOL_MB": "5", "MALLOC_TRIM_THRESHOLD_": "1"}) == 5 * 2**20
     assert default_cap_bytes({"MALLOC_TRIM_THRESHOLD_": "65536"}) == 64 * 2**20  # dask's workers
     assert 0 < default_cap_bytes({}) <= 1024 * 2**20
+    assert default_cap_bytes({"ZARR3_BUFFER_POOL_MB": "0.5"}) == 2**19
+    with pytest.warns(UserWarning, match="ZARR3_BUFFER_POOL_MB"):
+        assert default_cap_bytes({"ZARR3_BUFFER_POOL_MB": "lots"}) == default_cap_bytes({})
 
 
 def test_chunk_sized_reads_reuse_the_memory_of_results_that_are_gone(tmp_path, monkeypatch):
     from zarr3_backend import _slabs
 
     monkeypatch.setattr(_slabs, "POOL", _slabs.BufferPool(64 * 2**20))
-    data = _data((4, 256, 256))  # 1 MiB per chunk: the pooled range
-    a = _create(tmp_path, shape=data.shape, dtype="f4", chunks=(1, 256, 256), compressors=None)
+    data = _data((4, 512, 512))  # 1 MiB per chunk: the pooled range
+    a = _create(tmp_path, shape=data.shape, dtype="f4", chunks=(1, 512, 512), compressors=None)
     a[...] = data
     first = a[0]
     address = first.ctypes.data
+    assert first.base is not None and _slabs.POOL.pooled_bytes > 0  # from the pool
     second = a[1]  # the first is alive: other memory
     assert second.ctypes.data != address
     np.testing.assert_array_equal(first, data[0])
@@ -1032,3 +1037,19 @@ def test_whole_chunk_writes_from_contiguous_blocks_leave_the_values_alone(tmp_pa
     a[0:4, 0:6] = 2.5  # a broadcast scalar: read-only, not C-ordered: staged as before
     np.testing.assert_array_equal(a[...][:4, :6], 2.5)
     np.testing.assert_array_equal(z3.open_array(str(tmp_path / "a"))[4:8, 6:12], before)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_buffer_pool_works_in_a_child_forked_while_its_lock_was_held():
+    from zarr3_backend import _slabs
+
+    with _slabs.POOL._lock:  # as if another thread were taking a buffer when the fork happens
+        pid = os.fork()
+        if pid == 0:  # the child: the pool must not deadlock
+            try:
+                _slabs.POOL.take(2**20)
+                os._exit(0)
+            except BaseException:
+                os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

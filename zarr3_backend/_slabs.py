@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import warnings
 from collections import deque
 
 import numpy as np
@@ -39,7 +40,12 @@ def default_cap_bytes(environ: dict[str, str] | os._Environ[str] = os.environ) -
     """The pool's size limit: ``ZARR3_BUFFER_POOL_MB``, else the defaults described above."""
     env = environ.get("ZARR3_BUFFER_POOL_MB")
     if env is not None:
-        return max(int(env), 0) * _MiB
+        try:
+            return max(int(float(env) * _MiB), 0)
+        except ValueError:
+            warnings.warn(
+                f"ZARR3_BUFFER_POOL_MB={env!r} is not a number of MiB: using the default", stacklevel=2
+            )
     if "MALLOC_TRIM_THRESHOLD_" in environ:
         return 64 * _MiB
     try:
@@ -95,6 +101,13 @@ class BufferPool:
 
 
 POOL = BufferPool(default_cap_bytes())
+
+
+def _reset_after_fork() -> None:  # a thread of the parent may have held the lock mid-fork
+    POOL._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

@@ -132,9 +132,11 @@ class BloscCodec(BytesBytesCodec):
         return codec
 
     def encode_into(self, data: Buffer, spec: ChunkSpec, out: memoryview) -> Buffer:
-        """The frame ``encode`` returns, written into ``out`` (a writable byte buffer) and
-        returned as a view of it; falls back to ``encode`` when ``out`` may be too small or
-        c-blosc's entry point is not exported. The same bytes either way."""
+        """A frame written into ``out`` (a writable byte buffer) and returned as a view of it;
+        falls back to ``encode`` when ``out`` may be too small or c-blosc's entry point is not
+        exported. The bytes are those of ``encode`` on a worker thread (single-threaded
+        c-blosc); from the main thread numcodecs may split blocks over blosc's own threads,
+        which changes the bytes but not what they decode to."""
         view = as_bytes_view(data)
         fn = _compress_ctx()
         if fn is None or len(out) < len(view) + MAX_OVERHEAD or not len(view):

@@ -71,12 +71,12 @@ def _outputs(shapes: Sequence[tuple[int, ...]], dtype: np.dtype) -> list[np.ndar
     slab_bytes = _slabs.SLAB_BYTES
     small = slab_bytes // 4
     if dtype.hasobject or sum(n for n in sizes if 0 < n <= small) < 2 * small:
-        return [np.empty(s, dtype=dtype) for s in shapes]
+        return [_slabs.empty(s, dtype) for s in shapes]
     outs: list[np.ndarray] = []
     slab, used = None, 0
     for shape, n in zip(shapes, sizes, strict=True):
         if not 0 < n <= small:
-            outs.append(np.empty(shape, dtype=dtype))
+            outs.append(_slabs.empty(shape, dtype))
             continue
         step = -(-n // 64) * 64  # 64-byte aligned starts (slabs start aligned)
         if slab is None or used + n > len(slab):

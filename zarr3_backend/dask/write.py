@@ -118,8 +118,11 @@ class FusingDelayed(Delayed):
     def __dask_optimize__(dsk: Any, keys: Any, **kwargs: Any) -> HighLevelGraph:
         """Delayed's culling plus the blockwise fusion dask gives arrays: each write task takes
         in the blockwise tasks that make its block (one task per unit on a cluster, not a
-        source task and a write task). Applied to the graph of everything computed together,
-        so blocks that several writes share are still computed once."""
+        source task and a write task). Applied to the graph of all writes computed together,
+        so blocks that several writes share are still computed once. As with
+        ``dask.array.store``, a write computed in the same call as the array it writes (or
+        another collection using its blocks) computes those blocks twice: compute them apart,
+        or ``persist`` the array first."""
         keys = list(flatten(keys)) if isinstance(keys, list) else [keys]
         if not isinstance(dsk, HighLevelGraph):
             dsk = HighLevelGraph.from_collections(str(id(dsk)), dsk, dependencies=())
