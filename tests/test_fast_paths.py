@@ -836,6 +836,8 @@ def test_file_reader_fills_buffers_across_short_reads(tmp_path, monkeypatch):
         assert reader.read_into(195, tail) == 5  # end of file
         assert bytes(tail[0][:5]) == bytes(range(195, 200))
     assert store.open_reader("missing") is None
+    store.set("d/inner", b"x")
+    assert store.open_reader("d") is None  # a directory is not a key
 
 
 def test_file_reader_refuses_symlinks_out_of_the_root(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from .._threads import thread_map
@@ -50,13 +51,8 @@ class FileReader:
 
     __slots__ = ("_fd", "_store", "key", "size")
 
-    def __init__(self, store: LocalStore, key: str, fd: int) -> None:
-        self._store, self.key, self._fd = store, key, fd
-        try:
-            self.size = os.fstat(fd).st_size
-        except OSError as e:
-            os.close(fd)
-            raise store._error("reading", key, e) from e
+    def __init__(self, store: LocalStore, key: str, fd: int, size: int) -> None:
+        self._store, self.key, self._fd, self.size = store, key, fd, size
 
     def read_into(self, offset: int, buffers: Sequence[memoryview]) -> int:
         """Fill ``buffers`` (writable byte views) in order from ``offset``: one vectored read
@@ -192,11 +188,11 @@ class LocalStore(Store):
         """The value of ``key`` (or the part ``byte_range`` selects, clipped to the file) read
         into ``alloc(size)``, a writable buffer of ``size`` bytes (e.g. reused scratch memory or
         the output array itself; a shorter buffer reads only its length); ``None`` when missing."""
-        fd = self._open_read(key, self._key_path(key))
-        if fd is None:
+        reader = self.open_reader(key)
+        if reader is None:
             return None
-        try:
-            size = os.fstat(fd).st_size
+        with reader:
+            size = reader.size
             start, stop = 0, size
             if byte_range is not None:
                 if byte_range.is_suffix:
@@ -206,26 +202,24 @@ class LocalStore(Store):
                     if byte_range.length is not None:
                         stop = min(start + byte_range.length, size)
             buf = alloc(stop - start)
-            want = min(len(buf), stop - start)
-            got = 0
-            while got < want:
-                n = os.preadv(fd, [buf[got:want]], start + got)
-                if n == 0:  # the file shrank under us: return what exists
-                    break
-                got += n
-            return buf[:got]
-        except _MISSING:
-            return None
-        except OSError as e:
-            raise self._error("reading", key, e) from e
-        finally:
-            os.close(fd)
+            got = reader.read_into(start, [buf[: min(len(buf), stop - start)]])
+            return buf[:got]  # short only when the file shrank under us: what exists
 
     def open_reader(self, key: str) -> FileReader | None:
         """``key``'s file open for positioned reads (close it, or use it in ``with``); ``None``
-        when the key is missing. Paths are checked as by every other read."""
+        when the key is missing or names a directory. Paths are checked as by every other read."""
         fd = self._open_read(key, self._key_path(key))
-        return None if fd is None else FileReader(self, key, fd)
+        if fd is None:
+            return None
+        try:
+            info = os.fstat(fd)
+        except OSError as e:
+            os.close(fd)
+            raise self._error("reading", key, e) from e
+        if stat.S_ISDIR(info.st_mode):
+            os.close(fd)
+            return None
+        return FileReader(self, key, fd, info.st_size)
 
     def will_need(self, keys: Sequence[str]) -> None:
         """Ask the kernel to start reading these keys' files into the page cache (read-ahead
