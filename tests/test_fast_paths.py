@@ -242,14 +242,11 @@ def test_blosc_encode_into_reports_an_unknown_compressor_as_a_codec_error(monkey
     from zarr3_backend.codecs import blosc as blosc_module
     from zarr3_backend.errors import CodecError
 
-    codec = BloscCodec.from_config(BLOSC["configuration"])
     monkeypatch.setattr(blosc_module, "available_cnames", lambda: frozenset({"lz4", "nope"}))
     bad = BloscCodec(cname="lz4", clevel=5, shuffle="shuffle", typesize=4)
     object.__setattr__(bad, "cname", "nope")  # bypasses validation to reach c-blosc itself
-    data = _data(64)
-    with pytest.raises(CodecError, match="blosc"):
-        bad.encode_into(data, ChunkSpec((64,), np.dtype("f4"), 0.0), memoryview(bytearray(512)))
-    assert bytes(codec.encode(data, ChunkSpec((64,), np.dtype("f4"), 0.0)))
+    with pytest.raises(CodecError, match=r"blosc.*compression of 256 bytes failed"):
+        bad.encode_into(_data(64), ChunkSpec((64,), np.dtype("f4"), 0.0), memoryview(bytearray(512)))
 
 
 def test_inline_blosc_writes_match_the_bytes_of_a_memory_store_write(tmp_path):

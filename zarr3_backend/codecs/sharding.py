@@ -45,9 +45,6 @@ _THREADS_MIN_BYTES = 1 << 20
 IndexLocation = Literal["start", "end"]
 
 
-#: ``read_into(byte_range, alloc)`` reads ``byte_range`` of one stored shard into the buffer
-#: ``alloc(n)`` returns (``n``: the bytes the range holds, clipped to the value; the buffer may be
-#: shorter, then only its length is read) and returns the filled part, ``None`` when missing.
 class PositionedReader(Protocol):
     """One open shard: its ``size`` and positioned reads into caller buffers (a local file)."""
 

@@ -624,6 +624,12 @@ class Array:
 
         shard_codec, wec = self._shard_codec, self.write_empty_chunks
 
+        def encode_unit(unit_value: np.ndarray) -> Any:
+            # inline: each unit is written before its thread encodes the next, so the encoded
+            # bytes may live in that thread's scratch memory
+            out = scratch_buffer(out_bytes, 2) if inline else None
+            return self._chain.encode(unit_value, write_empty_chunks=wec, out=out)
+
         def encode(i: int) -> Any:
             p = projections[i]
             if shard_codec is not None and not p.is_complete:
@@ -649,11 +655,7 @@ class Array:
                 if direct and whole.shape == tuple(unit):
                     if not wec and is_fill(whole, fill):
                         return None
-                    if inline:  # written before this thread encodes again
-                        return self._chain.encode(
-                            whole, write_empty_chunks=wec, out=scratch_buffer(out_bytes, 2)
-                        )
-                    return self._chain.encode(whole, write_empty_chunks=wec)
+                    return encode_unit(whole)
                 chunk = self._fill_chunk() if edge else new_chunk()
             elif old[i] is None:
                 chunk = self._fill_chunk()
@@ -664,9 +666,7 @@ class Array:
             chunk[p.chunk_selection] = value[p.out_selection]
             if not wec and is_fill(chunk, fill):
                 return None
-            if inline and shard_codec is None:  # written before this thread encodes again
-                return self._chain.encode(chunk, write_empty_chunks=wec, out=scratch_buffer(out_bytes, 2))
-            return self._chain.encode(chunk, write_empty_chunks=wec)
+            return encode_unit(chunk)
 
         cache = self._index_cache
         if cache is not None:  # before and after: no reader may cache an index from in between
