@@ -801,3 +801,22 @@ def test_make_store_refuses_bad_arguments(tmp_path):
 def test_errors_are_in_the_package_hierarchy():
     assert issubclass(StoreArgumentError, Zarr3Error) and issubclass(StoreArgumentError, ValueError)
     assert validate_key("a/b") == "a/b"
+
+
+def test_local_store_write_survives_its_directory_vanishing_inside_makedirs(tmp_path, monkeypatch):
+    """makedirs(exist_ok=True) raises FileExistsError when a concurrent erase removes the
+    directory between its mkdir and its isdir check: the write retries, as for a missing one."""
+    store = LocalStore(tmp_path / "store")
+    real = os.makedirs
+    calls = []
+
+    def racing(path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == 1:
+            raise FileExistsError(17, "File exists", path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "makedirs", racing)
+    store.set("shared/dir/k", b"v")
+    leaf = str(tmp_path / "store" / "shared" / "dir")
+    assert store.get("shared/dir/k") == b"v" and calls.count(leaf) == 2  # refused, then retried

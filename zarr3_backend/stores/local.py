@@ -268,9 +268,12 @@ class LocalStore(Store):
                         tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666
                     )
                     break
-                except FileNotFoundError:
+                except (FileNotFoundError, FileExistsError):
+                    # a concurrent erase pruned the parent (makedirs reports that as
+                    # FileExistsError when the directory vanishes between its mkdir and check)
                     if attempt == _WRITE_RETRIES - 1:
                         raise
+                    tmp = os.path.join(parent, TEMP_PREFIX + secrets.token_hex(8))
         except OSError as e:
             raise self._error("writing", key, e) from e
         try:
