@@ -48,7 +48,7 @@ class Workload:
 
     id: str
     title: str
-    kind: str  # write | read | random_one | random_batch | xr_mean | to_zarr | copy | file_*
+    kind: str  # write | read | random_one | random_batch | xr_mean[_in_memory] | to_zarr | copy | file_*
     fixture: str | None = None  # raw | blosc | sharded (the store read from / layout written)
     cold: bool = False
     unit: str = "GB/s"
@@ -75,6 +75,12 @@ WORKLOADS: tuple[Workload, ...] = (
     ),
     Workload(
         "e_random_batch", "(e) random inner-chunk reads, one call", "random_batch", "sharded", unit="reads/s"
+    ),
+    Workload(
+        "ref_mean_in_memory",
+        "(f) the same mean on the same dask chunks already in memory, no I/O (reference)",
+        "xr_mean_in_memory",
+        libs=("numpy",),
     ),
     Workload("f_xarray_mean", "(f) xarray open_dataset(chunks={}) + mean(time), threads", "xr_mean", "raw"),
     Workload(

@@ -304,10 +304,31 @@ class Runner:
             return ds[data.VAR].mean("time").compute(scheduler="threads").values
 
         stats = self.measure(lambda: None, body)
+        self._check_mean()
+        return stats
+
+    def do_xr_mean_in_memory(self) -> dict:
+        """Workload f's reduction with no storage engine at all: the same xarray mean over the
+        same dask chunks (the fixture's chunk shape), cut from the source already in memory.
+        The ceiling any engine's f can reach."""
+        import dask.array as da
+        import xarray as xr
+
+        src = data.load_source(self.case.workdir, self.size, mmap=False)
+        chunks = tuple(data.layout(self.size, "raw")["chunks"])
+
+        def body() -> np.ndarray:
+            v = xr.DataArray(da.from_array(src, chunks=chunks, inline_array=True), dims=data.DIMS)
+            return v.mean("time").compute(scheduler="threads").values
+
+        stats = self.measure(lambda: None, body)
+        self._check_mean()
+        return stats
+
+    def _check_mean(self) -> None:
         src = data.load_source(self.case.workdir, self.size)
         expected = src.mean(axis=0, dtype=np.float64)
         _check(np.allclose(self.last, expected, rtol=1e-5, atol=1e-4), "xarray mean differs from source")
-        return stats
 
     def do_to_zarr(self) -> dict:
         import dask

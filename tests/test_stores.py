@@ -214,6 +214,14 @@ def test_keys_with_glob_characters_are_literal(store):
     assert sorted(store.list()) == ["g1/c", "g[1]/c?"]
 
 
+@pytest.fixture(params=["dir_fd", "paths"])
+def write_mode(request, monkeypatch):
+    """LocalStore writes both ways: relative to a checked directory fd (Linux) and by full
+    paths (platforms without ``/proc/self/fd`` or ``dir_fd``)."""
+    monkeypatch.setattr(local_module, "_DIR_FD", request.param == "dir_fd")
+    return request.param
+
+
 @pytest.mark.parametrize("bad", ["../x", "/etc/x", "a\\b", "a/../../b", "a//b", "a/./b", "", "a/"])
 def test_invalid_keys_are_refused_and_nothing_written(store, bad):
     with pytest.raises(InvalidKeyError) as info:
@@ -396,7 +404,7 @@ def test_local_store_missing_root_reads_empty(tmp_path):
 
 
 @pytest.mark.parametrize("bad", ["../x", "/etc/x", "a\\b", "a/../../b", "../store-sibling/x"])
-def test_local_store_keys_cannot_escape_root(tmp_path, bad):
+def test_local_store_keys_cannot_escape_root(tmp_path, bad, write_mode):
     root = tmp_path / "store"
     store = LocalStore(root)
     for call in (lambda: store.set(bad, b"x"), lambda: store.set_many({bad: b"x"}), lambda: store.get(bad)):
@@ -406,7 +414,7 @@ def test_local_store_keys_cannot_escape_root(tmp_path, bad):
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written anywhere, not even root
 
 
-def test_local_store_symlinks_leading_outside_are_refused(tmp_path):
+def test_local_store_symlinks_leading_outside_are_refused(tmp_path, write_mode):
     root, outside = tmp_path / "store", tmp_path / "outside"
     root.mkdir()
     outside.mkdir()
@@ -431,7 +439,7 @@ def test_local_store_symlinks_leading_outside_are_refused(tmp_path):
     assert list(store.list_dir("")) == []
 
 
-def test_local_store_symlinks_inside_root_are_followed(tmp_path):
+def test_local_store_symlinks_inside_root_are_followed(tmp_path, write_mode):
     root = tmp_path / "store"
     store = LocalStore(root)
     store.set("real/k", b"v")
@@ -440,14 +448,15 @@ def test_local_store_symlinks_inside_root_are_followed(tmp_path):
     assert LocalStore(root / "alias").get("k") == b"v"
 
 
-def test_local_store_failed_write_keeps_old_value_and_leaves_no_temp(tmp_path, monkeypatch):
+def test_local_store_failed_write_keeps_old_value_and_leaves_no_temp(tmp_path, monkeypatch, write_mode):
     store = LocalStore(tmp_path / "store")
     store.set("a/chunk", b"old")
 
-    def crash(src, dst):
+    def crash(src, dst, **dir_fds):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(local_module.os, "replace", crash)
+    monkeypatch.setattr(local_module.os, "replace", crash)  # without directory fds
+    monkeypatch.setattr(local_module.os, "rename", crash)  # with them (Linux)
     with pytest.raises(StoreError, match="'a/chunk'"):
         store.set("a/chunk", b"new" * 1000)
     with pytest.raises(StoreError):
@@ -458,26 +467,16 @@ def test_local_store_failed_write_keeps_old_value_and_leaves_no_temp(tmp_path, m
     assert list(store.list()) == ["a/chunk"]
 
 
-def test_local_store_interrupted_write_keeps_old_value(tmp_path, monkeypatch):
+def test_local_store_interrupted_write_keeps_old_value(tmp_path, monkeypatch, write_mode):
     store = LocalStore(tmp_path / "store")
     store.set("k", b"old")
-    real_fdopen = os.fdopen
+    real_write = os.write
 
-    class TornFile:
-        def __init__(self, f):
-            self.f = f
+    def torn_write(fd, data):
+        real_write(fd, bytes(data)[:3])  # part of the bytes reach the disk, then the "crash"
+        raise KeyboardInterrupt
 
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-        def write(self, value):
-            self.f.write(bytes(value)[:3])  # half the bytes reach the disk, then the "crash"
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(local_module.os, "fdopen", lambda fd, mode: TornFile(real_fdopen(fd, mode)))
+    monkeypatch.setattr(local_module.os, "write", torn_write)
     with pytest.raises(KeyboardInterrupt):
         store.set("k", b"new value")
     monkeypatch.undo()
@@ -511,7 +510,7 @@ def test_local_store_directory_key_is_none_and_not_erased(tmp_path):
     assert store.get("g/a/c/0") == b"1"
 
 
-def test_local_store_write_under_a_file_fails_cleanly(tmp_path):
+def test_local_store_write_under_a_file_fails_cleanly(tmp_path, write_mode):
     store = LocalStore(tmp_path / "store")
     store.set("k", b"file")
     with pytest.raises(StoreError, match="'k/x'"):
@@ -545,7 +544,7 @@ def test_local_store_get_many_runs_on_the_io_pool(tmp_path, monkeypatch):
     assert threads and all(name.startswith("zarr3-io") for name in threads)
 
 
-def test_local_store_writers_and_erasers_sharing_a_directory(tmp_path):
+def test_local_store_writers_and_erasers_sharing_a_directory(tmp_path, write_mode):
     """An erase that prunes an emptied directory must not break a concurrent write into it."""
     store = LocalStore(tmp_path / "store")
     errors: list[BaseException] = []
@@ -803,7 +802,9 @@ def test_errors_are_in_the_package_hierarchy():
     assert validate_key("a/b") == "a/b"
 
 
-def test_local_store_write_survives_its_directory_vanishing_inside_makedirs(tmp_path, monkeypatch):
+def test_local_store_write_survives_its_directory_vanishing_inside_makedirs(
+    tmp_path, monkeypatch, write_mode
+):
     """makedirs(exist_ok=True) raises FileExistsError when a concurrent erase removes the
     directory between its mkdir and its isdir check: the write retries, as for a missing one."""
     store = LocalStore(tmp_path / "store")
@@ -820,3 +821,26 @@ def test_local_store_write_survives_its_directory_vanishing_inside_makedirs(tmp_
     store.set("shared/dir/k", b"v")
     leaf = str(tmp_path / "store" / "shared" / "dir")
     assert store.get("shared/dir/k") == b"v" and calls.count(leaf) == 2  # refused, then retried
+
+
+def test_local_store_write_retries_when_its_opened_directory_is_pruned(tmp_path, monkeypatch, write_mode):
+    """A concurrent erase may remove the (empty) directory after the writer opened it: creating
+    the temporary file then fails with ENOENT, and the write makes the directory again."""
+    store = LocalStore(tmp_path / "store")
+    real_open = os.open
+    failed = []
+
+    def pruned_once(path, flags, *args, **kwargs):
+        if os.path.basename(path).startswith(local_module.TEMP_PREFIX) and not failed:
+            failed.append(path)
+            os.rmdir(tmp_path / "store" / "d")  # the erase that pruned it
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return real_open(path, flags, *args, **kwargs)
+
+    store.set("d/old", b"x")
+    store.erase("d/old")  # prunes d; make it again for the writer to open
+    os.makedirs(tmp_path / "store" / "d")
+    monkeypatch.setattr(local_module.os, "open", pruned_once)
+    store.set("d/k", b"v")
+    monkeypatch.undo()
+    assert failed and store.get("d/k") == b"v" and os.listdir(tmp_path / "store" / "d") == ["k"]

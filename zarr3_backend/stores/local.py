@@ -23,8 +23,20 @@ from .base import BytesLike, Store, dir_prefix, rebuild_store, validate_key, val
 TEMP_PREFIX = ".z3tmp-"
 
 _MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
-_WRITE_RETRIES = 5  # a concurrent erase may prune a parent directory we just created
+_WRITE_RETRIES = 20  # each retry means a concurrent erase pruned the directory: progress
 _PROC_FD = os.path.isdir("/proc/self/fd")  # Linux: an open file's real path is one readlink away
+# writes open the target directory once, check it, and create/rename relative to it
+_DIR_FD = _PROC_FD and hasattr(os, "O_DIRECTORY") and {os.open, os.rename, os.unlink} <= os.supports_dir_fd
+
+
+def _write_all(fd: int, value: BytesLike) -> None:
+    """Write every byte of ``value`` (any C-contiguous buffer) to ``fd``."""
+    view = memoryview(value)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    done = 0
+    while done < len(view):
+        done += os.write(fd, view[done:])
 
 
 def _pread_all(fd: int, offset: int, length: int) -> bytes:
@@ -255,39 +267,84 @@ class LocalStore(Store):
     def set(self, key: str, value: BytesLike) -> None:
         """Write ``value`` to a temporary file beside the target, then rename it into place."""
         self.check_writable(key)
-        self._write(key, self._path(key), value)
+        self._write(key, self._key_path(key), value)
 
     def _write(self, key: str, path: str, value: BytesLike) -> None:
-        parent = os.path.dirname(path)
-        tmp = os.path.join(parent, TEMP_PREFIX + secrets.token_hex(8))
+        name = os.path.basename(path)
         try:
-            for attempt in range(_WRITE_RETRIES):
-                try:
-                    os.makedirs(parent, exist_ok=True)
-                    fd = os.open(
-                        tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666
-                    )
-                    break
-                except (FileNotFoundError, FileExistsError):
-                    # a concurrent erase pruned the parent (makedirs reports that as
-                    # FileExistsError when the directory vanishes between its mkdir and check)
-                    if attempt == _WRITE_RETRIES - 1:
-                        raise
-                    tmp = os.path.join(parent, TEMP_PREFIX + secrets.token_hex(8))
+            dfd, tmp, fd = self._create_temp(key, path)
         except OSError as e:
             raise self._error("writing", key, e) from e
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(value)
-            os.replace(tmp, path)
+            try:
+                _write_all(fd, value)
+            finally:
+                os.close(fd)
+            if dfd is not None:  # both names resolve in the directory that was checked
+                os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)  # replaces, as on POSIX
+            else:
+                os.replace(tmp, path)
         except BaseException as e:
             try:
-                os.unlink(tmp)
+                os.unlink(tmp, dir_fd=dfd)
             except OSError:
                 pass
             if isinstance(e, OSError):
                 raise self._error("writing", key, e) from e
             raise
+        finally:
+            if dfd is not None:
+                os.close(dfd)
+
+    def _create_temp(self, key: str, path: str) -> tuple[int | None, str, int]:
+        """``(directory fd, temporary name, open fd)``: a new empty temporary file beside
+        ``path``, created (with any missing directories) only once ``path`` is known to
+        resolve inside root. Where the platform allows, the directory is opened and checked
+        once (one ``readlink``, no per-component walk) and the file created relative to it, so
+        the directory cannot be swapped between check and write; the fd is ``None`` elsewhere
+        and the names returned are full paths."""
+        parent = os.path.dirname(path)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+        for attempt in range(_WRITE_RETRIES):
+            last = attempt == _WRITE_RETRIES - 1
+            tmp = TEMP_PREFIX + secrets.token_hex(8)
+            dfd = None
+            try:
+                if _DIR_FD:
+                    dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+                    self._check_dir_fd(key, dfd, path)
+                else:
+                    self._check_inside(key, os.path.realpath(path))
+                    tmp = os.path.join(parent, tmp)
+                return dfd, tmp, os.open(tmp, flags, 0o666, dir_fd=dfd)
+            except (FileNotFoundError, FileExistsError):
+                # the parent is missing (or was pruned by a concurrent erase after we opened
+                # it), or the temporary name was taken: make the directories and try again
+                if dfd is not None:
+                    os.close(dfd)
+                if last:
+                    raise
+                self._check_inside(key, os.path.realpath(path))  # before creating anything
+                try:
+                    os.makedirs(parent, exist_ok=True)
+                except (FileExistsError, FileNotFoundError):
+                    pass  # a concurrent erase pruned a level while makedirs worked: try again
+            except BaseException:
+                if dfd is not None:
+                    os.close(dfd)
+                raise
+        raise AssertionError("unreachable")
+
+    def _check_dir_fd(self, key: str, dfd: int, path: str) -> None:
+        """The opened directory of ``path`` lies inside root, and so does ``path`` if it is a
+        symlink (it is refused like every other key that resolves outside)."""
+        self._check_inside(key, os.readlink(f"/proc/self/fd/{dfd}").removesuffix(" (deleted)"))
+        try:
+            info = os.stat(os.path.basename(path), dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(info.st_mode):
+            self._check_inside(key, os.path.realpath(path))
 
     def set_many(self, items: Mapping[str, BytesLike]) -> None:
         """Write many values concurrently; every key is checked before anything is written."""
