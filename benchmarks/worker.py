@@ -309,17 +309,25 @@ class Runner:
 
     def do_xr_mean_in_memory(self) -> dict:
         """Workload f's reduction with no storage engine at all: the same xarray mean over the
-        same dask chunks (the fixture's chunk shape), cut from the source already in memory.
-        The ceiling any engine's f can reach."""
+        same dask chunks, each already in memory as its own C-contiguous array (what a read
+        task hands over). The ceiling any engine's f can reach."""
         import dask.array as da
         import xarray as xr
 
         src = data.load_source(self.case.workdir, self.size, mmap=False)
-        chunks = tuple(data.layout(self.size, "raw")["chunks"])
+        c, n = data.layout(self.size, "raw")["chunks"][0], self.size.n
+        cut = range(0, n, c)
+        blocks = [
+            [[np.ascontiguousarray(src[i : i + c, j : j + c, k : k + c]) for k in cut] for j in cut]
+            for i in cut
+        ]
+        del src
 
         def body() -> np.ndarray:
-            v = xr.DataArray(da.from_array(src, chunks=chunks, inline_array=True), dims=data.DIMS)
-            return v.mean("time").compute(scheduler="threads").values
+            arr = da.block(
+                [[[da.from_array(b, chunks=b.shape) for b in row] for row in plane] for plane in blocks]
+            )
+            return xr.DataArray(arr, dims=data.DIMS).mean("time").compute(scheduler="threads").values
 
         stats = self.measure(lambda: None, body)
         self._check_mean()
