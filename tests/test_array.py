@@ -437,11 +437,13 @@ def test_require_array_checks_shape_and_dtype(store):
 
 
 @pytest.mark.interop
-def test_zarr_v2_array_is_refused_with_a_typed_error(tmp_path):
+def test_zarr_v2_array_opens_read_only(tmp_path):
     import zarr
 
-    from zarr3_backend.errors import ZarrV2Error
+    from zarr3_backend.errors import ReadOnlyError
 
-    zarr.create_array(tmp_path / "v2.zarr", shape=(3,), dtype="i4", zarr_format=2)
-    with pytest.raises(ZarrV2Error, match=r"\.zarray"):
-        z3.open_array(tmp_path / "v2.zarr")
+    zarr.create_array(tmp_path / "v2.zarr", shape=(3,), dtype="i4", zarr_format=2)[...] = [1, 2, 3]
+    a = z3.open_array(tmp_path / "v2.zarr", mode="r+")
+    assert a.zarr_format == 2 and a.read_only and a[...].tolist() == [1, 2, 3]
+    with pytest.raises(ReadOnlyError, match="Zarr v2"):
+        a[0] = 5

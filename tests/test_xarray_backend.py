@@ -28,10 +28,10 @@ from zarr3_backend.errors import (
     MetadataError,
     NodeExistsError,
     NodeNotFoundError,
+    ReadOnlyError,
     ShapeError,
     UnknownCodecError,
     Zarr3Error,
-    ZarrV2Error,
 )
 from zarr3_backend.stores.base import StoreArgumentError
 from zarr3_backend.xarray import Zarr3BackendEntrypoint
@@ -560,7 +560,7 @@ def test_missing_store_group_and_consolidation_errors(tmp_path):
     assert "t2m" in xr.open_dataset(path, engine="zarr3", zarr_format=3)
 
 
-# ---- what is not a Zarr v3 group ----------------------------------------------------------------
+# ---- Zarr v2 stores: read-only, as xarray's own zarr engine reads them ----------------------------
 def _v2_store(tmp_path, consolidated: bool) -> pathlib.Path:
     path = tmp_path / "v2.zarr"
     ds = climate_dataset().drop_vars(["station_code"])
@@ -573,32 +573,37 @@ def _v2_store(tmp_path, consolidated: bool) -> pathlib.Path:
 
 
 @pytest.mark.parametrize("consolidated", [True, False])
-def test_zarr_v2_store_raises_a_typed_error(tmp_path, consolidated):
+def test_zarr_v2_store_reads_as_xarray_zarr_engine_reads_it(tmp_path, consolidated):
     path = _v2_store(tmp_path, consolidated)
-    assert len(xr.open_dataset(path, engine="zarr", consolidated=consolidated).data_vars) == 4
     before = _snapshot(path)
-    calls = [
-        lambda: xr.open_dataset(path, engine="zarr3"),
-        lambda: xr.open_dataset(path, engine="zarr3", consolidated=False),
-        lambda: xr.open_dataset(path, engine="zarr3", group="sub"),
-        lambda: xr.open_dataset(path, engine="zarr3", group="sub", consolidated=False),
-        lambda: xr.open_dataset(path, engine="zarr3", mode="a"),  # never writes a zarr.json into it
-        lambda: xr.open_datatree(path, engine="zarr3"),
-        lambda: xr.open_groups(path, engine="zarr3"),
-    ]
-    for call in calls:
-        with pytest.raises(ZarrV2Error, match=r"v2.*\.zgroup.*engine='zarr'"):
-            call()
-    assert issubclass(ZarrV2Error, MetadataError)
-    with pytest.raises(ZarrV2Error, match=r"zarr_format=2.*engine='zarr'"):
-        xr.open_dataset(path, engine="zarr3", zarr_format=2)
-    # the core refuses it too, naming the v2 documents it found, and writes nothing
-    with pytest.raises(ZarrV2Error, match=r"\.zgroup"):
-        z3.open_group(path, mode="r")
-    with pytest.raises(ZarrV2Error, match=r"'sub'.*\.zgroup"):
-        z3.open_group(path, "sub", mode="a")
-    with pytest.raises(ZarrV2Error, match=r"'t2m'.*\.zarray"):
-        z3.open_group(path, "t2m", mode="r")
+    expected = xr.open_dataset(path, engine="zarr", consolidated=consolidated).load()
+    assert len(expected.data_vars) == 4
+    for kwargs in ({}, {"consolidated": False}, {"mode": "a"}, {"zarr_format": 2}, {"chunks": {}}):
+        got = xr.open_dataset(path, engine="zarr3", **kwargs)
+        xr.testing.assert_identical(got.load(), expected)
+        for name in expected.variables:  # CF decoding and masking as in the zarr engine
+            for key in ("_FillValue", "dtype", "units", "calendar"):
+                mine, theirs = got[name].encoding.get(key), expected[name].encoding.get(key)
+                assert mine == theirs or (pd.isna(mine) and pd.isna(theirs)), (name, key, mine, theirs)
+    sub = xr.open_dataset(path, engine="zarr3", group="sub", consolidated=consolidated)
+    xr.testing.assert_identical(sub.load(), xr.Dataset({"x": ("i", np.arange(3))}))
+    # the root's .zmetadata predates "sub": a consolidated read does not see it, as with "zarr"
+    for kwargs in ({}, {"consolidated": False}):
+        tree = xr.open_datatree(path, engine="zarr3", **kwargs)
+        assert set(tree.children) == set(xr.open_datatree(path, engine="zarr", **kwargs).children)
+        assert set(xr.open_groups(path, engine="zarr3", **kwargs)) == set(
+            xr.open_groups(path, engine="zarr", **kwargs)
+        )
+    tree = xr.open_datatree(path, engine="zarr3", consolidated=False)
+    xr.testing.assert_identical(tree["sub"].to_dataset(inherit=False).load(), sub)
+    xr.testing.assert_identical(tree.to_dataset().load(), expected)
+    # a v2 group is never written to: mode="a" read above, and writes are refused (typed)
+    with pytest.raises(StoreArgumentError, match=r"zarr_format=3.*Zarr v2"):
+        xr.open_dataset(path, engine="zarr3", zarr_format=3)
+    with pytest.raises(ReadOnlyError, match="Zarr v2"):
+        z3.open_group(path, mode="a").create_group("new")
+    with pytest.raises(ReadOnlyError, match="Zarr v2"):
+        z3.open_group(path, mode="a")["t2m"][0] = 1
     assert _snapshot(path) == before
 
 

@@ -16,8 +16,8 @@ class MetadataError(Zarr3Error, ValueError):
 
 
 class ZarrV2Error(MetadataError):
-    """The node is stored in the Zarr v2 format (``.zgroup``/``.zarray``/``.zmetadata``); this
-    package reads and writes Zarr v3 only."""
+    """A write was asked of a node stored in the Zarr v2 format (``.zgroup``/``.zarray``): this
+    package reads Zarr v2 but writes only Zarr v3."""
 
 
 class UnknownFieldError(MetadataError):

@@ -20,7 +20,6 @@ from ..errors import (
     GroupNotFoundError,
     NodeExistsError,
     ShapeError,
-    ZarrV2Error,
 )
 from ..stores import make_store
 from ..stores.base import Store, StoreArgumentError
@@ -30,7 +29,7 @@ from .chunk_grid import RegularChunkGrid
 from .chunk_key_encoding import DefaultChunkKeyEncoding, parse_chunk_key_encoding
 from .codec_specs import build_codecs
 from .dtypes import DataType, as_data_type, default_fill_value, parse_fill_value
-from .group import Group, node_from_metadata, open_existing_group, read_node_metadata, v2_metadata_keys
+from .group import Group, node_from_metadata, open_existing_group, read_node_metadata
 from .metadata import ArrayMetadata, GroupMetadata, parse_node, to_bytes
 from .paths import join_prefix, metadata_key, normalize_path, parent_path, validate_new_node_path
 
@@ -340,11 +339,6 @@ def open_array(
         )
     meta = read_node_metadata(store, path)
     if meta is None:
-        v2 = v2_metadata_keys(store, path)
-        if v2:
-            raise ZarrV2Error(
-                f"{path or '/'!r} in {store!r} is a Zarr v2 node (found {v2}): zarr3_backend reads Zarr v3 only"
-            )
         raise ArrayNotFoundError(f"no array at {path or '/'!r} in {store!r}")
     if not isinstance(meta, ArrayMetadata):
         raise ArrayNotFoundError(f"{path or '/'!r} is a group, not an array")

@@ -26,6 +26,7 @@ from ..errors import CorruptionError, ReadOnlyError, ShapeError
 from ..stores.base import Store
 from .attributes import Attributes
 from .metadata import ArrayMetadata, to_bytes
+from .metadata_v2 import V2_MARKER
 from .paths import join_path, join_prefix, metadata_key, node_name
 from .selection import OIndex, VIndex, fancy_kind, flatten_nd
 from .shard_index_cache import ShardIndexCache
@@ -124,12 +125,17 @@ class Array:
         self.store = store
         self.path = path
         self.metadata = metadata
-        self.read_only = read_only or store.read_only
+        self.read_only = read_only or store.read_only or self.zarr_format == 2
         self.write_empty_chunks = write_empty_chunks
         # object stores: shard indexes read through this Array object are kept (see shard_index_cache)
         self._index_cache = ShardIndexCache() if store.cache_shard_index else None
 
     # ---- description -----------------------------------------------------------------------
+    @property
+    def zarr_format(self) -> int:
+        """2 for an array read from Zarr v2 metadata (always read-only here), else 3."""
+        return 2 if V2_MARKER in self.metadata.extra_fields else 3
+
     @property
     def name(self) -> str:
         """The last segment of the array's path ("" for a root array)."""
@@ -572,7 +578,8 @@ class Array:
     # ---- writing ---------------------------------------------------------------------------
     def _check_writable(self) -> None:
         if self.read_only:
-            raise ReadOnlyError(f"array {self.path or '/'!r} is read-only")
+            why = " (Zarr v2: zarr3_backend reads v2 and writes only v3)" if self.zarr_format == 2 else ""
+            raise ReadOnlyError(f"array {self.path or '/'!r} is read-only{why}")
 
     def _coerce_value(self, value: Any, shape: tuple[int, ...]) -> np.ndarray:
         try:

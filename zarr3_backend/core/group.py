@@ -3,7 +3,9 @@
 Listing a hierarchy fetches every ``zarr.json`` of one level in one batched store call, and uses
 the inline consolidated metadata of the root instead when it is present (no listing at all).
 Prefixes that hold nodes (a ``zarr.json`` somewhere below) but no ``zarr.json`` of their own are
-implicit groups; a prefix holding Zarr v2 metadata is refused with ``ZarrV2Error``.
+implicit groups. Zarr v2 nodes (``.zarray``/``.zgroup``) are read as their v3 equivalents
+(``metadata_v2``), read-only; a v2 group carries all its descendants, from its ``.zmetadata`` or
+from one walk of the hierarchy, as inline consolidated metadata.
 """
 
 from __future__ import annotations
@@ -20,18 +22,15 @@ from ..errors import (
     NodeExistsError,
     NodeNotFoundError,
     ReadOnlyError,
-    ZarrV2Error,
 )
 from ..stores.base import Store
 from .array import Array
 from .attributes import Attributes
 from .metadata import ArrayMetadata, GroupMetadata, parse_node, parse_node_json, to_bytes
+from .metadata_v2 import CONSOLIDATED_KEY, NODE_KEYS, V2_MARKER, consolidated_documents, node_document
 from .paths import join_path, join_prefix, metadata_key, node_name, normalize_path
 
 Node = Array | Any  # Array | Group
-
-#: The metadata documents of Zarr v2 (a group, an array, consolidated metadata).
-V2_METADATA_KEYS = (".zgroup", ".zarray", ".zmetadata")
 
 
 def node_from_metadata(store: Store, path: str, meta: ArrayMetadata | GroupMetadata, **kwargs: Any) -> Node:
@@ -47,10 +46,81 @@ def node_from_metadata(store: Store, path: str, meta: ArrayMetadata | GroupMetad
     return Group(store, path, meta, read_only=kwargs.get("read_only", False))
 
 
-def read_node_metadata(store: Store, path: str) -> ArrayMetadata | GroupMetadata | None:
-    """The parsed ``zarr.json`` at ``path``; ``None`` when there is none."""
+def read_node_metadata(
+    store: Store, path: str, *, use_consolidated: bool | None = None
+) -> ArrayMetadata | GroupMetadata | None:
+    """The parsed ``zarr.json`` at ``path``, else its Zarr v2 metadata translated to v3;
+    ``None`` when there is neither. ``use_consolidated=False`` makes a v2 group list its
+    hierarchy instead of reading its ``.zmetadata``."""
     data = store.get(metadata_key(path))
-    return None if data is None else parse_node(data, path)
+    if data is not None:
+        return parse_node(data, path)
+    return read_v2_node_metadata(store, path, use_consolidated=use_consolidated)
+
+
+def _v2_json(data: Any, key: str) -> Any:
+    try:
+        return json.loads(bytes(data).decode("utf-8") if not isinstance(data, str) else data)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise MetadataError(f"{key}: invalid JSON: {e}") from e
+
+
+def _v2_docs(store: Store, paths: list[str], names: tuple[str, ...]) -> list[dict[str, Any]]:
+    """For each node path, its v2 documents among ``names`` that exist, parsed (one batched get)."""
+    keys = [join_path(p, n) for p in paths for n in names]
+    found = store.get_many(keys)
+    out = []
+    for i in range(len(paths)):
+        docs = {}
+        for j, name in enumerate(names):
+            data = found[i * len(names) + j]
+            if data is not None:
+                docs[name] = _v2_json(data, keys[i * len(names) + j])
+        out.append(docs)
+    return out
+
+
+def read_v2_node_metadata(
+    store: Store, path: str, *, use_consolidated: bool | None = None
+) -> ArrayMetadata | GroupMetadata | None:
+    """The Zarr v2 node at ``path`` as v3 metadata, or ``None`` when there is none. A group
+    holds every descendant as inline consolidated metadata: from ``.zmetadata`` when present
+    (unless ``use_consolidated=False``), else from a walk of the hierarchy, level by level (one
+    listing per group, one batched get per level; array folders are never listed)."""
+    (docs,) = _v2_docs(store, [path], (*NODE_KEYS, CONSOLIDATED_KEY))
+    doc = node_document(docs, path)
+    if doc is None:
+        return None
+    if doc["node_type"] == "group":
+        if CONSOLIDATED_KEY in docs and use_consolidated is not False:
+            tree = consolidated_documents(docs[CONSOLIDATED_KEY], path)
+            tree.pop("", None)
+        else:
+            tree = _walk_v2(store, path)
+        doc["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": tree}
+    return parse_node_json(doc, path)
+
+
+def _walk_v2(store: Store, path: str) -> dict[str, dict]:
+    """Relative path -> v3 document of every v2 node below the v2 group at ``path``."""
+    out: dict[str, dict] = {}
+    level = [""]
+    while level:
+        children = [
+            join_path(rel, name)
+            for rel in level
+            for name in store.list_dir(join_prefix(join_path(path, rel)))
+            if not name.startswith(".")  # the group's own documents
+        ]
+        found = _v2_docs(store, [join_path(path, c) for c in children], NODE_KEYS)
+        level = []
+        for rel, docs in zip(children, found, strict=True):
+            doc = node_document(docs, join_path(path, rel))
+            if doc is not None:
+                out[rel] = doc
+                if doc["node_type"] == "group":
+                    level.append(rel)
+    return out
 
 
 def is_implicit_group(store: Store, path: str) -> bool:
@@ -76,12 +146,6 @@ def is_implicit_group(store: Store, path: str) -> bool:
     return False
 
 
-def v2_metadata_keys(store: Store, path: str) -> list[str]:
-    """The Zarr v2 metadata documents (``.zgroup``, ``.zarray``, ``.zmetadata``) at ``path``."""
-    keys = [join_path(path, name) for name in V2_METADATA_KEYS]
-    return [k for k, found in zip(keys, store.exists_many(keys), strict=True) if found]
-
-
 class Group:
     """A Zarr v3 group: attributes plus named children (arrays and groups).
 
@@ -101,7 +165,7 @@ class Group:
         self.store = store
         self.path = path
         self.metadata = metadata
-        self.read_only = read_only or store.read_only
+        self.read_only = read_only or store.read_only or V2_MARKER in metadata.extra_fields
         self.implicit = implicit
         self.use_consolidated = use_consolidated
 
@@ -118,9 +182,15 @@ class Group:
     def __repr__(self) -> str:
         return f"<zarr3_backend.Group {self.path or '/'!r}>"
 
+    @property
+    def zarr_format(self) -> int:
+        """2 for a group read from Zarr v2 metadata (always read-only here), else 3."""
+        return 2 if V2_MARKER in self.metadata.extra_fields else 3
+
     def _check_writable(self) -> None:
         if self.read_only:
-            raise ReadOnlyError(f"group {self.path or '/'!r} is read-only")
+            why = " (Zarr v2: zarr3_backend reads v2 and writes only v3)" if self.zarr_format == 2 else ""
+            raise ReadOnlyError(f"group {self.path or '/'!r} is read-only{why}")
 
     def _set_attributes(self, attrs: dict) -> None:
         self._check_writable()
@@ -351,22 +421,18 @@ class Group:
 def open_existing_group(store: Store, path: str, *, read_only: bool, use_consolidated: bool | None) -> Group:
     """The group at ``path``; an implicit group when it has no ``zarr.json`` but nodes below it.
 
-    Raises ``ZarrV2Error`` when ``path`` holds Zarr v2 metadata instead, and
-    ``GroupNotFoundError`` when neither it nor anything below it is a v3 node.
+    A Zarr v2 group is read as v3 (read-only). Raises ``GroupNotFoundError`` when neither it
+    nor anything below it is a node.
     """
-    meta = read_node_metadata(store, path)
+    meta = read_node_metadata(store, path, use_consolidated=use_consolidated)
     if meta is None:
-        v2 = v2_metadata_keys(store, path)
-        if v2:
-            raise ZarrV2Error(
-                f"{path or '/'!r} in {store!r} is a Zarr v2 node (found {v2}, no zarr.json): "
-                "zarr3_backend reads Zarr v3 only"
-            )
         if is_implicit_group(store, path):
             return Group(store, path, GroupMetadata(attributes={}), read_only=read_only, implicit=True)
         raise GroupNotFoundError(f"no group at {path or '/'!r} in {store!r} (no zarr.json at or below it)")
     if isinstance(meta, ArrayMetadata):
         raise GroupNotFoundError(f"{path or '/'!r} is an array, not a group")
+    if V2_MARKER in meta.extra_fields:  # its hierarchy is in hand, read or walked: use it
+        return Group(store, path, meta, read_only=True, use_consolidated=True)
     if use_consolidated is False and meta.consolidated_metadata is not None:
         meta = GroupMetadata(
             attributes=meta.attributes, consolidated_metadata=None, extra_fields=meta.extra_fields

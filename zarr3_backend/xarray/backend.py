@@ -1,5 +1,6 @@
 """``engine="zarr3"``: xarray's ``open_dataset``, ``open_datatree`` and ``open_groups`` on Zarr v3
-stores through zarr3_backend, with the arguments and meaning of xarray's own zarr engine."""
+(and, read-only, Zarr v2) stores through zarr3_backend, with the arguments and meaning of
+xarray's own zarr engine."""
 
 from __future__ import annotations
 
@@ -14,16 +15,14 @@ from xarray.core.datatree import DataTree
 from xarray.core.utils import close_on_error
 
 from ..core.api import open_group
-from ..core.group import Group, v2_metadata_keys
+from ..core.group import Group
 from ..core.paths import normalize_path
-from ..errors import GroupNotFoundError, ZarrV2Error
+from ..errors import GroupNotFoundError
 from ..stores.base import Store, StoreArgumentError
 from .datastore import Zarr3DataStore
 
 #: Opening never erases: the creating modes "w"/"w-" belong to writers.
 _MODES = ("r", "r+", "a", "a-")
-
-_USE_ZARR_ENGINE = "engine='zarr3' does not open Zarr v2 stores: use engine='zarr'"
 
 
 def open_target_group(
@@ -39,26 +38,23 @@ def open_target_group(
 
     Unless ``consolidated=False`` the root is opened first so that its inline consolidated
     metadata, when present, serves the whole hierarchy without another request. The group named
-    must have a ``zarr.json`` (implicit groups are read only below it); Zarr v2 metadata there
-    raises ``ZarrV2Error``, a bad ``mode`` or ``zarr_format`` ``StoreArgumentError``.
+    must have a ``zarr.json`` or a v2 ``.zgroup`` (implicit groups are read only below it);
+    ``zarr_format`` (2 or 3), when given, must be the group's. A bad ``mode`` or ``zarr_format``
+    raises ``StoreArgumentError``.
     """
     if mode not in _MODES:
         raise StoreArgumentError(f"mode must be one of {_MODES} when opening, got {mode!r}")
-    if zarr_format == 2:
-        raise ZarrV2Error(f"zarr_format=2 is not supported: {_USE_ZARR_ENGINE}")
-    if zarr_format not in (None, 3):
-        raise StoreArgumentError(f"zarr_format must be 3 or None, got {zarr_format!r}")
+    if zarr_format not in (None, 2, 3):
+        raise StoreArgumentError(f"zarr_format must be 2, 3 or None, got {zarr_format!r}")
     path = normalize_path(group)
-    try:
-        node = _open_node(target, path, mode, consolidated, storage_options)
-    except ZarrV2Error as e:
-        raise ZarrV2Error(f"{e}; {_USE_ZARR_ENGINE}") from None
+    node = _open_node(target, path, mode, consolidated, storage_options)
     if not isinstance(node, Group):
         raise GroupNotFoundError(f"{path!r} is an array, not a group: pass the group that holds it")
+    if zarr_format is not None and not node.implicit and node.zarr_format != zarr_format:
+        raise StoreArgumentError(
+            f"zarr_format={zarr_format} was given, but group {node.path or '/'!r} is Zarr v{node.zarr_format}"
+        )
     if node.implicit:
-        v2 = v2_metadata_keys(node.store, node.path)
-        if v2:
-            raise ZarrV2Error(f"group {node.path or '/'!r} is Zarr v2 (found {v2}); {_USE_ZARR_ENGINE}")
         raise GroupNotFoundError(
             f"no zarr.json at {node.path or '/'!r}: engine='zarr3' opens a group with its own zarr.json "
             "(groups without one are read only below it)"
@@ -89,7 +85,8 @@ class Zarr3BackendEntrypoint(BackendEntrypoint):
     """Open Zarr v3 stores (paths, fsspec URLs, zarr3_backend Stores) without zarr-python.
 
     Takes the arguments of xarray's ``engine="zarr"`` with the same meaning; see
-    ``zarr3_backend.xarray`` for the differences. Zarr v2 stores raise ``ZarrV2Error``.
+    ``zarr3_backend.xarray`` for the differences. Zarr v2 stores open read-only (their
+    ``_ARRAY_DIMENSIONS`` name the dimensions; the v2 ``fill_value`` masks, as in xarray).
 
     Dask chunks: ``preferred_chunks`` is the shard shape (the chunk shape when unsharded), so
     ``chunks={}`` gives one task per shard and ``"auto"`` multiples of shards. Asking for the

@@ -17,6 +17,7 @@ from xarray.core.variable import Variable
 from ..core import dtypes_text  # noqa: F401  (registers string, bytes, fixed_length_utf32 types)
 from ..core.array import Array
 from ..core.group import Group
+from ..core.metadata_v2 import v2_fill_value_is_null
 from .backend_array import Zarr3BackendArray
 from .encoding import (
     array_dimensions,
@@ -54,8 +55,9 @@ class Zarr3DataStore(AbstractDataStore):
     ``members`` may be given when the caller already read the hierarchy (``open_datatree``),
     so no store call is repeated. ``drop_variables`` are skipped before their metadata is parsed
     (when the members are listed here, or by a caller that lists with ``skip_arrays``).
-    The zarr ``fill_value`` masks only with ``use_zarr_fill_value_as_mask=True``; by default
-    (as xarray's zarr engine does for v3) it means "never written" and goes to the encoding.
+    The zarr ``fill_value`` masks with ``use_zarr_fill_value_as_mask=True``, and by default for
+    Zarr v2 arrays; otherwise (the default for v3, as in xarray's zarr engine) it means "never
+    written" and goes to the encoding.
     """
 
     __slots__ = ("_close_store", "_drop", "_members", "_use_fill_as_mask", "group")
@@ -74,7 +76,7 @@ class Zarr3DataStore(AbstractDataStore):
         if members is None:
             members = group.members(max_depth=1, skip_arrays=self._drop)
         self._members = dict(members)
-        self._use_fill_as_mask = bool(use_zarr_fill_value_as_mask)
+        self._use_fill_as_mask = use_zarr_fill_value_as_mask
         self._close_store = close_store
 
     # ---- reading ---------------------------------------------------------------------------
@@ -93,8 +95,11 @@ class Zarr3DataStore(AbstractDataStore):
         attributes = visible_attributes(raw_attrs)
         data = indexing.LazilyIndexedArray(Zarr3BackendArray(array))
         encoding = array_encoding(array, dims)
-        if self._use_fill_as_mask:
-            if array.fill_value is not None:
+        as_mask = self._use_fill_as_mask
+        if as_mask is None:  # xarray's default: the fill value masks in v2, not in v3
+            as_mask = array.zarr_format == 2
+        if as_mask:
+            if not v2_fill_value_is_null(array.metadata):  # v2's null: no fill value at all
                 attributes["_FillValue"] = array.fill_value
         else:
             encoding["fill_value"] = array.fill_value

@@ -47,6 +47,7 @@ from ..errors import (
     MetadataError,
     NodeExistsError,
     Zarr3Error,
+    ZarrV2Error,
 )
 from ..stores import make_store
 from ..stores.base import Store
@@ -854,6 +855,11 @@ def to_zarr(
                 raise
     if mode == "w-" and existing is not None:
         raise NodeExistsError(f"a group already exists at {path or '/'!r} in {zstore!r} (mode='w-')")
+    if existing is not None and existing.zarr_format == 2:
+        raise ZarrV2Error(
+            f"group {path or '/'!r} in {zstore!r} is Zarr v2: zarr3_backend reads v2 but writes only v3 "
+            f"(mode={mode!r} cannot add to it; mode='w' replaces it with a v3 group)"
+        )
     arrays = dict(existing.arrays()) if existing is not None else {}
 
     if mode == "w":

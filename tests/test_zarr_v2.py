@@ -1,0 +1,403 @@
+"""Reading Zarr v2: metadata translated to v3 (pure), arrays and groups written by zarr-python in
+v2 read back bit-exact, and v2 nodes kept read-only."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+
+import numcodecs
+import numpy as np
+import pytest
+
+import zarr3_backend as z3
+from zarr3_backend.core.metadata import parse_node_json
+from zarr3_backend.core.metadata_v2 import (
+    V2_MARKER,
+    array_document,
+    consolidated_documents,
+    group_document,
+    v2_fill_value_is_null,
+)
+from zarr3_backend.errors import (
+    ArrayNotFoundError,
+    CorruptionError,
+    DataTypeError,
+    MetadataError,
+    ReadOnlyError,
+    UnknownCodecError,
+)
+
+
+def _zarray(**fields) -> dict:
+    base = {
+        "zarr_format": 2,
+        "shape": [10, 6],
+        "chunks": [4, 4],
+        "dtype": "<f4",
+        "compressor": None,
+        "fill_value": "NaN",
+        "order": "C",
+        "filters": None,
+    }
+    base.update(fields)
+    return base
+
+
+def _snapshot(root) -> dict[str, bytes]:
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            p = os.path.join(d, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, root)] = fh.read()
+    return out
+
+
+# ---- translation (pure) ------------------------------------------------------------------------
+def test_array_document_maps_every_v2_field_to_its_v3_place():
+    doc = array_document(
+        _zarray(
+            dtype=">i4",
+            order="F",
+            fill_value=7,
+            dimension_separator="/",
+            filters=[{"id": "delta", "dtype": ">i4"}, {"id": "shuffle", "elementsize": 4}],
+            compressor={"id": "zlib", "level": 3},
+        ),
+        {"_ARRAY_DIMENSIONS": ["y", "x"], "units": "K"},
+        "g/a",
+    )
+    assert doc["data_type"] == "int32" and doc["fill_value"] == 7
+    assert doc["chunk_grid"] == {"name": "regular", "configuration": {"chunk_shape": [4, 4]}}
+    assert doc["chunk_key_encoding"] == {"name": "v2", "configuration": {"separator": "/"}}
+    assert doc["codecs"] == [
+        {"name": "transpose", "configuration": {"order": [1, 0]}},  # F order
+        {"name": "numcodecs.delta", "configuration": {"dtype": ">i4"}},
+        {"name": "bytes", "configuration": {"endian": "big"}},
+        {"name": "numcodecs.shuffle", "configuration": {"elementsize": 4}},  # a bytes filter
+        {"name": "numcodecs.zlib", "configuration": {"level": 3}},
+    ]
+    assert doc["dimension_names"] == ["y", "x"]
+    assert doc["attributes"] == {"_ARRAY_DIMENSIONS": ["y", "x"], "units": "K"}  # kept as stored
+    meta = parse_node_json(doc, "g/a")  # a valid v3 document: every codec known, chain in order
+    assert meta.extra_fields[V2_MARKER]["fill_value"] == 7 and not v2_fill_value_is_null(meta)
+
+
+def test_array_document_types_and_fill_values():
+    text = array_document(_zarray(dtype="|O", filters=[{"id": "vlen-utf8"}], fill_value=""))
+    assert text["data_type"] == "string" and text["codecs"] == [{"name": "vlen-utf8"}]
+    fixed = array_document(_zarray(dtype="<U3", fill_value="abc"))
+    assert fixed["data_type"] == {"name": "fixed_length_utf32", "configuration": {"length_bytes": 12}}
+    assert fixed["codecs"] == [{"name": "bytes", "configuration": {"endian": "little"}}]
+    raw = array_document(_zarray(dtype="|V2", fill_value=base64.b64encode(b"\x01\x02").decode()))
+    assert raw["fill_value"] == [1, 2]  # v2 writes raw bytes in base64, v3 as a list
+    one_byte = array_document(_zarray(dtype="|u1", fill_value=None))
+    assert one_byte["codecs"] == [{"name": "bytes"}] and one_byte["fill_value"] == 0
+    assert one_byte[V2_MARKER]["fill_value"] is None  # null is remembered: nothing is masked
+    assert array_document(_zarray(dimension_separator=None))["chunk_key_encoding"]["configuration"] == {
+        "separator": "."
+    }
+    assert "dimension_names" not in array_document(_zarray(), {"_ARRAY_DIMENSIONS": ["only-one"]})
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "match"),
+    [
+        ({"zarr_format": 3}, MetadataError, r"\.zarray: field 'zarr_format' must be 2"),
+        ({"shape": [10, -1]}, MetadataError, r"field 'shape'"),
+        ({"chunks": [4]}, MetadataError, r"field 'chunks'.*1 dimensions"),
+        ({"chunks": [4, 0]}, MetadataError, r"field 'chunks' must be positive"),
+        ({"order": "K"}, MetadataError, r"field 'order'"),
+        ({"dimension_separator": "-"}, MetadataError, r"field 'dimension_separator'"),
+        ({"dtype": "<M8[ns]"}, DataTypeError, r"field 'dtype'.*datetime64"),
+        ({"dtype": [["a", "<i4"]]}, DataTypeError, r"field 'dtype': structured"),
+        ({"dtype": "nope"}, DataTypeError, r"field 'dtype': 'nope' is not a data type"),
+        ({"dtype": "|O", "filters": [{"id": "pickle"}]}, DataTypeError, r"'vlen-utf8' or 'vlen-bytes'"),
+        (
+            {"filters": [{"level": 1}]},
+            MetadataError,
+            r"field 'filters': a codec must be an object with an 'id'",
+        ),
+        (
+            {"filters": [{"id": "shuffle"}, {"id": "delta"}]},
+            MetadataError,
+            r"array filter 'delta' after a bytes",
+        ),
+        ({"compressor": "zlib"}, MetadataError, r"field 'compressor'"),
+    ],
+)
+def test_array_document_refuses_bad_v2_metadata_naming_the_field(fields, error, match):
+    with pytest.raises(error, match=match) as info:
+        array_document(_zarray(**fields), None, "grp/arr")
+    assert "grp/arr/.zarray" in str(info.value)
+
+
+def test_bad_v2_fill_value_is_refused_by_its_data_type(tmp_path):
+    root = _write_v2(tmp_path / "a.zarr", _zarray(fill_value="***"))
+    with pytest.raises(DataTypeError, match=r"fill"):
+        z3.open_array(root, mode="r")
+
+
+def _write_v2(root, zarray: dict, zattrs: dict | None = None, chunks: dict[str, bytes] | None = None):
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, ".zarray"), "w") as f:
+        json.dump(zarray, f)
+    if zattrs is not None:
+        with open(os.path.join(root, ".zattrs"), "w") as f:
+            json.dump(zattrs, f)
+    for key, data in (chunks or {}).items():
+        os.makedirs(os.path.dirname(os.path.join(root, key)) or root, exist_ok=True)
+        with open(os.path.join(root, key), "wb") as f:
+            f.write(data)
+    return root
+
+
+def test_group_and_consolidated_documents():
+    g = group_document({"zarr_format": 2}, {"title": "t"}, "")
+    assert g["node_type"] == "group" and g["attributes"] == {"title": "t"} and V2_MARKER in g
+    with pytest.raises(MetadataError, match=r"sub/\.zgroup: field 'zarr_format' must be 2"):
+        group_document({"zarr_format": 3}, None, "sub")
+    tree = consolidated_documents(
+        {
+            "zarr_consolidated_format": 1,
+            "metadata": {
+                ".zgroup": {"zarr_format": 2},
+                ".zattrs": {"a": 1},
+                "sub/.zgroup": {"zarr_format": 2},
+                "sub/v/.zarray": _zarray(),
+                "sub/v/.zattrs": {"units": "m"},
+            },
+        }
+    )
+    assert set(tree) == {"", "sub", "sub/v"}
+    assert tree[""]["attributes"] == {"a": 1} and tree["sub/v"]["attributes"] == {"units": "m"}
+    with pytest.raises(MetadataError, match=r"\.zmetadata"):
+        consolidated_documents({"zarr_consolidated_format": 2, "metadata": {}})
+    with pytest.raises(MetadataError, match=r"\.zmetadata"):
+        consolidated_documents([])
+
+
+# ---- arrays written by zarr-python in v2, read back ----------------------------------------------
+def _source(dtype, shape=(11, 7)) -> np.ndarray:
+    n = int(np.prod(shape))
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return (np.arange(n) % 3 == 0).reshape(shape)
+    if dtype.kind == "U":
+        return np.array([f"s{i % 97}" for i in range(n)], dtype=dtype).reshape(shape)
+    if dtype.kind == "S":
+        return np.array([f"b{i % 97}".encode() for i in range(n)], dtype=dtype).reshape(shape)
+    if dtype.kind == "O":
+        return np.array([f"text-{i}" * (i % 4) for i in range(n)], dtype=object).reshape(shape)
+    if dtype.kind == "c":
+        return (np.arange(n) + 1j * np.arange(n)[::-1]).astype(dtype).reshape(shape)
+    return (np.arange(n) % 120).astype(dtype).reshape(shape)
+
+
+COMPRESSORS = {
+    "none": None,
+    "blosc": numcodecs.Blosc(cname="lz4", clevel=5, shuffle=numcodecs.Blosc.SHUFFLE),
+    "zlib": numcodecs.Zlib(level=1),
+    "gzip": numcodecs.GZip(level=1),
+    "zstd": numcodecs.Zstd(level=1),
+    "lz4": numcodecs.LZ4(),
+    "bz2": numcodecs.BZ2(level=1),
+}
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("compressor", sorted(COMPRESSORS))
+@pytest.mark.parametrize("dtype", ["|b1", "|i1", "<u2", ">i4", "<f4", ">f8", "<c8", "<U5", "|S4", "|O"])
+def test_zarr_python_v2_arrays_read_back(tmp_path, dtype, compressor):
+    import zarr
+
+    data = _source(dtype)
+    kwargs = {"filters": [numcodecs.VLenUTF8()]} if dtype == "|O" else {}
+    a = zarr.create_array(
+        tmp_path / "a.zarr",
+        shape=data.shape,
+        chunks=(4, 3),  # edge chunks on both axes
+        dtype=np.dtype(dtype) if dtype != "|O" else str,
+        compressors=COMPRESSORS[compressor],
+        zarr_format=2,
+        **kwargs,
+    )
+    a[...] = data
+    b = z3.open_array(tmp_path / "a.zarr", mode="r")
+    assert b.zarr_format == 2 and b.shape == data.shape and b.chunks == (4, 3)
+    got = b[...]
+    expected = a[...]
+    assert got.shape == expected.shape
+    assert np.array_equal(got.astype(object) if dtype == "|O" else got, expected)
+    assert np.array_equal(b[2:9:3, 5], expected[2:9:3, 5])  # partial chunks
+    assert np.array_equal(b.oindex[[0, 10], [1, 6]], expected[np.ix_([0, 10], [1, 6])])
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("separator", [".", "/"])
+def test_zarr_python_v2_layouts_filters_and_missing_chunks(tmp_path, order, separator):
+    import zarr
+
+    data = np.arange(9 * 5 * 4, dtype="<i4").reshape(9, 5, 4) * 3
+    a = zarr.create_array(
+        tmp_path / "a.zarr",
+        shape=data.shape,
+        chunks=(4, 2, 3),
+        dtype="<i4",
+        filters=[numcodecs.Delta(dtype="<i4")],
+        compressors=numcodecs.Zstd(level=3),
+        fill_value=-5,
+        order=order,
+        chunk_key_encoding={"name": "v2", "separator": separator},
+        zarr_format=2,
+    )
+    a[:4] = data[:4]  # the chunks of rows 4..8 are never written: they read as the fill value
+    doc = json.loads((tmp_path / "a.zarr" / ".zarray").read_text())
+    assert doc["order"] == order and doc.get("dimension_separator", ".") == separator
+    b = z3.open_array(tmp_path / "a.zarr", mode="r")
+    expected = np.where(np.arange(9)[:, None, None] < 4, data, -5)
+    assert np.array_equal(b[...], expected) and np.array_equal(a[...], expected)
+    assert b.fill_value == -5
+
+
+@pytest.mark.interop
+def test_null_fill_value_reads_missing_chunks_as_zero_and_masks_nothing(tmp_path):
+    import xarray as xr
+    import zarr
+
+    a = zarr.create_array(
+        tmp_path / "a.zarr", shape=(6,), chunks=(2,), dtype="<f8", fill_value=None, zarr_format=2
+    )
+    a[:2] = [1.5, 2.5]
+    a.attrs["_ARRAY_DIMENSIONS"] = ["t"]
+    b = z3.open_array(tmp_path / "a.zarr", mode="r")
+    assert v2_fill_value_is_null(b.metadata)
+    assert b[...].tolist() == [1.5, 2.5, 0, 0, 0, 0]
+    assert b.dimension_names == ("t",)
+    # xarray: v2 fill values mask by default, but null is no fill value, so zeros stay zeros
+    root = zarr.open_group(tmp_path / "g.zarr", mode="w", zarr_format=2)
+    for name, fill in (("nofill", None), ("zerofill", 0.0)):
+        v = root.create_array(name, shape=(4,), chunks=(2,), dtype="<f8", fill_value=fill)
+        v[:2] = [0.0, 1.0]
+        v.attrs["_ARRAY_DIMENSIONS"] = ["t"]
+    ds = xr.open_dataset(tmp_path / "g.zarr", engine="zarr3", consolidated=False)
+    assert ds["nofill"].values.tolist() == [0.0, 1.0, 0.0, 0.0]
+    assert np.isnan(ds["zerofill"].values).tolist() == [True, False, True, True]
+    ref = xr.open_dataset(tmp_path / "g.zarr", engine="zarr", consolidated=False)
+    xr.testing.assert_identical(ds.load(), ref.load())
+    with pytest.raises(ArrayNotFoundError):
+        z3.open_array(tmp_path / "missing.zarr", mode="r")
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("consolidated", [True, False])
+def test_zarr_python_v2_hierarchy_opens_as_a_read_only_group(tmp_path, consolidated):
+    import zarr
+
+    root = zarr.open_group(tmp_path / "h.zarr", mode="w", zarr_format=2)
+    root.attrs["title"] = "v2"
+    sub = root.create_group("sub")
+    deep = sub.create_group("deep")
+    x = root.create_array("x", shape=(5,), chunks=(2,), dtype="<i2", fill_value=0)
+    x[...] = np.arange(5)
+    y = deep.create_array("y", shape=(2, 2), chunks=(1, 2), dtype="<f4", fill_value=0)
+    y[...] = [[1, 2], [3, 4]]
+    if consolidated:
+        zarr.consolidate_metadata(tmp_path / "h.zarr", zarr_format=2)
+    before = _snapshot(tmp_path / "h.zarr")
+
+    g = z3.open_group(tmp_path / "h.zarr", mode="r")
+    assert g.zarr_format == 2 and g.read_only and g.attrs["title"] == "v2"
+    assert sorted(g.members(max_depth=None)) == ["sub", "sub/deep", "sub/deep/y", "x"]
+    assert g["x"][...].tolist() == [0, 1, 2, 3, 4]
+    assert g["sub"]["deep/y"][...].tolist() == [[1, 2], [3, 4]]
+    assert z3.open_array(tmp_path / "h.zarr", path="sub/deep/y")[1, 0] == 3
+    assert z3.open_group(tmp_path / "h.zarr", path="sub", use_consolidated=False).zarr_format == 2
+    assert "x" in g.tree() and "y" in g.tree()
+
+    # writes are refused, whatever the mode asked for, and nothing changes on disk
+    g = z3.open_group(tmp_path / "h.zarr", mode="a")
+    for write in (
+        lambda: g.create_group("new"),
+        lambda: g.create_array("new", shape=(1,), dtype="i1"),
+        lambda: g.attrs.update({"k": 1}),
+        lambda: g["x"].__setitem__(0, 9),
+        lambda: g["x"].resize((9,)),
+        lambda: z3.open_array(tmp_path / "h.zarr", path="x", mode="r+").__setitem__(0, 9),
+    ):
+        with pytest.raises(ReadOnlyError, match="Zarr v2"):
+            write()
+    assert _snapshot(tmp_path / "h.zarr") == before
+
+
+def test_corrupt_v2_documents_raise_typed_errors_naming_the_key(tmp_path):
+    root = tmp_path / "bad.zarr"
+    os.makedirs(root / "arr")
+    (root / ".zgroup").write_text('{"zarr_format": 2}')
+    (root / "arr" / ".zarray").write_text("{not json")
+    with pytest.raises(MetadataError, match=r"arr/\.zarray: invalid JSON"):
+        z3.open_group(root, mode="r")
+    (root / "arr" / ".zarray").write_text(json.dumps(_zarray(compressor={"id": "no-such-codec"})))
+    with pytest.raises(UnknownCodecError, match="no-such-codec"):
+        z3.open_group(root, mode="r")["arr"]
+    (root / ".zgroup").write_text('{"zarr_format": 2}')
+    (root / ".zmetadata").write_text('{"zarr_consolidated_format": 1, "metadata": []}')
+    with pytest.raises(MetadataError, match=r"\.zmetadata"):
+        z3.open_group(root, mode="r")
+
+
+def test_truncated_v2_chunk_is_a_typed_error(tmp_path):
+    zarray = _zarray(shape=[4], chunks=[4], dtype="<i4", fill_value=0, compressor={"id": "zlib", "level": 1})
+    good = numcodecs.Zlib(1).encode(np.arange(4, dtype="<i4").tobytes())
+    root = _write_v2(tmp_path / "a.zarr", zarray, chunks={"0": good})
+    assert z3.open_array(root, mode="r")[...].tolist() == [0, 1, 2, 3]
+    _write_v2(root, zarray, chunks={"0": good[:-3]})
+    with pytest.raises(CorruptionError, match="zlib"):
+        z3.open_array(root, mode="r")[...]
+
+
+@pytest.mark.interop
+def test_to_zarr_never_adds_to_a_v2_group_and_mode_w_replaces_it(tmp_path):
+    import xarray as xr
+
+    from zarr3_backend.errors import ZarrV2Error
+
+    path = tmp_path / "v2.zarr"
+    ds = xr.Dataset({"v": (("t",), np.arange(4.0))})
+    ds.to_zarr(path, zarr_format=2, consolidated=True)
+    before = _snapshot(path)
+    more = xr.Dataset({"w": (("t",), np.ones(4))})
+    for mode in ("a", "r+"):
+        with pytest.raises(ZarrV2Error, match=r"Zarr v2.*mode='w' replaces it"):
+            z3.to_zarr(more, path, mode=mode)
+    with pytest.raises(ZarrV2Error):
+        z3.to_zarr(ds.isel(t=[0]), path, mode="a", append_dim="t")
+    assert _snapshot(path) == before  # nothing written
+    z3.to_zarr(more, path, mode="w")
+    assert not (path / ".zgroup").exists() and (path / "zarr.json").exists()
+    xr.testing.assert_identical(xr.open_dataset(path, engine="zarr3").load(), more)
+
+
+@pytest.mark.interop
+def test_v2_hierarchy_without_zmetadata_is_walked_on_an_fsspec_store(tmp_path):
+    import fsspec
+    import zarr
+
+    root = zarr.open_group(tmp_path / "h.zarr", mode="w", zarr_format=2)
+    a = root.create_group("g").create_array("a", shape=(3, 2), chunks=(2, 2), dtype="<i8", fill_value=0)
+    a[...] = [[1, 2], [3, 4], [5, 6]]
+    root.create_array("b", shape=(2,), chunks=(2,), dtype="|u1", fill_value=9)  # no chunk written
+    fs = fsspec.filesystem("memory")
+    for d, _, files in os.walk(tmp_path / "h.zarr"):
+        for f in files:
+            rel = os.path.relpath(os.path.join(d, f), tmp_path / "h.zarr")
+            with open(os.path.join(d, f), "rb") as fh:
+                fs.pipe(f"/v2walk/{rel}", fh.read())
+    g = z3.open_group("memory://v2walk", mode="r")
+    assert g.zarr_format == 2 and sorted(g.members(max_depth=None)) == ["b", "g", "g/a"]
+    assert g["g/a"][...].tolist() == [[1, 2], [3, 4], [5, 6]]
+    assert g["b"][...].tolist() == [9, 9]
+    fs.rm("/v2walk", recursive=True)

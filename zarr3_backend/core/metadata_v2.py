@@ -1,0 +1,269 @@
+"""Zarr v2 metadata (``.zarray``, ``.zgroup``, ``.zattrs``, ``.zmetadata``) as the equivalent
+Zarr v3 ``zarr.json`` documents, so one core reads both formats.
+
+Pure functions: parsed JSON in, v3 documents out; errors name the v2 document and its field.
+The translation follows the v2 spec: ``order: "F"`` becomes a leading ``transpose``, filters
+stay array -> array codecs in their order (an object codec such as ``vlen-utf8`` becomes the
+array -> bytes codec), the ``compressor`` becomes a bytes -> bytes codec, the data type's byte
+order goes to the ``bytes`` codec, and keys use the ``v2`` chunk key encoding with the array's
+``dimension_separator``. Every translated document carries ``V2_MARKER`` (an ignorable extra
+field holding the original ``fill_value``), which makes its node read-only: this package reads
+Zarr v2 and writes only v3.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..codecs.numcodecs_adapter import NUMCODECS_KINDS
+from ..errors import DataTypeError, MetadataError, Zarr3Error
+from .dtypes import data_type_from_numpy, parse_data_type
+from .paths import join_path
+
+ARRAY_KEY, GROUP_KEY, ATTRS_KEY, CONSOLIDATED_KEY = ".zarray", ".zgroup", ".zattrs", ".zmetadata"
+#: The v2 documents of one node, in the order they are fetched.
+NODE_KEYS = (ARRAY_KEY, GROUP_KEY, ATTRS_KEY)
+#: Extra field of a translated document: ``{"must_understand": false, "fill_value": <v2 JSON>}``.
+V2_MARKER = "zarr3_backend_zarr_v2"
+
+#: numcodecs ids of v2 object codecs this package decodes -> (v3 data type, v3 array -> bytes codec)
+_OBJECT_CODECS = {"vlen-utf8": ("string", "vlen-utf8"), "vlen-bytes": ("variable_length_bytes", "vlen-bytes")}
+
+
+def _where(path: str, doc: str) -> str:
+    return join_path(path, doc) if path else doc
+
+
+def _fail(path: str, doc: str, message: str, kind: type[Zarr3Error] = MetadataError) -> Zarr3Error:
+    return kind(f"{_where(path, doc)}: {message}")
+
+
+def _int_list(value: Any, field: str, path: str) -> list[int]:
+    if not isinstance(value, list) or any(
+        isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value
+    ):
+        raise _fail(
+            path, ARRAY_KEY, f"field {field!r} must be a list of non-negative integers, got {value!r}"
+        )
+    return list(value)
+
+
+def _codec_config(config: Any, field: str, path: str) -> tuple[str, dict[str, Any]]:
+    """``(numcodecs id, configuration without the id)`` of one v2 codec object."""
+    if not isinstance(config, Mapping) or not isinstance(config.get("id"), str):
+        raise _fail(
+            path, ARRAY_KEY, f"field {field!r}: a codec must be an object with an 'id', got {config!r}"
+        )
+    rest = {k: v for k, v in config.items() if k != "id"}
+    return config["id"], rest
+
+
+def _data_type(dtype: Any, filters: list, path: str) -> tuple[Any, dict[str, Any], list]:
+    """``(v3 data_type, array -> bytes codec, remaining filters)`` for a v2 ``dtype``."""
+    if not isinstance(dtype, str):
+        raise _fail(
+            path,
+            ARRAY_KEY,
+            f"field 'dtype': structured data types are not supported, got {dtype!r}",
+            DataTypeError,
+        )
+    try:
+        npdt = np.dtype(dtype)
+    except (TypeError, ValueError) as e:
+        raise _fail(
+            path, ARRAY_KEY, f"field 'dtype': {dtype!r} is not a data type ({e})", DataTypeError
+        ) from None
+    if npdt.kind == "O":
+        codec_id = filters[0].get("id") if filters and isinstance(filters[0], Mapping) else None
+        if codec_id not in _OBJECT_CODECS:
+            raise _fail(
+                path,
+                ARRAY_KEY,
+                f"field 'filters': object dtype {dtype!r} needs 'vlen-utf8' or 'vlen-bytes' as its first "
+                f"filter, got {codec_id!r}",
+                DataTypeError,
+            )
+        name, serializer = _OBJECT_CODECS[codec_id]
+        return name, {"name": serializer}, filters[1:]
+    if npdt.kind in "Mm":
+        raise _fail(
+            path,
+            ARRAY_KEY,
+            f"field 'dtype': {dtype!r} (numpy datetime64/timedelta64) is not supported",
+            DataTypeError,
+        )
+    try:
+        dt = data_type_from_numpy(npdt)
+    except DataTypeError as e:
+        raise _fail(path, ARRAY_KEY, f"field 'dtype': {e}", DataTypeError) from None
+    serializer: dict[str, Any] = {"name": "bytes"}
+    if npdt.byteorder in "<>=" and npdt.itemsize > 1 and npdt.kind != "S":
+        big = npdt.byteorder == ">" or (npdt.byteorder == "=" and np.little_endian is False)
+        serializer["configuration"] = {"endian": "big" if big else "little"}
+    return dt.to_json(), serializer, filters
+
+
+def _fill_value(value: Any, npdt_str: str, path: str) -> Any:
+    """The v3 JSON form of a v2 ``fill_value`` (``None`` stays ``None``: the caller picks the default)."""
+    if value is None:
+        return None
+    kind = np.dtype(npdt_str).kind if isinstance(npdt_str, str) else "V"
+    if kind == "V" and isinstance(value, str):  # v2 writes raw bytes as base64, v3 as a list
+        try:
+            return list(base64.b64decode(value, validate=True))
+        except (binascii.Error, ValueError) as e:
+            raise _fail(path, ARRAY_KEY, f"field 'fill_value': not valid base64 ({e})") from None
+    return value
+
+
+def array_document(zarray: Any, zattrs: Any = None, path: str = "") -> dict[str, Any]:
+    """The v3 ``zarr.json`` document equivalent to a v2 ``.zarray`` (+ ``.zattrs``).
+
+    ``dimension_names`` come from xarray's ``_ARRAY_DIMENSIONS`` attribute when it names every
+    dimension; the attribute itself is kept, as stored.
+    """
+    if not isinstance(zarray, Mapping):
+        raise _fail(path, ARRAY_KEY, f"metadata must be a JSON object, got {type(zarray).__name__}")
+    if zarray.get("zarr_format") != 2 or isinstance(zarray.get("zarr_format"), bool):
+        raise _fail(path, ARRAY_KEY, f"field 'zarr_format' must be 2, got {zarray.get('zarr_format')!r}")
+    for field in ("shape", "chunks", "dtype"):
+        if field not in zarray:
+            raise _fail(path, ARRAY_KEY, f"missing field {field!r}")
+    shape = _int_list(zarray["shape"], "shape", path)
+    chunks = _int_list(zarray["chunks"], "chunks", path)
+    if len(chunks) != len(shape):
+        raise _fail(
+            path, ARRAY_KEY, f"field 'chunks' {chunks} has {len(chunks)} dimensions, 'shape' {len(shape)}"
+        )
+    if any(c == 0 for c in chunks):
+        raise _fail(path, ARRAY_KEY, f"field 'chunks' must be positive, got {chunks}")
+    order = zarray.get("order", "C")
+    if order not in ("C", "F"):
+        raise _fail(path, ARRAY_KEY, f"field 'order' must be 'C' or 'F', got {order!r}")
+    separator = zarray.get("dimension_separator") or "."
+    if separator not in (".", "/"):
+        raise _fail(path, ARRAY_KEY, f"field 'dimension_separator' must be '.' or '/', got {separator!r}")
+    filters = zarray.get("filters") or []
+    if not isinstance(filters, list):
+        raise _fail(path, ARRAY_KEY, f"field 'filters' must be a list or null, got {filters!r}")
+    data_type, serializer, rest = _data_type(zarray["dtype"], filters, path)
+
+    codecs: list[dict[str, Any]] = []
+    if order == "F" and len(shape) > 1:
+        codecs.append({"name": "transpose", "configuration": {"order": list(range(len(shape)))[::-1]}})
+    byte_filters: list[dict[str, Any]] = []  # filters that work on bytes (shuffle, checksums)
+    for config in rest:
+        codec_id, conf = _codec_config(config, "filters", path)
+        if codec_id in _OBJECT_CODECS:
+            raise _fail(
+                path, ARRAY_KEY, f"field 'filters': {codec_id!r} must be the first filter of an object array"
+            )
+        codec = {"name": f"numcodecs.{codec_id}", "configuration": conf}
+        if NUMCODECS_KINDS.get(codec_id) == "bb":
+            byte_filters.append(codec)
+        elif byte_filters:
+            raise _fail(
+                path,
+                ARRAY_KEY,
+                f"field 'filters': array filter {codec_id!r} after a bytes filter is not supported",
+            )
+        else:
+            codecs.append(codec)
+    codecs.append(serializer)
+    codecs.extend(byte_filters)
+    compressor = zarray.get("compressor")
+    if compressor is not None:
+        codec_id, conf = _codec_config(compressor, "compressor", path)
+        codecs.append({"name": f"numcodecs.{codec_id}", "configuration": conf})
+
+    attrs = _attributes(zattrs, path)
+    fill = _fill_value(zarray.get("fill_value"), zarray["dtype"], path)
+    if fill is None:  # "no fill value": missing chunks read as the type's zero
+        dt = parse_data_type(data_type)
+        fill = dt.fill_value_to_json(dt.default_fill_value())
+    doc: dict[str, Any] = {
+        "zarr_format": 3,
+        "node_type": "array",
+        "shape": shape,
+        "data_type": data_type,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunks}},
+        "chunk_key_encoding": {"name": "v2", "configuration": {"separator": separator}},
+        "fill_value": fill,
+        "codecs": codecs,
+        "attributes": attrs,
+        V2_MARKER: {"must_understand": False, "fill_value": zarray.get("fill_value")},
+    }
+    dims = attrs.get("_ARRAY_DIMENSIONS")
+    if isinstance(dims, list) and len(dims) == len(shape) and all(isinstance(d, str) for d in dims):
+        doc["dimension_names"] = list(dims)
+    return doc
+
+
+def _attributes(zattrs: Any, path: str) -> dict[str, Any]:
+    if zattrs is None:
+        return {}
+    if not isinstance(zattrs, Mapping):
+        raise _fail(path, ATTRS_KEY, f"attributes must be a JSON object, got {type(zattrs).__name__}")
+    return dict(zattrs)
+
+
+def group_document(zgroup: Any, zattrs: Any = None, path: str = "") -> dict[str, Any]:
+    """The v3 ``zarr.json`` document equivalent to a v2 ``.zgroup`` (+ ``.zattrs``)."""
+    if not isinstance(zgroup, Mapping):
+        raise _fail(path, GROUP_KEY, f"metadata must be a JSON object, got {type(zgroup).__name__}")
+    if zgroup.get("zarr_format") != 2 or isinstance(zgroup.get("zarr_format"), bool):
+        raise _fail(path, GROUP_KEY, f"field 'zarr_format' must be 2, got {zgroup.get('zarr_format')!r}")
+    return {
+        "zarr_format": 3,
+        "node_type": "group",
+        "attributes": _attributes(zattrs, path),
+        V2_MARKER: {"must_understand": False},
+    }
+
+
+def node_document(docs: Mapping[str, Any], path: str = "") -> dict[str, Any] | None:
+    """The v3 document of one node from its v2 documents (``{".zarray": ..., ".zattrs": ...}``,
+    parsed), or ``None`` when it has neither ``.zarray`` nor ``.zgroup``."""
+    if docs.get(ARRAY_KEY) is not None:
+        return array_document(docs[ARRAY_KEY], docs.get(ATTRS_KEY), path)
+    if docs.get(GROUP_KEY) is not None:
+        return group_document(docs[GROUP_KEY], docs.get(ATTRS_KEY), path)
+    return None
+
+
+def consolidated_documents(zmetadata: Any, path: str = "") -> dict[str, dict[str, Any]]:
+    """Relative node path -> v3 document of every node in a v2 ``.zmetadata`` (the group at
+    ``path`` itself under ``""``)."""
+    if not isinstance(zmetadata, Mapping) or not isinstance(zmetadata.get("metadata"), Mapping):
+        raise _fail(path, CONSOLIDATED_KEY, "must be an object with a 'metadata' object")
+    if zmetadata.get("zarr_consolidated_format", 1) != 1:
+        raise _fail(
+            path,
+            CONSOLIDATED_KEY,
+            f"field 'zarr_consolidated_format' must be 1, got {zmetadata.get('zarr_consolidated_format')!r}",
+        )
+    by_node: dict[str, dict[str, Any]] = {}
+    for key, doc in zmetadata["metadata"].items():
+        if not isinstance(key, str):
+            continue
+        node, _, name = key.rpartition("/")
+        if name in NODE_KEYS:
+            by_node.setdefault(node, {})[name] = doc
+    out = {}
+    for node, docs in by_node.items():
+        translated = node_document(docs, join_path(path, node))
+        if translated is not None:
+            out[node] = translated
+    return out
+
+
+def v2_fill_value_is_null(metadata: Any) -> bool:
+    """Whether array metadata was translated from a v2 ``.zarray`` whose ``fill_value`` is null
+    (v2's "no fill value"; the array reads missing chunks as zeros, but nothing is masked)."""
+    marker = metadata.extra_fields.get(V2_MARKER)
+    return isinstance(marker, Mapping) and "fill_value" in marker and marker["fill_value"] is None
