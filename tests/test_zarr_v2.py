@@ -27,6 +27,7 @@ from zarr3_backend.errors import (
     MetadataError,
     ReadOnlyError,
     UnknownCodecError,
+    ZarrV2Error,
 )
 
 
@@ -74,8 +75,8 @@ def test_array_document_maps_every_v2_field_to_its_v3_place():
     assert doc["chunk_key_encoding"] == {"name": "v2", "configuration": {"separator": "/"}}
     assert doc["codecs"] == [
         {"name": "transpose", "configuration": {"order": [1, 0]}},  # F order
-        {"name": "numcodecs.delta", "configuration": {"dtype": ">i4"}},
-        {"name": "bytes", "configuration": {"endian": "big"}},
+        {"name": "numcodecs.delta", "configuration": {"dtype": "<i4"}},  # works on native values
+        {"name": "bytes", "configuration": {"endian": "big"}},  # the stored bytes' order
         {"name": "numcodecs.shuffle", "configuration": {"elementsize": 4}},  # a bytes filter
         {"name": "numcodecs.zlib", "configuration": {"level": 3}},
     ]
@@ -172,7 +173,10 @@ def test_group_and_consolidated_documents():
         }
     )
     assert set(tree) == {"", "sub", "sub/v"}
-    assert tree[""]["attributes"] == {"a": 1} and tree["sub/v"]["attributes"] == {"units": "m"}
+    assert tree["sub"]["node_type"] == "group" and tree["sub/v"]["node_type"] == "array"
+    # kept untranslated until opened: one node this package cannot read does not stop the rest
+    assert tree["sub/v"]["documents"] == {".zarray": _zarray(), ".zattrs": {"units": "m"}}
+    assert tree[""]["documents"][".zattrs"] == {"a": 1}
     with pytest.raises(MetadataError, match=r"\.zmetadata"):
         consolidated_documents({"zarr_consolidated_format": 2, "metadata": {}})
     with pytest.raises(MetadataError, match=r"\.zmetadata"):
@@ -338,10 +342,13 @@ def test_corrupt_v2_documents_raise_typed_errors_naming_the_key(tmp_path):
     os.makedirs(root / "arr")
     (root / ".zgroup").write_text('{"zarr_format": 2}')
     (root / "arr" / ".zarray").write_text("{not json")
+    g = z3.open_group(root, mode="r")  # children are read when opened or listed
     with pytest.raises(MetadataError, match=r"arr/\.zarray: invalid JSON"):
-        z3.open_group(root, mode="r")
+        g["arr"]
+    with pytest.raises(MetadataError, match=r"arr/\.zarray: invalid JSON"):
+        g.members()
     (root / "arr" / ".zarray").write_text(json.dumps(_zarray(compressor={"id": "no-such-codec"})))
-    with pytest.raises(UnknownCodecError, match="no-such-codec"):
+    with pytest.raises(UnknownCodecError, match=r"arr/\.zarray: .*no-such-codec"):
         z3.open_group(root, mode="r")["arr"]
     (root / ".zgroup").write_text('{"zarr_format": 2}')
     (root / ".zmetadata").write_text('{"zarr_consolidated_format": 1, "metadata": []}')
@@ -401,3 +408,187 @@ def test_v2_hierarchy_without_zmetadata_is_walked_on_an_fsspec_store(tmp_path):
     assert g["g/a"][...].tolist() == [[1, 2], [3, 4], [5, 6]]
     assert g["b"][...].tolist() == [9, 9]
     fs.rm("/v2walk", recursive=True)
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize(
+    ("dtype", "filters"),
+    [
+        (">i4", [numcodecs.Delta(dtype=">i4")]),
+        (">f8", [numcodecs.FixedScaleOffset(offset=1, scale=4, dtype=">f8", astype="<i4")]),
+        ("<i4", [numcodecs.Delta(dtype="<i4", astype=">i2")]),
+        (">i4", [numcodecs.Delta(dtype=">i4"), numcodecs.Shuffle(4)]),
+        (">f4", [numcodecs.Quantize(digits=2, dtype=">f4")]),
+        (">i2", [numcodecs.AsType(encode_dtype=">i4", decode_dtype=">i2")]),
+        ("|u1", [numcodecs.AsType(encode_dtype=">u2", decode_dtype="|u1")]),
+    ],
+)
+def test_filters_with_a_byte_order_read_back(tmp_path, dtype, filters):
+    """The filters see native values; the stored bytes have the byte order of what the last
+    filter produces, which need not be the array's."""
+    import zarr
+
+    a = zarr.create_array(
+        tmp_path / "a", shape=(6,), chunks=(4,), dtype=dtype, filters=filters, zarr_format=2
+    )
+    a[...] = [4, 2, 1, 0, 1, 25]
+    assert z3.open_array(tmp_path / "a", mode="r")[...].tolist() == a[...].tolist()
+
+
+def test_fill_values_zarr_python_2_wrote_are_read(tmp_path):
+    obj = _write_v2(
+        tmp_path / "o",
+        _zarray(shape=[2], chunks=[1], dtype="|O", filters=[{"id": "vlen-utf8"}], fill_value=0),
+    )
+    assert z3.open_array(obj)[...].tolist() == ["0", "0"]  # what zarr-python reads too
+    flag = _write_v2(tmp_path / "b", _zarray(shape=[2], chunks=[1], dtype="|b1", fill_value=0))
+    assert z3.open_array(flag)[...].tolist() == [False, False]
+    ints = _write_v2(tmp_path / "i", _zarray(shape=[2], chunks=[1], dtype="<i4", fill_value=3.0))
+    assert z3.open_array(ints)[...].tolist() == [3, 3]
+    with pytest.raises(DataTypeError, match="fill"):
+        z3.open_array(_write_v2(tmp_path / "f", _zarray(dtype="<i4", fill_value=3.5)))
+
+
+def _hierarchy_with_an_unreadable_array(root, consolidated: bool):
+    os.makedirs(root / "other" / "bad")
+    os.makedirs(root / "good")
+    (root / ".zgroup").write_text('{"zarr_format": 2}')
+    (root / "other" / ".zgroup").write_text('{"zarr_format": 2}')
+    (root / "good" / ".zarray").write_text(json.dumps(_zarray(shape=[2], chunks=[2], fill_value=1.5)))
+    (root / "good" / ".zattrs").write_text('{"_ARRAY_DIMENSIONS": ["t"]}')
+    (root / "other" / "bad" / ".zarray").write_text(json.dumps(_zarray(dtype="<M8[ns]")))
+    if consolidated:
+        docs = {}
+        for d, _, files in os.walk(root):
+            for f in files:
+                rel = os.path.relpath(os.path.join(d, f), root)
+                docs[rel] = json.loads(open(os.path.join(d, f)).read())
+        (root / ".zmetadata").write_text(json.dumps({"zarr_consolidated_format": 1, "metadata": docs}))
+
+
+@pytest.mark.parametrize("consolidated", [True, False])
+def test_an_unreadable_v2_array_fails_only_when_it_is_opened(tmp_path, consolidated):
+    import xarray as xr
+
+    root = tmp_path / "h.zarr"
+    _hierarchy_with_an_unreadable_array(root, consolidated)
+    g = z3.open_group(root, mode="r")
+    assert g["good"][...].tolist() == [1.5, 1.5]
+    assert sorted(g.members(max_depth=1)) == ["good", "other"]
+    with pytest.raises(DataTypeError, match=r"other/bad/\.zarray: field 'dtype'"):
+        g["other/bad"]
+    with pytest.raises(DataTypeError, match=r"other/bad/\.zarray"):
+        g.members(max_depth=None)
+    assert sorted(g["other"].members(skip_arrays=["bad"])) == []
+    assert list(xr.open_dataset(root, engine="zarr3").data_vars) == ["good"]
+    bad_here = tmp_path / "flat.zarr"  # the unreadable array in the opened group: drop it
+    _hierarchy_with_an_unreadable_array(bad_here, consolidated)
+    os.rename(bad_here / "other" / "bad", bad_here / "bad")
+    if consolidated:
+        (bad_here / ".zmetadata").write_text(
+            (bad_here / ".zmetadata").read_text().replace('"other/bad/.zarray"', '"bad/.zarray"')
+        )
+    with pytest.raises(DataTypeError, match=r"bad/\.zarray"):
+        xr.open_dataset(bad_here, engine="zarr3")
+    assert list(xr.open_dataset(bad_here, engine="zarr3", drop_variables=["bad"]).data_vars) == ["good"]
+
+
+def test_nothing_is_created_inside_a_v2_hierarchy(tmp_path):
+    import xarray as xr
+
+    path = tmp_path / "v2.zarr"
+    xr.Dataset({"v": (("t",), np.arange(3.0))}).to_zarr(path, zarr_format=2, consolidated=True)
+    before = _snapshot(path)
+    new = xr.Dataset({"w": (("t",), np.ones(3))})
+    for create in (
+        lambda: z3.to_zarr(new, path, group="sub"),
+        lambda: z3.create_group(path, "sub"),
+        lambda: z3.open_group(path, "sub", mode="a"),
+        lambda: z3.create_array(path, path="sub/new", shape=(2,), dtype="i1"),
+        lambda: z3.open_array(path, "new", mode="a", shape=(2,), dtype="i1"),
+        lambda: z3.open_group(path, "v", mode="w"),
+        lambda: z3.consolidate_metadata(path),
+    ):
+        with pytest.raises(ZarrV2Error, match="writes only v3"):
+            create()
+    assert _snapshot(path) == before
+
+
+class CountingStore(z3.MemoryStore):
+    """Counts listings and fetched keys, also through its read-only twins."""
+
+    def __init__(self, data=None, *, read_only=False, listed=None, fetched=None):
+        super().__init__(data, read_only=read_only)
+        self.listed: list[str] = [] if listed is None else listed
+        self.fetched: list[int] = [0] if fetched is None else fetched
+
+    def with_read_only(self, read_only=True):
+        return CountingStore(self._data, read_only=read_only, listed=self.listed, fetched=self.fetched)
+
+    def list_dir(self, prefix):
+        self.listed.append(prefix)
+        return super().list_dir(prefix)
+
+    def get_many(self, keys):
+        self.fetched[0] += len(keys)
+        return super().get_many(keys)
+
+    def exists_many(self, keys):
+        self.fetched[0] += len(keys)
+        return super().exists_many(keys)
+
+
+def _copy_into(store, root, prefix=""):
+    for d, _, files in os.walk(root):
+        for f in files:
+            rel = os.path.relpath(os.path.join(d, f), root).replace(os.sep, "/")
+            with open(os.path.join(d, f), "rb") as fh:
+                store.set(prefix + rel, fh.read())
+
+
+@pytest.mark.interop
+def test_opening_one_group_of_a_large_v2_hierarchy_lists_only_what_it_opens(tmp_path):
+    import xarray as xr
+    import zarr
+
+    root = zarr.open_group(tmp_path / "h.zarr", mode="w", zarr_format=2)
+    for i in range(12):
+        g = root.create_group(f"g{i}")
+        for j in range(4):
+            v = g.create_group(f"h{j}").create_array("v", shape=(4,), chunks=(1,), dtype="<f4", fill_value=0)
+            v[...] = np.arange(4) + i
+            v.attrs["_ARRAY_DIMENSIONS"] = ["t"]
+    store = CountingStore()
+    _copy_into(store, tmp_path / "h.zarr")
+    ds = xr.open_dataset(store, engine="zarr3", group="g7/h2")
+    assert ds["v"].values.tolist() == [7, 8, 9, 10]
+    assert store.fetched[0] > 0  # (counted through the read-only twin xarray opens)
+    assert len(store.listed) <= 2 and store.fetched[0] <= 20, (store.listed, store.fetched)
+    store.listed.clear()
+    tree = z3.open_group(store, mode="r").members(max_depth=None)
+    assert len(tree) == 12 + 48 + 48 and len(store.listed) == 1 + 12 + 48  # groups only, never arrays
+
+
+@pytest.mark.interop
+def test_v2_nodes_inside_a_v3_group_are_listed_and_never_listed_into(tmp_path):
+    import zarr
+
+    store = CountingStore()
+    g = z3.open_group(store, mode="w")
+    g.create_array("a3", shape=(2,), dtype="i2")[...] = [1, 2]
+    v2 = zarr.create_array(
+        tmp_path / "a2",
+        shape=(400,),
+        chunks=(1,),
+        dtype="<i2",
+        zarr_format=2,
+        chunk_key_encoding={"name": "v2", "separator": "/"},
+    )
+    v2[...] = np.arange(400)
+    _copy_into(store, tmp_path / "a2", "a2/")
+    store.listed.clear()
+    g = z3.open_group(store, mode="r")
+    members = g.members()
+    assert sorted(members) == ["a2", "a3"] and members["a2"].zarr_format == 2
+    assert members["a2"][398:].tolist() == [398, 399]
+    assert store.listed == [""]  # the v2 array's 400 chunk folders are never listed

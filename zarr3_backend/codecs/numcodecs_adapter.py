@@ -118,6 +118,8 @@ def _as_type(out: np.ndarray, dtype: np.dtype) -> np.ndarray:
     its rounded floats as integers of the same width), values converted otherwise."""
     if out.dtype == dtype:
         return out
+    if out.dtype.kind == dtype.kind and out.dtype.itemsize == dtype.itemsize:  # byte order only
+        return out.astype(dtype)
     if out.dtype.itemsize == dtype.itemsize:
         return np.ascontiguousarray(out).view(dtype)
     return out.astype(dtype)

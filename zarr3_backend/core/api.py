@@ -20,6 +20,7 @@ from ..errors import (
     GroupNotFoundError,
     NodeExistsError,
     ShapeError,
+    ZarrV2Error,
 )
 from ..stores import make_store
 from ..stores.base import Store, StoreArgumentError
@@ -31,7 +32,8 @@ from .codec_specs import build_codecs
 from .dtypes import DataType, as_data_type, default_fill_value, parse_fill_value
 from .group import Group, node_from_metadata, open_existing_group, read_node_metadata
 from .metadata import ArrayMetadata, GroupMetadata, parse_node, to_bytes
-from .paths import join_prefix, metadata_key, normalize_path, parent_path, validate_new_node_path
+from .metadata_v2 import ARRAY_KEY, GROUP_KEY
+from .paths import join_path, join_prefix, metadata_key, normalize_path, parent_path, validate_new_node_path
 
 
 def _check_mode(mode: str) -> None:
@@ -83,6 +85,15 @@ def _ensure_parents(store: Store, path: str) -> dict[str, bytes]:
             continue
         if isinstance(parse_node(doc, a), ArrayMetadata):
             raise NodeExistsError(f"cannot create {path!r}: ancestor {a or '/'!r} is an array")
+    # an ancestor without zarr.json may be a Zarr v2 node: a zarr.json there would hide it
+    absent = [a for a in ancestors if metadata_key(a) in missing]
+    keys = [join_path(a, name) for a in absent for name in (ARRAY_KEY, GROUP_KEY)]
+    for key, found in zip(keys, store.exists_many(keys) if keys else [], strict=True):
+        if found:
+            raise ZarrV2Error(
+                f"cannot create {path!r} in {store!r}: it would lie inside the Zarr v2 node of {key!r}, "
+                "and zarr3_backend reads v2 but writes only v3"
+            )
     return missing
 
 
@@ -362,6 +373,11 @@ def consolidate_metadata(store: Any, path: str = "", *, storage_options: dict | 
     path = normalize_path(path)
     store = _resolve_store(store, "r+", storage_options)
     group = open_existing_group(store, path, read_only=False, use_consolidated=False)
+    if group.zarr_format == 2:
+        raise ZarrV2Error(
+            f"group {path or '/'!r} in {store!r} is Zarr v2: zarr3_backend reads v2 but writes only v3 "
+            "(its .zmetadata is left as it is)"
+        )
     docs = {}
     for rel, node in group.members(max_depth=None).items():
         doc = node.metadata.to_json()

@@ -4,14 +4,14 @@ Listing a hierarchy fetches every ``zarr.json`` of one level in one batched stor
 the inline consolidated metadata of the root instead when it is present (no listing at all).
 Prefixes that hold nodes (a ``zarr.json`` somewhere below) but no ``zarr.json`` of their own are
 implicit groups. Zarr v2 nodes (``.zarray``/``.zgroup``) are read as their v3 equivalents
-(``metadata_v2``), read-only; a v2 group carries all its descendants, from its ``.zmetadata`` or
-from one walk of the hierarchy, as inline consolidated metadata.
+(``metadata_v2``), read-only, wherever they are found (in a listing, by name, or in a v2 group's
+``.zmetadata``, whose entries are translated only when their node is opened).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -22,15 +22,28 @@ from ..errors import (
     NodeExistsError,
     NodeNotFoundError,
     ReadOnlyError,
+    Zarr3Error,
 )
 from ..stores.base import Store
 from .array import Array
 from .attributes import Attributes
 from .metadata import ArrayMetadata, GroupMetadata, parse_node, parse_node_json, to_bytes
-from .metadata_v2 import CONSOLIDATED_KEY, NODE_KEYS, V2_MARKER, consolidated_documents, node_document
+from .metadata_v2 import (
+    ARRAY_KEY,
+    CONSOLIDATED_KEY,
+    GROUP_KEY,
+    NODE_KEYS,
+    V2_MARKER,
+    consolidated_documents,
+    entry_document,
+    is_pending,
+    node_document,
+    pending_entry,
+)
 from .paths import join_path, join_prefix, metadata_key, node_name, normalize_path
 
 Node = Array | Any  # Array | Group
+V2_DOCUMENTS = frozenset((*NODE_KEYS, CONSOLIDATED_KEY))
 
 
 def node_from_metadata(store: Store, path: str, meta: ArrayMetadata | GroupMetadata, **kwargs: Any) -> Node:
@@ -83,44 +96,31 @@ def _v2_docs(store: Store, paths: list[str], names: tuple[str, ...]) -> list[dic
 def read_v2_node_metadata(
     store: Store, path: str, *, use_consolidated: bool | None = None
 ) -> ArrayMetadata | GroupMetadata | None:
-    """The Zarr v2 node at ``path`` as v3 metadata, or ``None`` when there is none. A group
-    holds every descendant as inline consolidated metadata: from ``.zmetadata`` when present
-    (unless ``use_consolidated=False``), else from a walk of the hierarchy, level by level (one
-    listing per group, one batched get per level; array folders are never listed)."""
+    """The Zarr v2 node at ``path`` as v3 metadata, or ``None`` when there is none. A group with
+    a ``.zmetadata`` (used unless ``use_consolidated=False``) carries its descendants' documents,
+    each translated only when that node is opened; without one, its members are listed level by
+    level as for v3 (``use_consolidated=True`` then raises ``MetadataError``)."""
     (docs,) = _v2_docs(store, [path], (*NODE_KEYS, CONSOLIDATED_KEY))
     doc = node_document(docs, path)
     if doc is None:
         return None
-    if doc["node_type"] == "group":
-        if CONSOLIDATED_KEY in docs and use_consolidated is not False:
+    if doc["node_type"] == "group" and use_consolidated is not False:
+        if CONSOLIDATED_KEY in docs:
             tree = consolidated_documents(docs[CONSOLIDATED_KEY], path)
             tree.pop("", None)
-        else:
-            tree = _walk_v2(store, path)
-        doc["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": tree}
-    return parse_node_json(doc, path)
+            doc["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": tree}
+        elif use_consolidated:
+            raise MetadataError(f"group {path or '/'!r} has no .zmetadata (use_consolidated=True)")
+    return _parse_v2(doc, path)
 
 
-def _walk_v2(store: Store, path: str) -> dict[str, dict]:
-    """Relative path -> v3 document of every v2 node below the v2 group at ``path``."""
-    out: dict[str, dict] = {}
-    level = [""]
-    while level:
-        children = [
-            join_path(rel, name)
-            for rel in level
-            for name in store.list_dir(join_prefix(join_path(path, rel)))
-            if not name.startswith(".")  # the group's own documents
-        ]
-        found = _v2_docs(store, [join_path(path, c) for c in children], NODE_KEYS)
-        level = []
-        for rel, docs in zip(children, found, strict=True):
-            doc = node_document(docs, join_path(path, rel))
-            if doc is not None:
-                out[rel] = doc
-                if doc["node_type"] == "group":
-                    level.append(rel)
-    return out
+def _parse_v2(doc: Mapping[str, Any], path: str) -> ArrayMetadata | GroupMetadata:
+    """Parse a document translated from v2; its errors name the v2 document they come from."""
+    try:
+        return parse_node_json(doc, path)
+    except Zarr3Error as e:
+        key = join_path(path, ARRAY_KEY if doc.get("node_type") == "array" else GROUP_KEY)
+        raise type(e)(f"{key}: {e}") from e
 
 
 def is_implicit_group(store: Store, path: str) -> bool:
@@ -140,7 +140,10 @@ def is_implicit_group(store: Store, path: str) -> bool:
         ]
         if not children:
             return False
-        if any(doc is not None for doc in store.get_many([metadata_key(c) for c in children])):
+        keys = [
+            k for c in children for k in (metadata_key(c), join_path(c, ARRAY_KEY), join_path(c, GROUP_KEY))
+        ]
+        if any(store.exists_many(keys)):  # a v3 or v2 node: never listed into (its chunks)
             return True
         level = children
     return False
@@ -223,11 +226,13 @@ class Group:
         if docs is None or rel not in docs:
             return None
         path = join_path(self.path, rel)
-        meta = (
-            ArrayMetadata.from_json(docs[rel], path)
-            if docs[rel].get("node_type") == "array"
-            else GroupMetadata.from_json(docs[rel], path)
-        )
+        entry = docs[rel]
+        if is_pending(entry):  # a v2 node's documents are translated when it is opened
+            meta = _parse_v2(entry_document(entry, path), path)
+        elif entry.get("node_type") == "array":
+            meta = ArrayMetadata.from_json(entry, path)
+        else:
+            meta = GroupMetadata.from_json(entry, path)
         if isinstance(meta, GroupMetadata):
             # descendants of a child group are in our table too: hand them down
             prefix = rel + "/"
@@ -302,13 +307,23 @@ class Group:
             children: list[tuple[str, str]] = []
             for rel, path in level:
                 for child in self.store.list_dir(join_prefix(path)):
-                    if child == "zarr.json":
-                        continue  # the group's own document; stray files have no zarr.json below
+                    if child == "zarr.json" or child in V2_DOCUMENTS:
+                        continue  # the group's own documents; stray files have no zarr.json below
                     children.append((join_path(rel, child), join_path(path, child)))
             docs = self.store.get_many([metadata_key(p) for _, p in children])
+            v2 = self._v2_children([c for c, d in zip(children, docs, strict=True) if d is None])
             level = []
             maybe_implicit = []
             for (rel, path), data in zip(children, docs, strict=True):
+                if data is None and rel in v2:
+                    entry = v2[rel]
+                    if skip and entry["node_type"] == "array" and node_name(rel) in skip:
+                        continue
+                    meta = _parse_v2(entry_document(entry, path), path)
+                    out[rel] = node_from_metadata(self.store, path, meta, read_only=self.read_only)
+                    if isinstance(meta, GroupMetadata):
+                        level.append((rel, path))
+                    continue
                 if data is None:
                     maybe_implicit.append((rel, path))
                     continue
@@ -336,6 +351,15 @@ class Group:
                     level.append((rel, path))
             depth += 1
         return dict(sorted(out.items()))
+
+    def _v2_children(self, children: list[tuple[str, str]]) -> dict[str, dict]:
+        """Pending v2 entries (``metadata_v2.pending_entry``) of the children that have Zarr v2
+        documents instead of a ``zarr.json``: one batched get for all of them."""
+        if not children:
+            return {}
+        found = _v2_docs(self.store, [p for _, p in children], NODE_KEYS)
+        entries = {rel: pending_entry(docs) for (rel, _), docs in zip(children, found, strict=True)}
+        return {rel: e for rel, e in entries.items() if e is not None}
 
     def arrays(self) -> Iterator[tuple[str, Array]]:
         """Direct child arrays as (name, Array)."""
@@ -431,8 +455,8 @@ def open_existing_group(store: Store, path: str, *, read_only: bool, use_consoli
         raise GroupNotFoundError(f"no group at {path or '/'!r} in {store!r} (no zarr.json at or below it)")
     if isinstance(meta, ArrayMetadata):
         raise GroupNotFoundError(f"{path or '/'!r} is an array, not a group")
-    if V2_MARKER in meta.extra_fields:  # its hierarchy is in hand, read or walked: use it
-        return Group(store, path, meta, read_only=True, use_consolidated=True)
+    if V2_MARKER in meta.extra_fields:  # read-only; .zmetadata already honoured or ignored
+        return Group(store, path, meta, read_only=True, use_consolidated=use_consolidated)
     if use_consolidated is False and meta.consolidated_metadata is not None:
         meta = GroupMetadata(
             attributes=meta.attributes, consolidated_metadata=None, extra_fields=meta.extra_fields

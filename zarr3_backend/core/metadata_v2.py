@@ -103,9 +103,47 @@ def _data_type(dtype: Any, filters: list, path: str) -> tuple[Any, dict[str, Any
         raise _fail(path, ARRAY_KEY, f"field 'dtype': {e}", DataTypeError) from None
     serializer: dict[str, Any] = {"name": "bytes"}
     if npdt.byteorder in "<>=" and npdt.itemsize > 1 and npdt.kind != "S":
-        big = npdt.byteorder == ">" or (npdt.byteorder == "=" and np.little_endian is False)
-        serializer["configuration"] = {"endian": "big" if big else "little"}
+        serializer["configuration"] = {"endian": _endian(npdt)}
     return dt.to_json(), serializer, filters
+
+
+#: Filter configuration keys that name a numpy dtype (numcodecs delta, fixedscaleoffset,
+#: quantize, astype, ...); the filter's output dtype is the first "out" key present.
+_DTYPE_KEYS = ("dtype", "astype", "encode_dtype", "decode_dtype")
+_OUT_KEYS = ("astype", "encode_dtype", "dtype")
+
+
+def _as_dtype(value: Any, key: str, path: str) -> np.dtype:
+    try:
+        return np.dtype(value)
+    except (TypeError, ValueError) as e:
+        raise _fail(path, ARRAY_KEY, f"field 'filters': {key} {value!r} is not a data type ({e})") from None
+
+
+def _filter_output(codec_id: str, conf: Mapping[str, Any], current: np.dtype, path: str) -> np.dtype:
+    """The dtype a v2 array filter hands on: the byte order of the stored bytes is that of the
+    last filter's output."""
+    if codec_id == "packbits":
+        return np.dtype("u1")
+    for key in _OUT_KEYS:
+        if isinstance(conf.get(key), str):
+            return _as_dtype(conf[key], key, path)
+    return current
+
+
+def _native_dtypes(conf: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """``conf`` with every dtype setting in native byte order: in the v3 chain a filter works on
+    decoded (native) values, and the ``bytes`` codec alone owns the byte order."""
+    out = dict(conf)
+    for key in _DTYPE_KEYS:
+        if isinstance(out.get(key), str):
+            out[key] = _as_dtype(out[key], key, path).newbyteorder("=").str
+    return out
+
+
+def _endian(dtype: np.dtype) -> str:
+    big = dtype.byteorder == ">" or (dtype.byteorder == "=" and not np.little_endian)
+    return "big" if big else "little"
 
 
 def _fill_value(value: Any, npdt_str: str, path: str) -> Any:
@@ -113,6 +151,14 @@ def _fill_value(value: Any, npdt_str: str, path: str) -> Any:
     if value is None:
         return None
     kind = np.dtype(npdt_str).kind if isinstance(npdt_str, str) else "V"
+    # forms zarr-python 2 wrote, and reads: a number for an object (string) array, 0/1 for
+    # bool, integral floats for integers
+    if kind == "O" and isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    if kind == "b" and not isinstance(value, bool) and value in (0, 1):
+        return bool(value)
+    if kind in "iu" and isinstance(value, float) and value.is_integer():
+        return int(value)
     if kind == "V" and isinstance(value, str):  # v2 writes raw bytes as base64, v3 as a list
         try:
             return list(base64.b64decode(value, validate=True))
@@ -154,6 +200,7 @@ def array_document(zarray: Any, zattrs: Any = None, path: str = "") -> dict[str,
     data_type, serializer, rest = _data_type(zarray["dtype"], filters, path)
 
     codecs: list[dict[str, Any]] = []
+    stored = np.dtype(zarray["dtype"])  # the dtype whose bytes are stored (what the filters leave)
     if order == "F" and len(shape) > 1:
         codecs.append({"name": "transpose", "configuration": {"order": list(range(len(shape)))[::-1]}})
     byte_filters: list[dict[str, Any]] = []  # filters that work on bytes (shuffle, checksums)
@@ -163,17 +210,19 @@ def array_document(zarray: Any, zattrs: Any = None, path: str = "") -> dict[str,
             raise _fail(
                 path, ARRAY_KEY, f"field 'filters': {codec_id!r} must be the first filter of an object array"
             )
-        codec = {"name": f"numcodecs.{codec_id}", "configuration": conf}
         if NUMCODECS_KINDS.get(codec_id) == "bb":
-            byte_filters.append(codec)
-        elif byte_filters:
+            byte_filters.append({"name": f"numcodecs.{codec_id}", "configuration": conf})
+            continue
+        if byte_filters:
             raise _fail(
                 path,
                 ARRAY_KEY,
                 f"field 'filters': array filter {codec_id!r} after a bytes filter is not supported",
             )
-        else:
-            codecs.append(codec)
+        stored = _filter_output(codec_id, conf, stored, path)
+        codecs.append({"name": f"numcodecs.{codec_id}", "configuration": _native_dtypes(conf, path)})
+    if "configuration" in serializer or (stored.itemsize > 1 and stored.kind not in "SOV"):
+        serializer = {"name": serializer["name"], "configuration": {"endian": _endian(stored)}}
     codecs.append(serializer)
     codecs.extend(byte_filters)
     compressor = zarray.get("compressor")
@@ -236,9 +285,38 @@ def node_document(docs: Mapping[str, Any], path: str = "") -> dict[str, Any] | N
     return None
 
 
+def pending_entry(docs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A node's v2 documents kept untranslated in a group's table of descendants (translated
+    only when the node is opened, so one node this package cannot read does not stop the
+    rest): ``{"zarr_format": 2, "node_type": ..., "documents": {...}}``, or ``None`` when they
+    hold neither ``.zarray`` nor ``.zgroup``."""
+    if docs.get(ARRAY_KEY) is not None:
+        kind = "array"
+    elif docs.get(GROUP_KEY) is not None:
+        kind = "group"
+    else:
+        return None
+    return {"zarr_format": 2, "node_type": kind, "documents": dict(docs)}
+
+
+def is_pending(entry: Mapping[str, Any]) -> bool:
+    """Whether a table entry holds untranslated v2 documents (``pending_entry``)."""
+    return entry.get("zarr_format") == 2 and isinstance(entry.get("documents"), Mapping)
+
+
+def entry_document(entry: Mapping[str, Any], path: str) -> Mapping[str, Any]:
+    """The v3 document of a table entry: translated now if it is a pending v2 one."""
+    if not is_pending(entry):
+        return entry
+    doc = node_document(entry["documents"], path)
+    if doc is None:  # cannot happen for an entry made by pending_entry
+        raise _fail(path, ARRAY_KEY, "neither .zarray nor .zgroup")
+    return doc
+
+
 def consolidated_documents(zmetadata: Any, path: str = "") -> dict[str, dict[str, Any]]:
-    """Relative node path -> v3 document of every node in a v2 ``.zmetadata`` (the group at
-    ``path`` itself under ``""``)."""
+    """Relative node path -> pending entry (``pending_entry``) of every node in a v2
+    ``.zmetadata`` (the group at ``path`` itself under ``""``)."""
     if not isinstance(zmetadata, Mapping) or not isinstance(zmetadata.get("metadata"), Mapping):
         raise _fail(path, CONSOLIDATED_KEY, "must be an object with a 'metadata' object")
     if zmetadata.get("zarr_consolidated_format", 1) != 1:
@@ -256,9 +334,9 @@ def consolidated_documents(zmetadata: Any, path: str = "") -> dict[str, dict[str
             by_node.setdefault(node, {})[name] = doc
     out = {}
     for node, docs in by_node.items():
-        translated = node_document(docs, join_path(path, node))
-        if translated is not None:
-            out[node] = translated
+        entry = pending_entry(docs)
+        if entry is not None:
+            out[node] = entry
     return out
 
 
