@@ -254,6 +254,18 @@ def _layout_origin(var: Variable, kwargs: Mapping[str, Any], user_encoding: bool
     return f" [{'; '.join(parts)}]" if parts else ""
 
 
+_TEXT_SERIALIZERS = frozenset({"vlen-utf8", "vlen-bytes"})
+
+
+def _codec_name(codec: Any) -> str | None:
+    """The name of a codec given as JSON, ``{"name": ...}`` or a codec object."""
+    if isinstance(codec, str):
+        return codec
+    if isinstance(codec, Mapping):
+        return codec.get("name")
+    return getattr(codec, "name", None)
+
+
 def _codec_list(value: Any) -> list:
     if value is None:
         return []
@@ -307,8 +319,15 @@ def creation_kwargs(
             kwargs["compressors"] = _codec_list(encoding["compressors"])
         if "filters" in encoding:
             kwargs["filters"] = _codec_list(encoding["filters"])
-        if encoding.get("serializer") is not None:
-            kwargs["serializer"] = coerce_codec(encoding["serializer"])
+        serializer = encoding.get("serializer")
+        if serializer is not None and not (
+            # text is stored as variable-length strings: a fixed-width source's ``bytes``
+            # serializer read back from a store does not apply (one the user gave still fails)
+            kwargs["dtype"] == "string"
+            and not user_encoding
+            and _codec_name(serializer) not in _TEXT_SERIALIZERS
+        ):
+            kwargs["serializer"] = coerce_codec(serializer)
     if encoding.get("chunk_key_encoding") is not None:
         kwargs["chunk_key_encoding"] = encoding["chunk_key_encoding"]
     fill = encoding.get("fill_value")
