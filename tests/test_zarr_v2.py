@@ -378,7 +378,7 @@ def test_to_zarr_never_adds_to_a_v2_group_and_mode_w_replaces_it(tmp_path):
     before = _snapshot(path)
     more = xr.Dataset({"w": (("t",), np.ones(4))})
     for mode in ("a", "r+"):
-        with pytest.raises(ZarrV2Error, match=r"Zarr v2.*mode='w' replaces it"):
+        with pytest.raises(ZarrV2Error, match=r"Zarr v2.*mode='w' on the store's root replaces it"):
             z3.to_zarr(more, path, mode=mode)
     with pytest.raises(ZarrV2Error):
         z3.to_zarr(ds.isel(t=[0]), path, mode="a", append_dim="t")
@@ -421,6 +421,8 @@ def test_v2_hierarchy_without_zmetadata_is_walked_on_an_fsspec_store(tmp_path):
         (">f4", [numcodecs.Quantize(digits=2, dtype=">f4")]),
         (">i2", [numcodecs.AsType(encode_dtype=">i4", decode_dtype=">i2")]),
         ("|u1", [numcodecs.AsType(encode_dtype=">u2", decode_dtype="|u1")]),
+        ("<f8", [numcodecs.Quantize(digits=3, dtype="<f8", astype="<f4")]),
+        (">f8", [numcodecs.Quantize(digits=3, dtype=">f8", astype=">f4")]),
     ],
 )
 def test_filters_with_a_byte_order_read_back(tmp_path, dtype, filters):
@@ -570,25 +572,76 @@ def test_opening_one_group_of_a_large_v2_hierarchy_lists_only_what_it_opens(tmp_
 
 
 @pytest.mark.interop
-def test_v2_nodes_inside_a_v3_group_are_listed_and_never_listed_into(tmp_path):
+def test_v2_nodes_inside_a_v3_group_are_left_out_of_listings_as_zarr_python_does(tmp_path):
+    import xarray as xr
     import zarr
 
     store = CountingStore()
     g = z3.open_group(store, mode="w")
-    g.create_array("a3", shape=(2,), dtype="i2")[...] = [1, 2]
+    g.create_array("a3", shape=(3,), dtype="i2", dimension_names=("t",))[...] = [1, 2, 3]
     v2 = zarr.create_array(
         tmp_path / "a2",
         shape=(400,),
         chunks=(1,),
-        dtype="<i2",
+        dtype="<M8[ns]",  # one this package cannot read: it must not break the v3 group
         zarr_format=2,
         chunk_key_encoding={"name": "v2", "separator": "/"},
     )
-    v2[...] = np.arange(400)
+    v2[:2] = np.array(["2000-01-01", "2000-01-02"], dtype="M8[ns]")
     _copy_into(store, tmp_path / "a2", "a2/")
     store.listed.clear()
     g = z3.open_group(store, mode="r")
-    members = g.members()
-    assert sorted(members) == ["a2", "a3"] and members["a2"].zarr_format == 2
-    assert members["a2"][398:].tolist() == [398, 399]
+    assert sorted(g.members()) == ["a3"]
     assert store.listed == [""]  # the v2 array's 400 chunk folders are never listed
+    assert len(g) == 1 and "a3" in g.tree() and "a2" not in g.tree()
+    with pytest.raises(DataTypeError, match=r"a2/\.zarray: field 'dtype'"):
+        g["a2"]  # reachable by name, so its error says what it is
+    assert list(xr.open_dataset(store, engine="zarr3").data_vars) == ["a3"]
+    with pytest.raises(ZarrV2Error, match="does not delete it"):
+        del z3.open_group(store, mode="a")["a2"]
+
+
+@pytest.mark.interop
+def test_writing_beside_a_v2_node_in_a_v3_store_keeps_it_readable_by_zarr_python(tmp_path):
+    import xarray as xr
+    import zarr
+
+    root = tmp_path / "mixed.zarr"
+    zarr.open_group(root, mode="w", zarr_format=3)
+    old = zarr.open_group(root / "oldgrp", mode="w", zarr_format=2)
+    old.create_array("x", shape=(2,), dtype="<i4", fill_value=0)[...] = [5, 6]
+    z3.to_zarr(xr.Dataset({"v": ("t", [1, 2, 3])}), root, group="new")  # consolidates the root
+    doc = json.loads((root / "zarr.json").read_text())
+    assert set(doc["consolidated_metadata"]["metadata"]) == {"new", "new/v"}  # v2 nodes left out
+    assert sorted(zarr.open_group(root, mode="r").group_keys()) == ["new"]
+    xr.testing.assert_identical(
+        xr.open_dataset(root, engine="zarr3", group="new").load(),
+        xr.open_dataset(root, engine="zarr", group="new").load(),
+    )
+    assert z3.open_group(root, mode="r")["oldgrp/x"][...].tolist() == [5, 6]
+    with pytest.raises(ZarrV2Error):
+        z3.consolidate_metadata(root, "oldgrp")
+
+
+def test_zmetadata_keys_are_normalised_and_a_bad_one_ignored_when_not_used(tmp_path):
+    root = tmp_path / "h.zarr"
+    os.makedirs(root / "lead")
+    (root / ".zgroup").write_text('{"zarr_format": 2}')
+    (root / "lead" / ".zgroup").write_text('{"zarr_format": 2}')
+    meta = {
+        ".zgroup": {"zarr_format": 2},
+        "/lead/.zgroup": {"zarr_format": 2},
+        "trail//.zgroup": {"zarr_format": 2},
+    }
+    (root / ".zmetadata").write_text(json.dumps({"zarr_consolidated_format": 1, "metadata": meta}))
+    assert sorted(z3.open_group(root, mode="r").members()) == ["lead", "trail"]
+    meta["../up/.zgroup"] = {"zarr_format": 2}
+    (root / ".zmetadata").write_text(json.dumps({"zarr_consolidated_format": 1, "metadata": meta}))
+    with pytest.raises(MetadataError, match=r"\.zmetadata: key '\.\./up/\.zgroup'"):
+        z3.open_group(root, mode="r")
+    (root / ".zmetadata").write_text("{not json")
+    with pytest.raises(MetadataError, match=r"\.zmetadata: invalid JSON"):
+        z3.open_group(root, mode="r")
+    # the escape hatch: the hierarchy is listed instead, .zmetadata never read
+    assert sorted(z3.open_group(root, mode="r", use_consolidated=False).members()) == ["lead"]
+    assert z3.open_array(_write_v2(root / "arr", _zarray()), mode="r").shape == (10, 6)

@@ -143,7 +143,7 @@ class NumcodecsArrayArrayCodec(_NumcodecsMixin, ArrayArrayCodec):
             return np.dtype("uint8")
         if self.codec_id == "astype":
             return np.dtype(self._config["encode_dtype"])
-        if self.codec_id in ("delta", "fixedscaleoffset") and self._config.get("astype"):
+        if self.codec_id in ("delta", "fixedscaleoffset", "quantize") and self._config.get("astype"):
             return np.dtype(self._config["astype"])
         return spec.dtype
 

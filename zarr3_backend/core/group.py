@@ -23,6 +23,7 @@ from ..errors import (
     NodeNotFoundError,
     ReadOnlyError,
     Zarr3Error,
+    ZarrV2Error,
 )
 from ..stores.base import Store
 from .array import Array
@@ -100,13 +101,14 @@ def read_v2_node_metadata(
     a ``.zmetadata`` (used unless ``use_consolidated=False``) carries its descendants' documents,
     each translated only when that node is opened; without one, its members are listed level by
     level as for v3 (``use_consolidated=True`` then raises ``MetadataError``)."""
-    (docs,) = _v2_docs(store, [path], (*NODE_KEYS, CONSOLIDATED_KEY))
+    (docs,) = _v2_docs(store, [path], NODE_KEYS)
     doc = node_document(docs, path)
     if doc is None:
         return None
     if doc["node_type"] == "group" and use_consolidated is not False:
-        if CONSOLIDATED_KEY in docs:
-            tree = consolidated_documents(docs[CONSOLIDATED_KEY], path)
+        (consolidated,) = _v2_docs(store, [path], (CONSOLIDATED_KEY,))
+        if consolidated:
+            tree = consolidated_documents(consolidated[CONSOLIDATED_KEY], path)
             tree.pop("", None)
             doc["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": tree}
         elif use_consolidated:
@@ -311,10 +313,16 @@ class Group:
                         continue  # the group's own documents; stray files have no zarr.json below
                     children.append((join_path(rel, child), join_path(path, child)))
             docs = self.store.get_many([metadata_key(p) for _, p in children])
-            v2 = self._v2_children([c for c, d in zip(children, docs, strict=True) if d is None])
+            missing = [c for c, d in zip(children, docs, strict=True) if d is None]
+            # v2 nodes are members of v2 groups; in a v3 group they are left out, as zarr-python
+            # lists them (reachable by name, never listed into)
+            v2 = self._v2_children(missing) if self.zarr_format == 2 else {}
+            not_members = self._v2_nodes(missing) if self.zarr_format == 3 else set()
             level = []
             maybe_implicit = []
             for (rel, path), data in zip(children, docs, strict=True):
+                if rel in not_members:
+                    continue
                 if data is None and rel in v2:
                     entry = v2[rel]
                     if skip and entry["node_type"] == "array" and node_name(rel) in skip:
@@ -360,6 +368,14 @@ class Group:
         found = _v2_docs(self.store, [p for _, p in children], NODE_KEYS)
         entries = {rel: pending_entry(docs) for (rel, _), docs in zip(children, found, strict=True)}
         return {rel: e for rel, e in entries.items() if e is not None}
+
+    def _v2_nodes(self, children: list[tuple[str, str]]) -> set[str]:
+        """The children that are Zarr v2 nodes (``.zarray`` or ``.zgroup``), by existence only."""
+        if not children:
+            return set()
+        keys = [join_path(p, name) for _, p in children for name in (ARRAY_KEY, GROUP_KEY)]
+        found = self.store.exists_many(keys)
+        return {rel for i, (rel, _) in enumerate(children) if found[2 * i] or found[2 * i + 1]}
 
     def arrays(self) -> Iterator[tuple[str, Array]]:
         """Direct child arrays as (name, Array)."""
@@ -424,6 +440,11 @@ class Group:
     def __delitem__(self, name: str) -> None:
         self._check_writable()
         path = join_path(self.path, normalize_path(name))
+        if any(self.store.exists_many([join_path(path, ARRAY_KEY), join_path(path, GROUP_KEY)])):
+            raise ZarrV2Error(
+                f"{path!r} in group {self.path or '/'!r} is a Zarr v2 node: zarr3_backend reads v2 "
+                "but writes only v3, and does not delete it"
+            )
         if not self.store.exists(metadata_key(path)) and not is_implicit_group(self.store, path):
             raise NodeNotFoundError(f"no array or group named {name!r} in group {self.path or '/'!r}")
         self.store.erase_prefix(join_prefix(path))
@@ -452,7 +473,9 @@ def open_existing_group(store: Store, path: str, *, read_only: bool, use_consoli
     if meta is None:
         if is_implicit_group(store, path):
             return Group(store, path, GroupMetadata(attributes={}), read_only=read_only, implicit=True)
-        raise GroupNotFoundError(f"no group at {path or '/'!r} in {store!r} (no zarr.json at or below it)")
+        raise GroupNotFoundError(
+            f"no group at {path or '/'!r} in {store!r} (no zarr.json or .zgroup at it, no node below it)"
+        )
     if isinstance(meta, ArrayMetadata):
         raise GroupNotFoundError(f"{path or '/'!r} is an array, not a group")
     if V2_MARKER in meta.extra_fields:  # read-only; .zmetadata already honoured or ignored

@@ -331,6 +331,9 @@ def consolidated_documents(zmetadata: Any, path: str = "") -> dict[str, dict[str
             continue
         node, _, name = key.rpartition("/")
         if name in NODE_KEYS:
+            node = "/".join(part for part in node.split("/") if part)  # "/a", "a//" -> "a"
+            if any(part in (".", "..") for part in node.split("/")):
+                raise _fail(path, CONSOLIDATED_KEY, f"key {key!r} is not a node path")
             by_node.setdefault(node, {})[name] = doc
     out = {}
     for node, docs in by_node.items():

@@ -877,7 +877,7 @@ def to_zarr(
     if existing is not None and existing.zarr_format == 2:
         raise ZarrV2Error(
             f"group {path or '/'!r} in {zstore!r} is Zarr v2: zarr3_backend reads v2 but writes only v3 "
-            f"(mode={mode!r} cannot add to it; mode='w' replaces it with a v3 group)"
+            f"(mode={mode!r} cannot add to it; mode='w' on the store's root replaces it with v3)"
         )
     arrays = dict(existing.arrays()) if existing is not None else {}
 
