@@ -844,3 +844,24 @@ def test_local_store_write_retries_when_its_opened_directory_is_pruned(tmp_path,
     store.set("d/k", b"v")
     monkeypatch.undo()
     assert failed and store.get("d/k") == b"v" and os.listdir(tmp_path / "store" / "d") == ["k"]
+
+
+def test_local_store_a_sibling_named_like_a_deleted_root_is_outside(tmp_path, write_mode):
+    """/proc/self/fd shows an unlinked file as "<path> (deleted)": a real sibling with that
+    name must not pass for the root itself."""
+    root = tmp_path / "r"
+    root.mkdir()
+    (tmp_path / "r (deleted)").write_bytes(b"secret")  # a file named like the deleted root
+    (root / "lnk").symlink_to(tmp_path / "r (deleted)")
+    escape_dir = tmp_path / "s"
+    escape_dir.mkdir()
+    (escape_dir / "s (deleted)").mkdir()
+    inner = escape_dir / "s"
+    inner.mkdir()
+    (inner / "esc").symlink_to(escape_dir / "s (deleted)", target_is_directory=True)
+    store, store2 = LocalStore(root), LocalStore(inner)
+    for call in (lambda: store.get("lnk"), lambda: store.set("lnk", b"x"), lambda: store2.set("esc/x", b"x")):
+        with pytest.raises(InvalidKeyError, match="outside the store root"):
+            call()
+    assert (tmp_path / "r (deleted)").read_bytes() == b"secret"
+    assert os.listdir(escape_dir / "s (deleted)") == []

@@ -25,6 +25,7 @@ from zarr3_backend.errors import (
     CorruptionError,
     DataTypeError,
     MetadataError,
+    NodeNotFoundError,
     ReadOnlyError,
     UnknownCodecError,
     ZarrV2Error,
@@ -645,3 +646,59 @@ def test_zmetadata_keys_are_normalised_and_a_bad_one_ignored_when_not_used(tmp_p
     # the escape hatch: the hierarchy is listed instead, .zmetadata never read
     assert sorted(z3.open_group(root, mode="r", use_consolidated=False).members()) == ["lead"]
     assert z3.open_array(_write_v2(root / "arr", _zarray()), mode="r").shape == (10, 6)
+
+
+@pytest.mark.interop
+def test_to_zarr_refuses_to_write_over_other_nodes_before_writing(tmp_path):
+    import xarray as xr
+    import zarr
+
+    from zarr3_backend.errors import NodeExistsError
+
+    root = tmp_path / "mixed.zarr"
+    z3.open_group(root, mode="w").create_group("grp").create_array("keep", shape=(1,), dtype="i1")
+    zarr.create_array(root / "extra", shape=(3,), dtype="<i4", zarr_format=2)[...] = [1, 2, 3]
+    before = _snapshot(root)
+    for name, error in (("extra", ZarrV2Error), ("grp", NodeExistsError)):  # a v2 node, a v3 group
+        with pytest.raises(error, match=f"cannot write variable '{name}'"):
+            z3.to_zarr(xr.Dataset({name: ("t", [7, 8, 9])}), root, mode="a")
+    assert _snapshot(root) == before
+    # a v3 group someone made inside a v2 hierarchy is not written into either
+    v2 = tmp_path / "v2.zarr"
+    zarr.open_group(v2, mode="w", zarr_format=2)
+    z3.open_group(tmp_path / "scratch.zarr", mode="w")
+    os.makedirs(v2 / "sub")
+    (v2 / "sub" / "zarr.json").write_bytes((tmp_path / "scratch.zarr" / "zarr.json").read_bytes())
+    before = _snapshot(v2)
+    with pytest.raises(ZarrV2Error, match=r"inside the Zarr v2 node of '\.zgroup'"):
+        z3.to_zarr(xr.Dataset({"v": ("t", [1])}), v2, group="sub", mode="a")
+    assert _snapshot(v2) == before
+
+
+@pytest.mark.interop
+def test_v2_nodes_make_no_implicit_groups(tmp_path):
+    import zarr
+
+    root = tmp_path / "h.zarr"
+    g = z3.open_group(root, mode="w")
+    g.create_array("a", shape=(1,), dtype="i1")
+    zarr.create_array(root / "d" / "x", shape=(2,), dtype="<i2", zarr_format=2)  # "d" has no metadata
+    v2 = zarr.open_group(tmp_path / "v2.zarr", mode="w", zarr_format=2)
+    v2.create_array("a", shape=(1,), dtype="i1")
+    zarr.create_array(tmp_path / "v2.zarr" / "plain" / "x", shape=(1,), dtype="i1", zarr_format=2)
+    assert sorted(z3.open_group(root, mode="r").members(max_depth=None)) == ["a"]
+    assert sorted(z3.open_group(tmp_path / "v2.zarr", mode="r").members(max_depth=None)) == ["a"]
+    with pytest.raises(NodeNotFoundError):
+        del z3.open_group(root, mode="a")["d"]
+    assert (root / "d" / "x" / ".zarray").exists()
+
+
+def test_an_error_in_a_zmetadata_entry_says_it_comes_from_there(tmp_path):
+    root = tmp_path / "h.zarr"
+    _write_v2(root / "a", _zarray())
+    (root / ".zgroup").write_text('{"zarr_format": 2}')
+    meta = {".zgroup": {"zarr_format": 2}, "a/.zarray": _zarray(dtype="<M8[ns]")}
+    (root / ".zmetadata").write_text(json.dumps({"zarr_consolidated_format": 1, "metadata": meta}))
+    with pytest.raises(DataTypeError, match=r"in a consolidated \.zmetadata: a/\.zarray: field 'dtype'"):
+        z3.open_group(root, mode="r")["a"]
+    assert z3.open_array(root, path="a", mode="r").shape == (10, 6)  # the file itself is fine

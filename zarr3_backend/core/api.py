@@ -30,10 +30,9 @@ from .chunk_grid import RegularChunkGrid
 from .chunk_key_encoding import DefaultChunkKeyEncoding, parse_chunk_key_encoding
 from .codec_specs import build_codecs
 from .dtypes import DataType, as_data_type, default_fill_value, parse_fill_value
-from .group import Group, node_from_metadata, open_existing_group, read_node_metadata
+from .group import Group, node_from_metadata, open_existing_group, read_node_metadata, v2_ancestor
 from .metadata import ArrayMetadata, GroupMetadata, parse_node, to_bytes
-from .metadata_v2 import ARRAY_KEY, GROUP_KEY
-from .paths import join_path, join_prefix, metadata_key, normalize_path, parent_path, validate_new_node_path
+from .paths import join_prefix, metadata_key, normalize_path, parent_path, validate_new_node_path
 
 
 def _check_mode(mode: str) -> None:
@@ -85,16 +84,19 @@ def _ensure_parents(store: Store, path: str) -> dict[str, bytes]:
             continue
         if isinstance(parse_node(doc, a), ArrayMetadata):
             raise NodeExistsError(f"cannot create {path!r}: ancestor {a or '/'!r} is an array")
-    # an ancestor without zarr.json may be a Zarr v2 node: a zarr.json there would hide it
-    absent = [a for a in ancestors if metadata_key(a) in missing]
-    keys = [join_path(a, name) for a in absent for name in (ARRAY_KEY, GROUP_KEY)]
-    for key, found in zip(keys, store.exists_many(keys) if keys else [], strict=True):
-        if found:
-            raise ZarrV2Error(
-                f"cannot create {path!r} in {store!r}: it would lie inside the Zarr v2 node of {key!r}, "
-                "and zarr3_backend reads v2 but writes only v3"
-            )
+    # only an ancestor without zarr.json can be a v2 node (one with it is read as v3)
+    refuse_inside_v2(store, path, [a for a in ancestors if metadata_key(a) in missing])
     return missing
+
+
+def refuse_inside_v2(store: Store, path: str, ancestors: Sequence[str] | None = None) -> None:
+    """Raise ``ZarrV2Error`` when ``path`` lies inside a Zarr v2 hierarchy (``v2_ancestor``)."""
+    key = v2_ancestor(store, path, ancestors)
+    if key is not None:
+        raise ZarrV2Error(
+            f"cannot create {path!r} in {store!r}: it would lie inside the Zarr v2 node of {key!r}, "
+            "and zarr3_backend reads v2 but writes only v3"
+        )
 
 
 def _clear_for_create(store: Store, path: str, overwrite: bool) -> None:

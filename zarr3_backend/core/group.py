@@ -41,7 +41,7 @@ from .metadata_v2 import (
     node_document,
     pending_entry,
 )
-from .paths import join_path, join_prefix, metadata_key, node_name, normalize_path
+from .paths import join_path, join_prefix, metadata_key, node_name, normalize_path, parent_path
 
 Node = Array | Any  # Array | Group
 V2_DOCUMENTS = frozenset((*NODE_KEYS, CONSOLIDATED_KEY))
@@ -125,6 +125,24 @@ def _parse_v2(doc: Mapping[str, Any], path: str) -> ArrayMetadata | GroupMetadat
         raise type(e)(f"{key}: {e}") from e
 
 
+def v2_ancestor(store: Store, path: str, ancestors: Collection[str] | None = None) -> str | None:
+    """The ``.zarray``/``.zgroup`` key of the nearest ancestor of ``path`` that is a Zarr v2
+    node, or ``None``: nothing may be created inside a v2 hierarchy (a ``zarr.json`` there
+    would hide it from v2 readers). ``ancestors``: only these (e.g. those without a
+    ``zarr.json``) are checked."""
+    if ancestors is None:
+        ancestors = []
+        p = parent_path(path) if path else None
+        while p is not None:
+            ancestors.append(p)
+            p = parent_path(p)
+    keys = [join_path(a, name) for a in ancestors for name in (ARRAY_KEY, GROUP_KEY)]
+    for key, found in zip(keys, store.exists_many(keys) if keys else [], strict=True):
+        if found:
+            return key
+    return None
+
+
 def is_implicit_group(store: Store, path: str) -> bool:
     """True when ``path`` has no ``zarr.json`` but a node lies below it (an implicit group).
 
@@ -145,9 +163,11 @@ def is_implicit_group(store: Store, path: str) -> bool:
         keys = [
             k for c in children for k in (metadata_key(c), join_path(c, ARRAY_KEY), join_path(c, GROUP_KEY))
         ]
-        if any(store.exists_many(keys)):  # a v3 or v2 node: never listed into (its chunks)
+        found = store.exists_many(keys)
+        if any(found[0::3]):
             return True
-        level = children
+        # v2 nodes do not make a v3 group, and are never listed into (their chunks)
+        level = [c for i, c in enumerate(children) if not (found[3 * i + 1] or found[3 * i + 2])]
     return False
 
 
@@ -230,7 +250,10 @@ class Group:
         path = join_path(self.path, rel)
         entry = docs[rel]
         if is_pending(entry):  # a v2 node's documents are translated when it is opened
-            meta = _parse_v2(entry_document(entry, path), path)
+            try:
+                meta = _parse_v2(entry_document(entry, path), path)
+            except Zarr3Error as e:  # the documents came from a .zmetadata, not from their files
+                raise type(e)(f"in a consolidated {CONSOLIDATED_KEY}: {e}") from e
         elif entry.get("node_type") == "array":
             meta = ArrayMetadata.from_json(entry, path)
         else:
@@ -333,7 +356,8 @@ class Group:
                         level.append((rel, path))
                     continue
                 if data is None:
-                    maybe_implicit.append((rel, path))
+                    if self.zarr_format == 3:  # v2 has no implicit groups
+                        maybe_implicit.append((rel, path))
                     continue
                 if skip:
                     doc = _json_or_none(data)

@@ -29,6 +29,20 @@ _PROC_FD = os.path.isdir("/proc/self/fd")  # Linux: an open file's real path is 
 _DIR_FD = _PROC_FD and hasattr(os, "O_DIRECTORY") and {os.open, os.rename, os.unlink} <= os.supports_dir_fd
 
 
+#: O_PATH (Linux): the directory needs search permission only, as creating a file in it does
+_DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0)
+
+
+def _fd_path(fd: int) -> str:
+    """The real path of an open file or directory (Linux ``/proc/self/fd``). The kernel appends
+    " (deleted)" once it is unlinked; that suffix is dropped only then, so a real sibling named
+    "<root> (deleted)" is never taken for the root."""
+    real = os.readlink(f"/proc/self/fd/{fd}")
+    if real.endswith(" (deleted)") and os.fstat(fd).st_nlink == 0:
+        real = real.removesuffix(" (deleted)")
+    return real
+
+
 def _write_all(fd: int, value: BytesLike) -> None:
     """Write every byte of ``value`` (any C-contiguous buffer) to ``fd``."""
     view = memoryview(value)
@@ -147,8 +161,7 @@ class LocalStore(Store):
         except OSError as e:
             raise self._error("reading", key, e) from e
         try:
-            real = os.readlink(f"/proc/self/fd/{fd}") if _PROC_FD else os.path.realpath(path)
-            self._check_inside(key, real.removesuffix(" (deleted)"))
+            self._check_inside(key, _fd_path(fd) if _PROC_FD else os.path.realpath(path))
         except BaseException:
             os.close(fd)
             raise
@@ -311,7 +324,7 @@ class LocalStore(Store):
             dfd = None
             try:
                 if _DIR_FD:
-                    dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+                    dfd = os.open(parent, _DIR_FLAGS)
                     self._check_dir_fd(key, dfd, path)
                 else:
                     self._check_inside(key, os.path.realpath(path))
@@ -338,7 +351,7 @@ class LocalStore(Store):
     def _check_dir_fd(self, key: str, dfd: int, path: str) -> None:
         """The opened directory of ``path`` lies inside root, and so does ``path`` if it is a
         symlink (it is refused like every other key that resolves outside)."""
-        self._check_inside(key, os.readlink(f"/proc/self/fd/{dfd}").removesuffix(" (deleted)"))
+        self._check_inside(key, _fd_path(dfd))
         try:
             info = os.stat(os.path.basename(path), dir_fd=dfd, follow_symlinks=False)
         except FileNotFoundError:

@@ -28,12 +28,12 @@ from xarray.backends.common import ensure_dtype_not_object
 from xarray.coding import strings, variables
 from xarray.core.variable import Variable
 
-from ..core.api import array_metadata, consolidate_metadata, create_group, open_group
+from ..core.api import array_metadata, consolidate_metadata, create_group, open_group, refuse_inside_v2
 from ..core.array import Array
 from ..core.codec_specs import coerce_codec
 from ..core.group import Group
 from ..core.metadata import GroupMetadata, to_bytes
-from ..core.paths import join_path, metadata_key, normalize_path
+from ..core.paths import join_path, metadata_key, node_name, normalize_path
 from ..dask.alignment import check_deferred_edges, check_region_edges
 from ..dask.progress import compute_with_progress
 from ..dask.read import BlockReader, store_token
@@ -808,6 +808,24 @@ def _check_same_coordinate(
         )
 
 
+def _refuse_clashes(store: Store, path: str, plan: _Plan, arrays: Mapping[str, Array]) -> None:
+    """Before anything is written: the group must not lie inside a Zarr v2 hierarchy, and a new
+    array must not land where another node is stored (a v3 group, or a v2 node, which v3
+    listings leave out)."""
+    refuse_inside_v2(store, path)
+    new = [w.target.path for w in plan.writes if w.name not in arrays]
+    kinds = ("zarr.json", ".zarray", ".zgroup")
+    found = store.exists_many([join_path(p, k) for p in new for k in kinds]) if new else []
+    for i, p in enumerate(new):
+        if found[3 * i]:
+            raise NodeExistsError(f"cannot write variable {node_name(p)!r}: a group is stored at {p!r}")
+        if found[3 * i + 1] or found[3 * i + 2]:
+            raise ZarrV2Error(
+                f"cannot write variable {node_name(p)!r}: a Zarr v2 node is stored at {p!r} "
+                "(zarr3_backend reads v2 but writes only v3)"
+            )
+
+
 # ---- executing it ------------------------------------------------------------------------------
 def _open_target(store: Store, path: str, mode: str, group: Group | None) -> Group:
     if mode in ("w", "w-"):
@@ -903,6 +921,9 @@ def to_zarr(
         write_empty_chunks=write_empty_chunks,
         compute=compute,
     )
+
+    if mode != "w":
+        _refuse_clashes(zstore, path, plan, arrays)
 
     # ---- nothing has been written up to here ----
     root_consolidated = _root_is_consolidated(zstore)
