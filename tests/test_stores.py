@@ -805,22 +805,36 @@ def test_errors_are_in_the_package_hierarchy():
 def test_local_store_write_survives_its_directory_vanishing_inside_makedirs(
     tmp_path, monkeypatch, write_mode
 ):
-    """makedirs(exist_ok=True) raises FileExistsError when a concurrent erase removes the
-    directory between its mkdir and its isdir check: the write retries, as for a missing one."""
+    """A concurrent erase may remove a directory the writer just made, before it is used
+    (makedirs then reports FileExistsError; the level-by-level path a missing directory): the
+    write retries, as for a missing one."""
     store = LocalStore(tmp_path / "store")
-    real = os.makedirs
-    calls = []
-
-    def racing(path, *args, **kwargs):
-        calls.append(path)
-        if len(calls) == 1:
-            raise FileExistsError(17, "File exists", path)
-        return real(path, *args, **kwargs)
-
-    monkeypatch.setattr(os, "makedirs", racing)
-    store.set("shared/dir/k", b"v")
     leaf = str(tmp_path / "store" / "shared" / "dir")
-    assert store.get("shared/dir/k") == b"v" and calls.count(leaf) == 2  # refused, then retried
+    calls = []
+    if write_mode == "paths":
+        real = os.makedirs
+
+        def racing(path, *args, **kwargs):
+            calls.append(path)
+            if len(calls) == 1:
+                raise FileExistsError(17, "File exists", path)
+            return real(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "makedirs", racing)
+    else:
+        real = os.mkdir
+
+        def racing(path, *args, **kwargs):
+            real(path, *args, **kwargs)
+            calls.append(path)
+            if path == "dir" and calls.count("dir") == 1:
+                os.rmdir(leaf)  # the erase that pruned it, before the writer opens it
+
+        monkeypatch.setattr(os, "mkdir", racing)
+    store.set("shared/dir/k", b"v")
+    monkeypatch.undo()
+    assert store.get("shared/dir/k") == b"v"
+    assert calls.count(leaf if write_mode == "paths" else "dir") == 2  # refused, then retried
 
 
 def test_local_store_write_retries_when_its_opened_directory_is_pruned(tmp_path, monkeypatch, write_mode):
@@ -865,3 +879,29 @@ def test_local_store_a_sibling_named_like_a_deleted_root_is_outside(tmp_path, wr
             call()
     assert (tmp_path / "r (deleted)").read_bytes() == b"secret"
     assert os.listdir(escape_dir / "s (deleted)") == []
+
+
+def test_local_store_never_makes_a_directory_outside_root_when_one_is_swapped_for_a_link(
+    tmp_path, monkeypatch
+):
+    """A directory replaced by a symlink to elsewhere between the check and the mkdir: the
+    missing levels are made one at a time inside checked directories, so the swap is caught."""
+    monkeypatch.setattr(local_module, "_DIR_FD", True)
+    root, outside = tmp_path / "store", tmp_path / "outside"
+    (root / "d").mkdir(parents=True)
+    outside.mkdir()
+    real_mkdir = os.mkdir
+    swapped = []
+
+    def swapping_mkdir(path, *args, **kwargs):
+        if not swapped:  # the attacker's move, just before the first directory is made
+            swapped.append(path)
+            os.rmdir(root / "d")
+            os.symlink(outside, root / "d", target_is_directory=True)
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", swapping_mkdir)
+    with pytest.raises(InvalidKeyError, match="outside the store root"):
+        LocalStore(root).set("d/sub/k", b"v")
+    monkeypatch.undo()
+    assert swapped and os.listdir(outside) == []

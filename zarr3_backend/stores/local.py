@@ -26,7 +26,11 @@ _MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
 _WRITE_RETRIES = 20  # each retry means a concurrent erase pruned the directory: progress
 _PROC_FD = os.path.isdir("/proc/self/fd")  # Linux: an open file's real path is one readlink away
 # writes open the target directory once, check it, and create/rename relative to it
-_DIR_FD = _PROC_FD and hasattr(os, "O_DIRECTORY") and {os.open, os.rename, os.unlink} <= os.supports_dir_fd
+_DIR_FD = (
+    _PROC_FD
+    and hasattr(os, "O_DIRECTORY")
+    and {os.open, os.rename, os.unlink, os.mkdir} <= os.supports_dir_fd
+)
 
 
 #: O_PATH (Linux): the directory needs search permission only, as creating a file in it does
@@ -337,16 +341,40 @@ class LocalStore(Store):
                     os.close(dfd)
                 if last:
                     raise
-                self._check_inside(key, os.path.realpath(path))  # before creating anything
                 try:
-                    os.makedirs(parent, exist_ok=True)
+                    if _DIR_FD:
+                        self._make_dirs(key, parent)
+                    else:
+                        self._check_inside(key, os.path.realpath(path))  # before creating anything
+                        os.makedirs(parent, exist_ok=True)
                 except (FileExistsError, FileNotFoundError):
-                    pass  # a concurrent erase pruned a level while makedirs worked: try again
+                    pass  # a concurrent erase pruned a level while they were made: try again
             except BaseException:
                 if dfd is not None:
                     os.close(dfd)
                 raise
         raise AssertionError("unreachable")
+
+    def _make_dirs(self, key: str, parent: str) -> None:
+        """Create the missing directories down to ``parent`` one level at a time, each in a
+        directory already checked to lie inside root (symlinks are followed, then checked), so
+        no directory is ever made outside root, whatever is swapped in meanwhile."""
+        os.makedirs(self.root, exist_ok=True)  # the root the caller named, as given
+        fd = os.open(self.root, _DIR_FLAGS)
+        try:
+            self._check_inside(key, _fd_path(fd))
+            rel = os.path.relpath(parent, self.root)
+            for part in [] if rel == os.curdir else rel.split(os.sep):
+                try:
+                    os.mkdir(part, 0o777, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = child
+                self._check_inside(key, _fd_path(fd))
+        finally:
+            os.close(fd)
 
     def _check_dir_fd(self, key: str, dfd: int, path: str) -> None:
         """The opened directory of ``path`` lies inside root, and so does ``path`` if it is a
