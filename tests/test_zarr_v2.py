@@ -702,3 +702,20 @@ def test_an_error_in_a_zmetadata_entry_says_it_comes_from_there(tmp_path):
     with pytest.raises(DataTypeError, match=r"in a consolidated \.zmetadata: a/\.zarray: field 'dtype'"):
         z3.open_group(root, mode="r")["a"]
     assert z3.open_array(root, path="a", mode="r").shape == (10, 6)  # the file itself is fine
+
+
+def test_nczarr_dimension_names_are_read_as_xarray_reads_them(tmp_path):
+    import xarray as xr
+
+    root = tmp_path / "nc.zarr"
+    (tmp_path / "nc.zarr").mkdir()
+    (root / ".zgroup").write_text('{"zarr_format": 2}')
+    (root / ".zattrs").write_text('{"_nczarr_group": {"dims": {"time": 3}}, "title": "nc"}')
+    zarray = _zarray(shape=[3], chunks=[3], dtype="<f8", fill_value=None)
+    zarray["_NCZARR_ARRAY"] = {"dimrefs": ["/time"], "storage": "chunked"}
+    chunk = np.array([1.0, 2.0, 3.0], dtype="<f8").tobytes()
+    _write_v2(root / "t", zarray, {"units": "K", "_nczarr_attr": {"types": {"units": "<U1"}}}, {"0": chunk})
+    assert z3.open_array(root, path="t").dimension_names == ("time",)
+    ds = xr.open_dataset(root, engine="zarr3", consolidated=False)
+    xr.testing.assert_identical(ds.load(), xr.open_dataset(root, engine="zarr", consolidated=False).load())
+    assert ds["t"].dims == ("time",) and ds["t"].attrs == {"units": "K"} and ds.attrs == {"title": "nc"}

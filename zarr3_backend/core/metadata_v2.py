@@ -170,8 +170,8 @@ def _fill_value(value: Any, npdt_str: str, path: str) -> Any:
 def array_document(zarray: Any, zattrs: Any = None, path: str = "") -> dict[str, Any]:
     """The v3 ``zarr.json`` document equivalent to a v2 ``.zarray`` (+ ``.zattrs``).
 
-    ``dimension_names`` come from xarray's ``_ARRAY_DIMENSIONS`` attribute when it names every
-    dimension; the attribute itself is kept, as stored.
+    ``dimension_names`` come from xarray's ``_ARRAY_DIMENSIONS`` attribute (or NCZarr's
+    ``dimrefs``) when it names every dimension; the attribute itself is kept, as stored.
     """
     if not isinstance(zarray, Mapping):
         raise _fail(path, ARRAY_KEY, f"metadata must be a JSON object, got {type(zarray).__name__}")
@@ -247,10 +247,25 @@ def array_document(zarray: Any, zattrs: Any = None, path: str = "") -> dict[str,
         "attributes": attrs,
         V2_MARKER: {"must_understand": False, "fill_value": zarray.get("fill_value")},
     }
-    dims = attrs.get("_ARRAY_DIMENSIONS")
-    if isinstance(dims, list) and len(dims) == len(shape) and all(isinstance(d, str) for d in dims):
-        doc["dimension_names"] = list(dims)
+    dims = _dimension_names(attrs, zarray)
+    if dims is not None and len(dims) == len(shape):
+        doc["dimension_names"] = dims
     return doc
+
+
+def _dimension_names(attrs: Mapping[str, Any], zarray: Mapping[str, Any]) -> list[str] | None:
+    """xarray's ``_ARRAY_DIMENSIONS`` attribute, else NCZarr's ``_NCZARR_ARRAY.dimrefs`` in the
+    ``.zarray`` (fully qualified names such as ``"/grp/time"``: the last part names the
+    dimension), as xarray's zarr engine reads them."""
+    dims = attrs.get("_ARRAY_DIMENSIONS")
+    if dims is None:
+        nczarr = zarray.get("_NCZARR_ARRAY")
+        refs = nczarr.get("dimrefs") if isinstance(nczarr, Mapping) else None
+        if isinstance(refs, list) and all(isinstance(r, str) for r in refs):
+            dims = [r.rstrip("/").rpartition("/")[2] for r in refs]
+    if isinstance(dims, list) and all(isinstance(d, str) for d in dims):
+        return list(dims)
+    return None
 
 
 def _attributes(zattrs: Any, path: str) -> dict[str, Any]:
