@@ -32,7 +32,7 @@ from .codec_specs import build_codecs
 from .dtypes import DataType, as_data_type, default_fill_value, parse_fill_value
 from .group import Group, node_from_metadata, open_existing_group, read_node_metadata, v2_ancestor
 from .metadata import ArrayMetadata, GroupMetadata, parse_node, to_bytes
-from .paths import join_prefix, metadata_key, normalize_path, parent_path, validate_new_node_path
+from .paths import ancestor_paths, join_prefix, metadata_key, normalize_path, validate_new_node_path
 
 
 def _check_mode(mode: str) -> None:
@@ -71,11 +71,7 @@ def _as_shape(name: str, value: Any, ndim: int | None = None) -> tuple[int, ...]
 
 def _ensure_parents(store: Store, path: str) -> dict[str, bytes]:
     """zarr.json documents for missing ancestor groups; refuses an array ancestor."""
-    ancestors = []
-    p = parent_path(path)
-    while p is not None:
-        ancestors.append(p)
-        p = parent_path(p)
+    ancestors = ancestor_paths(path)
     docs = store.get_many([metadata_key(a) for a in ancestors]) if ancestors else []
     missing = {}
     for a, doc in zip(ancestors, docs, strict=True):
@@ -91,7 +87,7 @@ def _ensure_parents(store: Store, path: str) -> dict[str, bytes]:
 
 def refuse_inside_v2(store: Store, path: str, ancestors: Sequence[str] | None = None) -> None:
     """Raise ``ZarrV2Error`` when ``path`` lies inside a Zarr v2 hierarchy (``v2_ancestor``)."""
-    key = v2_ancestor(store, path, ancestors)
+    key = v2_ancestor(store, ancestor_paths(path) if ancestors is None else ancestors)
     if key is not None:
         raise ZarrV2Error(
             f"cannot create {path!r} in {store!r}: it would lie inside the Zarr v2 node of {key!r}, "

@@ -41,7 +41,7 @@ from .metadata_v2 import (
     node_document,
     pending_entry,
 )
-from .paths import join_path, join_prefix, metadata_key, node_name, normalize_path, parent_path
+from .paths import join_path, join_prefix, metadata_key, node_name, normalize_path
 
 Node = Array | Any  # Array | Group
 V2_DOCUMENTS = frozenset((*NODE_KEYS, CONSOLIDATED_KEY))
@@ -72,7 +72,8 @@ def read_node_metadata(
     return read_v2_node_metadata(store, path, use_consolidated=use_consolidated)
 
 
-def _v2_json(data: Any, key: str) -> Any:
+def _parse_json(data: Any, key: str) -> Any:
+    """A stored JSON document, parsed; ``MetadataError`` naming ``key`` when it is not JSON."""
     try:
         return json.loads(bytes(data).decode("utf-8") if not isinstance(data, str) else data)
     except (UnicodeDecodeError, ValueError) as e:
@@ -89,7 +90,7 @@ def _v2_docs(store: Store, paths: list[str], names: tuple[str, ...]) -> list[dic
         for j, name in enumerate(names):
             data = found[i * len(names) + j]
             if data is not None:
-                docs[name] = _v2_json(data, keys[i * len(names) + j])
+                docs[name] = _parse_json(data, keys[i * len(names) + j])
         out.append(docs)
     return out
 
@@ -125,17 +126,10 @@ def _parse_v2(doc: Mapping[str, Any], path: str) -> ArrayMetadata | GroupMetadat
         raise type(e)(f"{key}: {e}") from e
 
 
-def v2_ancestor(store: Store, path: str, ancestors: Collection[str] | None = None) -> str | None:
-    """The ``.zarray``/``.zgroup`` key of the nearest ancestor of ``path`` that is a Zarr v2
-    node, or ``None``: nothing may be created inside a v2 hierarchy (a ``zarr.json`` there
-    would hide it from v2 readers). ``ancestors``: only these (e.g. those without a
-    ``zarr.json``) are checked."""
-    if ancestors is None:
-        ancestors = []
-        p = parent_path(path) if path else None
-        while p is not None:
-            ancestors.append(p)
-            p = parent_path(p)
+def v2_ancestor(store: Store, ancestors: Collection[str]) -> str | None:
+    """The ``.zarray``/``.zgroup`` key of the first of ``ancestors`` (node paths, nearest
+    first) that is a Zarr v2 node, or ``None``: nothing may be created inside a v2 hierarchy
+    (a ``zarr.json`` there would hide it from v2 readers)."""
     keys = [join_path(a, name) for a in ancestors for name in (ARRAY_KEY, GROUP_KEY)]
     for key, found in zip(keys, store.exists_many(keys) if keys else [], strict=True):
         if found:
@@ -344,22 +338,15 @@ class Group:
             level = []
             maybe_implicit = []
             for (rel, path), data in zip(children, docs, strict=True):
-                if rel in not_members:
-                    continue
                 if data is None and rel in v2:
-                    entry = v2[rel]
-                    if skip and entry["node_type"] == "array" and node_name(rel) in skip:
+                    if skip and _is_skipped_array(v2[rel], rel, skip):
                         continue
-                    meta = _parse_v2(entry_document(entry, path), path)
-                    out[rel] = node_from_metadata(self.store, path, meta, read_only=self.read_only)
-                    if isinstance(meta, GroupMetadata):
-                        level.append((rel, path))
-                    continue
-                if data is None:
-                    if self.zarr_format == 3:  # v2 has no implicit groups
+                    meta = _parse_v2(entry_document(v2[rel], path), path)
+                elif data is None:
+                    if self.zarr_format == 3 and rel not in not_members:  # v2 has no implicit groups
                         maybe_implicit.append((rel, path))
                     continue
-                if skip:
+                elif skip:
                     doc = _json_or_none(data)
                     if doc is not None and _is_skipped_array(doc, rel, skip):
                         continue
@@ -516,8 +503,8 @@ def open_existing_group(store: Store, path: str, *, read_only: bool, use_consoli
 def _json_or_none(data: Any) -> Any:
     """The parsed JSON of a document, or ``None`` when it is not JSON (``parse_node`` says why)."""
     try:
-        return json.loads(bytes(data).decode("utf-8") if not isinstance(data, str) else data)
-    except (UnicodeDecodeError, ValueError):
+        return _parse_json(data, "")
+    except MetadataError:
         return None
 
 

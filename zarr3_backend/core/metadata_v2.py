@@ -64,7 +64,8 @@ def _codec_config(config: Any, field: str, path: str) -> tuple[str, dict[str, An
 
 
 def _data_type(dtype: Any, filters: list, path: str) -> tuple[Any, dict[str, Any], list]:
-    """``(v3 data_type, array -> bytes codec, remaining filters)`` for a v2 ``dtype``."""
+    """``(v3 data_type, array -> bytes codec, remaining filters)`` for a v2 ``dtype``; the
+    ``bytes`` codec's byte order is set once the filters are known."""
     if not isinstance(dtype, str):
         raise _fail(
             path,
@@ -101,10 +102,7 @@ def _data_type(dtype: Any, filters: list, path: str) -> tuple[Any, dict[str, Any
         dt = data_type_from_numpy(npdt)
     except DataTypeError as e:
         raise _fail(path, ARRAY_KEY, f"field 'dtype': {e}", DataTypeError) from None
-    serializer: dict[str, Any] = {"name": "bytes"}
-    if npdt.byteorder in "<>=" and npdt.itemsize > 1 and npdt.kind != "S":
-        serializer["configuration"] = {"endian": _endian(npdt)}
-    return dt.to_json(), serializer, filters
+    return dt.to_json(), {"name": "bytes"}, filters  # its byte order: see array_document
 
 
 #: Filter configuration keys that name a numpy dtype (numcodecs delta, fixedscaleoffset,
@@ -146,11 +144,11 @@ def _endian(dtype: np.dtype) -> str:
     return "big" if big else "little"
 
 
-def _fill_value(value: Any, npdt_str: str, path: str) -> Any:
-    """The v3 JSON form of a v2 ``fill_value`` (``None`` stays ``None``: the caller picks the default)."""
+def _fill_value(value: Any, kind: str, path: str) -> Any:
+    """The v3 JSON form of a v2 ``fill_value`` for an array of numpy ``kind`` (``None`` stays
+    ``None``: the caller picks the default)."""
     if value is None:
         return None
-    kind = np.dtype(npdt_str).kind if isinstance(npdt_str, str) else "V"
     # forms zarr-python 2 wrote, and reads: a number for an object (string) array, 0/1 for
     # bool, integral floats for integers
     if kind == "O" and isinstance(value, int | float) and not isinstance(value, bool):
@@ -221,8 +219,8 @@ def array_document(zarray: Any, zattrs: Any = None, path: str = "") -> dict[str,
             )
         stored = _filter_output(codec_id, conf, stored, path)
         codecs.append({"name": f"numcodecs.{codec_id}", "configuration": _native_dtypes(conf, path)})
-    if "configuration" in serializer or (stored.itemsize > 1 and stored.kind not in "SOV"):
-        serializer = {"name": serializer["name"], "configuration": {"endian": _endian(stored)}}
+    if serializer["name"] == "bytes" and stored.itemsize > 1 and stored.kind not in "SV":
+        serializer["configuration"] = {"endian": _endian(stored)}  # of what the filters leave
     codecs.append(serializer)
     codecs.extend(byte_filters)
     compressor = zarray.get("compressor")
@@ -231,7 +229,7 @@ def array_document(zarray: Any, zattrs: Any = None, path: str = "") -> dict[str,
         codecs.append({"name": f"numcodecs.{codec_id}", "configuration": conf})
 
     attrs = _attributes(zattrs, path)
-    fill = _fill_value(zarray.get("fill_value"), zarray["dtype"], path)
+    fill = _fill_value(zarray.get("fill_value"), np.dtype(zarray["dtype"]).kind, path)
     if fill is None:  # "no fill value": missing chunks read as the type's zero
         dt = parse_data_type(data_type)
         fill = dt.fill_value_to_json(dt.default_fill_value())
@@ -324,8 +322,7 @@ def entry_document(entry: Mapping[str, Any], path: str) -> Mapping[str, Any]:
     if not is_pending(entry):
         return entry
     doc = node_document(entry["documents"], path)
-    if doc is None:  # cannot happen for an entry made by pending_entry
-        raise _fail(path, ARRAY_KEY, "neither .zarray nor .zgroup")
+    assert doc is not None  # pending_entry keeps only nodes with a .zarray or a .zgroup
     return doc
 
 

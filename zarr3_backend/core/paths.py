@@ -41,6 +41,16 @@ def parent_path(path: str) -> str | None:
     return path.rsplit("/", 1)[0] if "/" in path else ""
 
 
+def ancestor_paths(path: str) -> list[str]:
+    """The paths of every ancestor of a node, nearest first (the root, ``""``, last)."""
+    out = []
+    p = parent_path(path)
+    while p is not None:
+        out.append(p)
+        p = parent_path(p)
+    return out
+
+
 def join_prefix(path: str) -> str:
     """The key prefix of everything below a node ("" for the root)."""
     return path + "/" if path else ""

@@ -33,6 +33,7 @@ from ..core.array import Array
 from ..core.codec_specs import coerce_codec
 from ..core.group import Group
 from ..core.metadata import GroupMetadata, to_bytes
+from ..core.metadata_v2 import ARRAY_KEY, GROUP_KEY
 from ..core.paths import join_path, metadata_key, node_name, normalize_path
 from ..dask.alignment import check_deferred_edges, check_region_edges
 from ..dask.progress import compute_with_progress
@@ -814,8 +815,8 @@ def _refuse_clashes(store: Store, path: str, plan: _Plan, arrays: Mapping[str, A
     listings leave out)."""
     refuse_inside_v2(store, path)
     new = [w.target.path for w in plan.writes if w.name not in arrays]
-    kinds = ("zarr.json", ".zarray", ".zgroup")
-    found = store.exists_many([join_path(p, k) for p in new for k in kinds]) if new else []
+    keys = [k for p in new for k in (metadata_key(p), join_path(p, ARRAY_KEY), join_path(p, GROUP_KEY))]
+    found = store.exists_many(keys) if keys else []
     for i, p in enumerate(new):
         if found[3 * i]:
             raise NodeExistsError(f"cannot write variable {node_name(p)!r}: a group is stored at {p!r}")
