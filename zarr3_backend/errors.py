@@ -102,3 +102,20 @@ class StoreError(Zarr3Error, OSError):
 
 class InvalidKeyError(Zarr3Error, ValueError):
     """A store key is malformed or would escape the store root."""
+
+
+# --- writes that could not complete -------------------------------------------------------------
+class InterruptedWriteError(Zarr3Error):
+    """A node carries the in-flight marker of a write that has not committed (still running, or
+    killed); its stored state may be part old, part new. The message names the write and the key;
+    the next write, or ``zarr3_backend.repair``, finishes it."""
+
+
+class WriteConflictError(Zarr3Error):
+    """A conditional write lost to a concurrent writer more often than the retry budget allows, or
+    a partial write was asked of a store that cannot make it safe against concurrent writers."""
+
+
+class ResourceLimitError(CorruptionError):
+    """Metadata or stored bytes ask for more than is sane or more than is stored (a huge chunk, an
+    item count past the data, a byte range past the object); refused before allocating."""

@@ -87,6 +87,13 @@ def _outputs(shapes: Sequence[tuple[int, ...]], dtype: np.dtype) -> list[np.ndar
     return outs
 
 
+def _part(value: np.ndarray, selection: Any) -> np.ndarray:
+    """``value[selection]`` always as an array: a 0-d object array indexed by ``()`` would give its
+    element (a ``str``), which the encoders cannot take."""
+    sel = selection if isinstance(selection, tuple) else (selection,)
+    return value[(*sel, Ellipsis)]
+
+
 def _region_key(region: Any, shape: tuple[int, ...]) -> tuple:
     """A hashable form of a normalized basic selection: equal keys select the same elements."""
     return tuple(
@@ -644,7 +651,7 @@ class Array:
                     return shard_codec.encode_partial(
                         old[i],
                         p.chunk_selection,
-                        value[p.out_selection],
+                        _part(value, p.out_selection),
                         self._chain.spec,
                         write_empty_chunks=wec,
                     )
@@ -653,7 +660,7 @@ class Array:
             if p.is_complete:
                 region = grid.chunk_region(p.chunk_coords, self.shape)
                 edge = any(r.stop - r.start != c for r, c in zip(region, unit, strict=True))
-                whole = value[p.out_selection] if not edge else None
+                whole = _part(value, p.out_selection) if not edge else None
                 # encoded straight from the caller's values, no staging copy, when the codec
                 # copies each inner chunk out itself (sharding) or they are one C-ordered block
                 direct = whole is not None and (
@@ -670,7 +677,7 @@ class Array:
                 chunk = self._decode(keys[i], old[i])
                 if not chunk.flags.writeable:
                     chunk = chunk.copy()
-            chunk[p.chunk_selection] = value[p.out_selection]
+            chunk[p.chunk_selection] = _part(value, p.out_selection)
             if not wec and is_fill(chunk, fill):
                 return None
             return encode_unit(chunk)

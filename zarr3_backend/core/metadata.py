@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..codecs import ChunkSpec, Codec, CodecChain, codec_from_json
-from ..errors import MetadataError, UnknownFieldError, Zarr3Error
+from ..errors import InterruptedWriteError, MetadataError, UnknownFieldError, Zarr3Error
 from ._extension import parse_extension
 from .chunk_grid import RegularChunkGrid, parse_chunk_grid
 from .chunk_key_encoding import ChunkKeyEncoding, parse_chunk_key_encoding
@@ -56,6 +56,11 @@ _ARRAY_REQUIRED = ARRAY_FIELDS[:8]
 GROUP_FIELDS = ("zarr_format", "node_type", "attributes", "consolidated_metadata")
 
 
+#: The extension field a write puts (with ``"must_understand": true``) into every ``zarr.json`` it
+#: changes while it is in flight, so that every reader (ours, zarr-python, tensorstore) refuses.
+WRITE_IN_PROGRESS_FIELD = "zarr3_backend.write_in_progress"
+
+
 # --- helpers ----------------------------------------------------------------------------------
 def _where(kind: str, path: str) -> str:
     return f"{kind} {path or '/'!r}"
@@ -85,6 +90,12 @@ def _check_extra_fields(extra: Any, known: Sequence[str]) -> dict[str, Any]:
     for name, value in extra.items():
         if name in known:
             raise MetadataError(f"extra field {name!r} clashes with a field of the spec")
+        if name == WRITE_IN_PROGRESS_FIELD:
+            txn = value.get("id") if isinstance(value, Mapping) else None
+            raise InterruptedWriteError(
+                f"write {txn!r} has not committed (still running, or interrupted): the stored state "
+                "may be part old, part new; the next write or zarr3_backend.repair() finishes it"
+            )
         if not (isinstance(value, Mapping) and value.get("must_understand") is False):
             raise UnknownFieldError(
                 f'unknown field {name!r}: not part of the spec and not marked "must_understand": false'
@@ -202,12 +213,7 @@ class ArrayMetadata:
             for name in _ARRAY_REQUIRED:
                 if name not in doc:
                     raise MetadataError(f"missing required field {name!r}")
-            extra = _split_fields(doc, ARRAY_FIELDS)
-            for name, value in extra.items():
-                if not (isinstance(value, Mapping) and value.get("must_understand") is False):
-                    raise UnknownFieldError(
-                        f'unknown field {name!r} (not in the spec and not marked "must_understand": false)'
-                    )
+            extra = _check_extra_fields(_split_fields(doc, ARRAY_FIELDS), ARRAY_FIELDS)
             data_type = parse_data_type(doc["data_type"])
             grid = RegularChunkGrid.from_json(doc["chunk_grid"])
             encoding = parse_chunk_key_encoding(doc["chunk_key_encoding"])
@@ -338,12 +344,7 @@ class GroupMetadata:
         """Validate a parsed ``zarr.json`` of a group; errors name ``path`` and the field."""
         try:
             _check_header(doc, "group")
-            extra = _split_fields(doc, GROUP_FIELDS)
-            for name, value in extra.items():
-                if not (isinstance(value, Mapping) and value.get("must_understand") is False):
-                    raise UnknownFieldError(
-                        f'unknown field {name!r} (not in the spec and not marked "must_understand": false)'
-                    )
+            extra = _check_extra_fields(_split_fields(doc, GROUP_FIELDS), GROUP_FIELDS)
             cm = doc.get("consolidated_metadata")
             if isinstance(cm, Mapping) and cm.get("kind") != "inline" and cm.get("must_understand") is False:
                 extra["consolidated_metadata"] = cm  # a form we do not know but may ignore: keep it
