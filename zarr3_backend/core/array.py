@@ -90,8 +90,14 @@ def _outputs(shapes: Sequence[tuple[int, ...]], dtype: np.dtype) -> list[np.ndar
 def _part(value: np.ndarray, selection: Any) -> np.ndarray:
     """``value[selection]`` always as an array: a 0-d object array indexed by ``()`` would give its
     element (a ``str``), which the encoders cannot take."""
+    return value[_whole_index(selection)]
+
+
+def _whole_index(selection: Any) -> tuple:
+    """``selection`` ending in ``...``: indexing or assigning through it never unwraps a 0-d
+    object array into (or out of) its element."""
     sel = selection if isinstance(selection, tuple) else (selection,)
-    return value[(*sel, Ellipsis)]
+    return (*sel, Ellipsis)
 
 
 def _region_key(region: Any, shape: tuple[int, ...]) -> tuple:
@@ -677,7 +683,7 @@ class Array:
                 chunk = self._decode(keys[i], old[i])
                 if not chunk.flags.writeable:
                     chunk = chunk.copy()
-            chunk[p.chunk_selection] = _part(value, p.out_selection)
+            chunk[_whole_index(p.chunk_selection)] = _part(value, p.out_selection)
             if not wec and is_fill(chunk, fill):
                 return None
             return encode_unit(chunk)
