@@ -19,3 +19,7 @@ class RecordingStore(MemoryStore):
     def set_many(self, items):
         self.writes.extend(items)
         super().set_many(items)
+
+    def move(self, src, dst):
+        self.writes.append(dst)
+        super().move(src, dst)

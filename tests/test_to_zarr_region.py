@@ -80,7 +80,8 @@ class RendezvousStore(LocalStore):
         self.cond = threading.Condition()
 
     def set_many(self, items):
-        if self.key in items:
+        # the key itself, or its staged copy (writes are staged, then committed)
+        if any(k == self.key or k.endswith("/data/" + self.key) for k in items):
             with self.cond:
                 self.arrived.add(threading.get_ident())
                 self.cond.notify_all()

@@ -6,7 +6,15 @@ Layers (each imports only those below it): ``xarray`` > ``dask`` > ``core`` > ``
 
 from . import errors
 from ._slabs import release_memory
-from .core.api import consolidate_metadata, create_array, create_group, open_array, open_group, open_node
+from .core.api import (
+    consolidate_metadata,
+    create_array,
+    create_group,
+    open_array,
+    open_group,
+    open_node,
+    repair,
+)
 from .core.array import Array
 from .core.group import Group
 from .stores import FsspecStore, LocalStore, MemoryStore, Store
@@ -36,6 +44,7 @@ __all__ = [
     "open_array",
     "open_group",
     "open_node",
+    "repair",
     "release_memory",
     "to_zarr",
 ]

@@ -29,6 +29,9 @@ from .array import Array
 from .chunk_grid import RegularChunkGrid
 from .chunk_key_encoding import DefaultChunkKeyEncoding, parse_chunk_key_encoding
 from .codec_specs import build_codecs
+from .commit import Transaction, replace_document, wait_for_commits
+from .commit import repair as repair_writes
+from .consolidate import consolidated
 from .dtypes import DataType, as_data_type, default_fill_value, parse_fill_value
 from .group import Group, node_from_metadata, open_existing_group, read_node_metadata, v2_ancestor
 from .metadata import ArrayMetadata, GroupMetadata, parse_node, to_bytes
@@ -95,8 +98,8 @@ def refuse_inside_v2(store: Store, path: str, ancestors: Sequence[str] | None = 
         )
 
 
-def _clear_for_create(store: Store, path: str, overwrite: bool) -> None:
-    """Refuse (or, with overwrite, erase) whatever node is at ``path``."""
+def _clear_for_create(store: Store, path: str, overwrite: bool) -> bool:
+    """Refuse whatever node is at ``path``, or with overwrite say whether one is to be erased."""
     exists = (
         store.exists(metadata_key(path)) or next(iter(store.list_dir(join_prefix(path))), None) is not None
     )
@@ -105,19 +108,29 @@ def _clear_for_create(store: Store, path: str, overwrite: bool) -> None:
             raise NodeExistsError(
                 f"a node already exists at {path or '/'!r} in {store!r} (use overwrite=True or mode='w')"
             )
-        store.erase_prefix(join_prefix(path))
-        store.erase(metadata_key(path))
+    return exists
 
 
 def _write_new_node(store: Store, path: str, doc: bytes, overwrite: bool) -> None:
     """Write a validated ``zarr.json`` at ``path``: refuse (or clear) what is there, add any
-    missing parent groups, then the document itself."""
+    missing parent groups, then the document itself. Replacing a node is one transaction: a
+    reader (or a crash) never finds it half erased."""
     store.check_writable()
     parents = _ensure_parents(store, path)
-    _clear_for_create(store, path, overwrite)
+    if _clear_for_create(store, path, overwrite):
+        with Transaction(store, guard=(path,)) as txn:
+            txn.commit({**parents, metadata_key(path): doc}, erase_prefixes=[join_prefix(path)])
+        return
     if parents:
         store.set_many(parents)
     store.set(metadata_key(path), doc)
+
+
+def repair(store: Any, *, storage_options: dict | None = None, all_writers: bool = False) -> list[str]:
+    """Finish (roll forward) or drop the writes that dead writers left unfinished in ``store``;
+    returns their ids. ``all_writers=True`` also takes over writes whose writer cannot be judged
+    (another host), for when the caller knows that nothing else writes."""
+    return repair_writes(_resolve_store(store, "r+", storage_options), only_dead=not all_writers)
 
 
 def array_metadata(
@@ -318,6 +331,12 @@ def open_group(
     _check_mode(mode)
     path = normalize_path(path)
     store = _resolve_store(store if store is not None else {}, mode, storage_options)
+    return wait_for_commits(store, lambda: _open_group(store, path, mode, use_consolidated, attributes))
+
+
+def _open_group(
+    store: Store, path: str, mode: str, use_consolidated: bool | None, attributes: dict | None
+) -> Group:
     if mode in ("w", "w-"):
         return create_group(store, path, attributes=attributes, overwrite=mode == "w")
     try:
@@ -342,6 +361,12 @@ def open_array(
     _check_mode(mode)
     path = normalize_path(path)
     store = _resolve_store(store, mode, storage_options)
+    return wait_for_commits(store, lambda: _open_array(store, path, mode, write_empty_chunks, create_kwargs))
+
+
+def _open_array(
+    store: Store, path: str, mode: str, write_empty_chunks: bool, create_kwargs: dict[str, Any]
+) -> Array:
     if mode in ("w", "w-") or (mode == "a" and create_kwargs and read_node_metadata(store, path) is None):
         return create_array(
             store, path, overwrite=mode == "w", write_empty_chunks=write_empty_chunks, **create_kwargs
@@ -360,40 +385,40 @@ def open_node(
     """The array or group at ``path``."""
     path = normalize_path(path)
     store = _resolve_store(store, mode, storage_options)
-    meta = read_node_metadata(store, path)
-    if meta is None:
-        return open_existing_group(store, path, read_only=mode == "r", use_consolidated=None)
-    return node_from_metadata(store, path, meta, read_only=mode == "r")
+
+    def open_it() -> Array | Group:
+        meta = read_node_metadata(store, path)
+        if meta is None:
+            return open_existing_group(store, path, read_only=mode == "r", use_consolidated=None)
+        return node_from_metadata(store, path, meta, read_only=mode == "r")
+
+    return wait_for_commits(store, open_it)
 
 
 def consolidate_metadata(store: Any, path: str = "", *, storage_options: dict | None = None) -> Group:
-    """Write every descendant's ``zarr.json`` into the group's inline consolidated metadata."""
+    """Write every descendant's ``zarr.json`` into the group's inline consolidated metadata
+    (waiting for other writers' commits to land; their markers are kept)."""
     path = normalize_path(path)
     store = _resolve_store(store, "r+", storage_options)
-    group = open_existing_group(store, path, read_only=False, use_consolidated=False)
-    if group.zarr_format == 2:
-        raise ZarrV2Error(
-            f"group {path or '/'!r} in {store!r} is Zarr v2: zarr3_backend reads v2 but writes only v3 "
-            "(its .zmetadata is left as it is)"
-        )
-    docs = {}
-    for rel, node in group.members(max_depth=None).items():
-        doc = node.metadata.to_json()
-        if isinstance(node, Group):
-            doc["consolidated_metadata"] = {"kind": "inline", "must_understand": False, "metadata": {}}
-        docs[rel] = doc
-    meta = GroupMetadata(
-        attributes=group.metadata.attributes,
-        consolidated_metadata={"kind": "inline", "must_understand": False, "metadata": docs},
-        extra_fields=group.metadata.extra_fields,
-    )
-    store.set(metadata_key(path), to_bytes(meta))
+
+    def build() -> GroupMetadata:
+        group = open_existing_group(store, path, read_only=False, use_consolidated=False)
+        if group.zarr_format == 2:
+            raise ZarrV2Error(
+                f"group {path or '/'!r} in {store!r} is Zarr v2: zarr3_backend reads v2 but writes only v3 "
+                "(its .zmetadata is left as it is)"
+            )
+        return consolidated(group)
+
+    meta = wait_for_commits(store, build)
+    replace_document(store, metadata_key(path), to_bytes(meta))
     return Group(store, path, meta)
 
 
 __all__ = [
     "Codec",
     "consolidate_metadata",
+    "repair",
     "create_array",
     "create_group",
     "guess_chunks",

@@ -25,6 +25,7 @@ from ..codecs.fill import is_fill
 from ..errors import CorruptionError, ReadOnlyError, ShapeError
 from ..stores.base import Store
 from .attributes import Attributes
+from .commit import StagingStore, Transaction
 from .metadata import ArrayMetadata, to_bytes
 from .metadata_v2 import V2_MARKER
 from .paths import join_path, join_prefix, metadata_key, node_name
@@ -98,6 +99,23 @@ def _whole_index(selection: Any) -> tuple:
     object array into (or out of) its element."""
     sel = selection if isinstance(selection, tuple) else (selection,)
     return (*sel, Ellipsis)
+
+
+def _spans_units(indexer: Any) -> bool:
+    """Whether a selection touches more than one storage unit (chunk or shard)."""
+    units = iter(indexer)
+    return next(units, None) is not None and next(units, None) is not None
+
+
+class _OneUnit:
+    """The part of ``indexer`` that falls in the unit stored under ``key`` (same output shape)."""
+
+    def __init__(self, indexer: Any, key: str, chunk_key: Callable[[tuple[int, ...]], str]) -> None:
+        self.shape = indexer.shape
+        self._parts = [p for p in indexer if chunk_key(p.chunk_coords) == key]
+
+    def __iter__(self) -> Any:
+        return iter(self._parts)
 
 
 def _region_key(region: Any, shape: tuple[int, ...]) -> tuple:
@@ -616,6 +634,9 @@ class Array:
             ) from e
 
     def _write(self, indexer: Any, value: Any) -> None:
+        if not isinstance(self.store, StagingStore) and _spans_units(indexer):
+            self._write_atomically(indexer, value)
+            return
         self._check_writable()
         value = self._coerce_value(value, indexer.shape)
         projections = list(indexer)
@@ -714,6 +735,32 @@ class Array:
         if cache is not None:
             cache.invalidate(keys)
 
+    def _write_atomically(self, indexer: Any, value: Any) -> None:
+        """A write of several storage units, staged and committed as one (see core/commit.py):
+        readers see all of it or none of it, also after a crash."""
+        self._check_writable()
+        self._commit_write(self.metadata, indexer, self._coerce_value(value, indexer.shape))
+
+    def _commit_write(self, meta: ArrayMetadata, indexer: Any, value: np.ndarray) -> None:
+        """Write ``value`` into ``indexer``'s units of the array described by ``meta`` in one
+        transaction; ``meta`` becomes the stored document if it differs from today's."""
+        documents = {} if meta == self.metadata else {metadata_key(self.path): to_bytes(meta)}
+        target = Array(self.store, self.path, meta, write_empty_chunks=self.write_empty_chunks)
+        with Transaction(self.store, guard=(self.path,)) as txn:
+            target._with_store(txn.staging)._write(indexer, value)
+
+            def redo(key: str) -> None:  # another writer changed a shared unit meanwhile
+                target._write(_OneUnit(indexer, key, target._chunk_key), value)
+
+            txn.commit(documents, redo=redo)
+        self.metadata = meta
+        if self._index_cache is not None:
+            self._index_cache.invalidate()
+
+    def _with_store(self, store: Store) -> Array:
+        """This array (same metadata and options) seen through another store."""
+        return Array(store, self.path, self.metadata, write_empty_chunks=self.write_empty_chunks)
+
     def __setitem__(self, selection: Any, value: Any) -> None:
         kind = fancy_kind(selection, self.shape)
         if kind == "nd-array":
@@ -805,10 +852,9 @@ class Array:
         new_shape[axis] += data.shape[axis]
         region = [slice(None)] * self.ndim
         region[axis] = slice(start, new_shape[axis])
-        # data first, through a view of the grown array; zarr.json last, so a reader never sees
-        # a shape whose new part was not written yet (growing deletes nothing)
+        # data and the new zarr.json in one transaction: a reader sees the old shape with the old
+        # data or the new shape with all of the new data
         new_meta = self.metadata.evolve(shape=tuple(new_shape))
+        indexer = indexing.basic_indexer(tuple(region), tuple(new_shape), self.storage_chunks)
         grown = Array(self.store, self.path, new_meta, write_empty_chunks=self.write_empty_chunks)
-        grown._index_cache = self._index_cache
-        grown[tuple(region)] = data
-        self._write_metadata(new_meta)
+        self._commit_write(new_meta, indexer, grown._coerce_value(data, indexer.shape))

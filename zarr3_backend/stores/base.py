@@ -60,6 +60,9 @@ class Store(ABC):
     #: shard indexes in a bounded in-process cache instead of re-reading them.
     cache_shard_index: bool = False
 
+    #: True where get_versioned / set_if / erase_if make real compare-and-swap writes.
+    supports_conditional_writes: bool = False
+
     def __init__(self, *, read_only: bool = False) -> None:
         self.read_only = read_only
 
@@ -108,6 +111,14 @@ class Store(ABC):
         """Remove many keys in one call; missing keys are ignored."""
         for k in keys:
             self.erase(k)
+
+    def move(self, src: str, dst: str) -> None:
+        """Put the value of ``src`` under ``dst`` (replacing it, atomically for readers of
+        ``dst``) and remove ``src``; a missing ``src`` does nothing (a re-run move)."""
+        value = self.get(src)
+        if value is not None:
+            self.set(dst, value)
+            self.erase(src)
 
     def erase_prefix(self, prefix: str) -> None:
         """Remove every key under ``prefix``."""

@@ -395,6 +395,31 @@ class LocalStore(Store):
             paths[key] = self._path(key)
         thread_map(lambda k: self._write(k, paths[k], items[k]), list(items), kind="io")
 
+    def move(self, src: str, dst: str) -> None:
+        """One rename of ``src``'s file onto ``dst``: readers of ``dst`` see the old or the new
+        value; a missing ``src`` does nothing (a re-run move)."""
+        self.check_writable(dst)
+        source, target = self._path(src), self._path(dst)
+        for attempt in range(_WRITE_RETRIES):
+            try:
+                os.replace(source, target)
+                return
+            except FileNotFoundError:
+                if not os.path.lexists(source) or attempt == _WRITE_RETRIES - 1:
+                    if os.path.lexists(source):
+                        raise
+                    return
+                parent = os.path.dirname(target)
+                try:
+                    if _DIR_FD:
+                        self._make_dirs(dst, parent)
+                    else:
+                        os.makedirs(parent, exist_ok=True)
+                except (FileExistsError, FileNotFoundError):
+                    pass  # a concurrent erase pruned a level: try again
+            except OSError as e:
+                raise self._error("moving", dst, e) from e
+
     def erase(self, key: str) -> None:
         """Remove the file of ``key`` and any parent directories left empty; missing is a no-op.
 

@@ -55,6 +55,15 @@ class MemoryStore(Store):
         with self._lock:
             self._data.update(copies)
 
+    def move(self, src: str, dst: str) -> None:
+        """Put ``src``'s value under ``dst`` and remove ``src``, in one step."""
+        self.check_writable(dst)
+        validate_key(src)
+        validate_key(dst)
+        with self._lock:
+            if src in self._data:
+                self._data[dst] = self._data.pop(src)
+
     def erase(self, key: str) -> None:
         """Remove ``key``; a missing key is not an error."""
         self.check_writable(key)

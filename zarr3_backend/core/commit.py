@@ -1,0 +1,492 @@
+"""The write commit protocol: stage every new value out of sight, then commit in one short window.
+
+A write goes through four steps, so that after a crash at any instant every reader sees the old
+state, the new state, or a typed refusal (:class:`~zarr3_backend.errors.InterruptedWriteError`):
+
+1. **stage**: chunk and shard values are written under ``.z3-txn/<id>/data/<key>`` (and erases
+   recorded under ``.z3-txn/<id>/erase/<key>``) through a :class:`StagingStore`; readers never look
+   there. A crash here leaves the old state and a staging area the next write removes.
+2. **manifest**: ``.z3-txn/<id>/manifest.json`` records the documents to write and the prefixes to
+   erase. From here on the write can always be finished: the next write, or :func:`repair`, rolls
+   it forward.
+3. **mark**: every ``zarr.json`` the commit will change (and the hierarchy's root) gets the
+   extension field ``zarr3_backend.write_in_progress`` with ``"must_understand": true``: our
+   reader, zarr-python, tensorstore and xarray refuse the node until the commit is done.
+4. **apply**: old prefixes are erased, staged values moved into place, then the new documents
+   written (the root last; they carry no marker) and the staging area removed.
+
+Markers of several writers share the field (one entry per write), and are added and removed
+with conditional writes where the store offers them. A write whose process is gone is finished
+by the next write; a live writer's records are never touched (see ``_owner``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from .._owner import current_owner, token_is_dead
+from .._threads import thread_map
+from ..byte_range import ByteRange
+from ..errors import InterruptedWriteError, MetadataError, WriteConflictError
+from ..stores import Store
+from ..stores.base import BytesLike
+from .metadata import WRITE_IN_PROGRESS_FIELD
+from .paths import metadata_key
+
+#: Where transactions keep their staged values and manifests (at the store's root).
+TXN_DIR = ".z3-txn"
+_MANIFEST = "manifest.json"
+_DOC_RETRIES = 64
+
+
+# ---- names -------------------------------------------------------------------------------------
+def new_txn_id() -> str:
+    """A fresh transaction id: creation time, the writer's liveness token and a random tail."""
+    return f"{int(time.time() * 1000):x}-{current_owner().token()}-{secrets.token_hex(4)}"
+
+
+def txn_owner_token(txn_id: str) -> str:
+    """The writer token (``pid-start-boot``) inside a transaction id."""
+    parts = txn_id.split("-")
+    return "-".join(parts[1:4]) if len(parts) == 5 else ""
+
+
+def txn_prefix(txn_id: str) -> str:
+    """The key prefix of one transaction's records."""
+    return f"{TXN_DIR}/{txn_id}/"
+
+
+def is_reserved_key(key: str) -> bool:
+    """Keys of the protocol's own records, never part of a node."""
+    return key == TXN_DIR or key.startswith(TXN_DIR + "/")
+
+
+# ---- the marker (pure) ---------------------------------------------------------------------------
+def _parse_doc(data: bytes, key: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(data)
+    except ValueError as e:
+        raise MetadataError(f"{key!r} is not valid JSON: {e}") from e
+    if not isinstance(doc, dict):
+        raise MetadataError(f"{key!r} is not a JSON object")
+    return doc
+
+
+def _dump_doc(doc: Mapping[str, Any]) -> bytes:
+    return json.dumps(doc, indent=2, allow_nan=False).encode()
+
+
+def markers(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The in-flight writes recorded in a parsed ``zarr.json`` (``{txn id: owner}``)."""
+    field = doc.get(WRITE_IN_PROGRESS_FIELD)
+    writes = field.get("writes") if isinstance(field, Mapping) else None
+    return dict(writes) if isinstance(writes, Mapping) else {}
+
+
+def with_markers(doc: Mapping[str, Any], writes: Mapping[str, Any]) -> dict[str, Any]:
+    """``doc`` with exactly ``writes`` as its in-flight writes (the field dropped when empty)."""
+    out = {k: v for k, v in doc.items() if k != WRITE_IN_PROGRESS_FIELD}
+    if writes:
+        latest = max(writes)
+        out[WRITE_IN_PROGRESS_FIELD] = {"must_understand": True, "id": latest, "writes": dict(writes)}
+    return out
+
+
+# ---- conditional document updates ----------------------------------------------------------------
+def _update(store: Store, key: str, change: Callable[[bytes | None], bytes | None]) -> None:
+    """Replace the value of ``key`` by ``change(old)`` (``None``: leave it), as a compare-and-swap
+    where the store offers one; otherwise read-then-write."""
+    if not store.supports_conditional_writes:
+        new = change(store.get(key))
+        if new is not None:
+            store.set(key, new)
+        return
+    for attempt in range(_DOC_RETRIES):
+        old, version = store.get_versioned(key)
+        new = change(old)
+        if new is None or store.set_if(key, new, version):
+            return
+        time.sleep(min(0.001 * 2**attempt, 0.05) * secrets.randbelow(1000) / 1000)
+    raise WriteConflictError(f"{key!r}: changed by other writers {_DOC_RETRIES} times in a row")
+
+
+def _mark(store: Store, key: str, txn_id: str, owner: Mapping[str, Any]) -> None:
+    def add(old: bytes | None) -> bytes | None:
+        if old is None:
+            return None  # a node that does not exist yet: nothing to guard
+        doc = _parse_doc(old, key)
+        writes = markers(doc)
+        if txn_id in writes:
+            return None
+        writes[txn_id] = dict(owner)
+        return _dump_doc(with_markers(doc, writes))
+
+    _update(store, key, add)
+
+
+def _write_final(store: Store, key: str, new_doc: bytes | None, txn_id: str) -> None:
+    """Write ``new_doc`` (or, when ``None``, the stored document) without ``txn_id``'s marker,
+    keeping the markers of other writes still in flight."""
+
+    def finish(old: bytes | None) -> bytes | None:
+        others = {}
+        if old is not None:
+            try:
+                others = markers(_parse_doc(old, key))
+            except MetadataError:
+                others = {}
+        others.pop(txn_id, None)
+        if new_doc is None:
+            if old is None:
+                return None
+            doc = _parse_doc(old, key)
+            if txn_id not in markers(doc):
+                return None
+            return _dump_doc(with_markers(doc, others))
+        if not others:
+            return new_doc
+        return _dump_doc(with_markers(_parse_doc(new_doc, key), others))
+
+    _update(store, key, finish)
+
+
+def replace_document(store: Store, key: str, doc: bytes) -> None:
+    """Write ``doc`` as ``key``, keeping the markers of writes in flight on it (conditionally
+    where the store can), so that a document written outside a transaction never unmarks one."""
+    _write_final(store, key, doc, "")
+
+
+# ---- staging -------------------------------------------------------------------------------------
+class StagingStore(Store):
+    """A view of ``base`` whose writes land in one transaction's staging area.
+
+    Reads see the staged values first, then the base; listings show the base only. Conditional
+    reads record the version they saw, so the commit can re-check it (read-modify-writes of
+    units other writers share)."""
+
+    def __init__(self, base: Store, txn_id: str) -> None:
+        super().__init__(read_only=base.read_only)
+        self.base = base
+        self.txn_id = txn_id
+        self._data = txn_prefix(txn_id) + "data/"
+        self._tomb = txn_prefix(txn_id) + "erase/"
+        self.expected: dict[str, Any] = {}
+        self.cache_shard_index = base.cache_shard_index
+        self.supports_conditional_writes = base.supports_conditional_writes
+
+    def __reduce__(self) -> tuple:
+        return (StagingStore, (self.base, self.txn_id))
+
+    def __repr__(self) -> str:
+        return f"StagingStore({self.base!r}, {self.txn_id!r})"
+
+    @property
+    def inline_io(self) -> bool:
+        """Writes are as cheap as the base's (each is one base write)."""
+        return bool(getattr(self.base, "inline_io", False)) and hasattr(self.base, "get_into")
+
+    def get_into(self, key: str, alloc: Any) -> Any:
+        """The base's zero-copy read, of the staged value when there is one."""
+        got = self.base.get_into(self._data + key, alloc)  # type: ignore[attr-defined]
+        if got is not None:
+            return got
+        if self.base.exists(self._tomb + key):
+            return None
+        return self.base.get_into(key, alloc)  # type: ignore[attr-defined]
+
+    # -- reading
+    def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        got = self.base.get(self._data + key, byte_range)
+        if got is not None:
+            return got
+        if self.base.exists(self._tomb + key):
+            return None
+        return self.base.get(key, byte_range)
+
+    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        staged = self.base.get_many([self._data + k for k in keys])
+        missing = [i for i, v in enumerate(staged) if v is None]
+        if missing:
+            gone = self.base.exists_many([self._tomb + keys[i] for i in missing])
+            rest = [i for i, g in zip(missing, gone, strict=True) if not g]
+            for i, v in zip(rest, self.base.get_many([keys[i] for i in rest]), strict=True):
+                staged[i] = v
+        return staged
+
+    def get_partial_values(self, key_ranges: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
+        return [self.get(k, r) for k, r in key_ranges]
+
+    def get_versioned(self, key: str) -> tuple[bytes | None, Any]:
+        """The base's value and version; the commit re-checks that version before replacing."""
+        value, version = self.base.get_versioned(key)
+        self.expected[key] = version
+        return value, version
+
+    # -- writing
+    def set(self, key: str, value: BytesLike) -> None:
+        self.check_writable(key)
+        self.base.set(self._data + key, value)
+
+    def set_many(self, items: Mapping[str, BytesLike]) -> None:
+        self.base.set_many({self._data + k: v for k, v in items.items()})
+
+    def set_if(self, key: str, value: BytesLike, expected: Any) -> bool:
+        """Staged now; the version check happens when the commit moves it into place."""
+        self.expected.setdefault(key, expected)
+        self.set(key, value)
+        return True
+
+    def erase(self, key: str) -> None:
+        self.erase_many([key])
+
+    def erase_many(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        self.base.set_many({self._tomb + k: b"" for k in keys})
+        self.base.erase_many([self._data + k for k in keys])
+
+    def erase_if(self, key: str, expected: Any) -> bool:
+        self.expected.setdefault(key, expected)
+        self.erase(key)
+        return True
+
+    def erase_prefix(self, prefix: str) -> None:
+        raise NotImplementedError("erasing a prefix inside a transaction: pass it to commit()")
+
+    # -- listing
+    def list(self) -> Iterator[str]:
+        return self.base.list()
+
+    def list_prefix(self, prefix: str) -> Iterator[str]:
+        return self.base.list_prefix(prefix)
+
+    def list_dir(self, prefix: str) -> Iterator[str]:
+        return self.base.list_dir(prefix)
+
+
+# ---- the transaction ------------------------------------------------------------------------------
+class Transaction:
+    """One write: values go through :attr:`staging`; :meth:`commit` makes them visible at once.
+
+    ``guard`` names the nodes (paths) whose ``zarr.json`` must refuse readers while the commit
+    runs, besides those whose documents it rewrites; the hierarchy's root is always guarded."""
+
+    def __init__(self, store: Store, guard: Iterable[str] = ()) -> None:
+        store.check_writable()
+        repair(store, only_dead=True)
+        self.store = store
+        self.id = new_txn_id()
+        self.guard = [metadata_key(p) for p in guard]
+        self.staging = StagingStore(store, self.id)
+        self._done = False
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None and not self._done:
+            self.abort()
+
+    def abort(self) -> None:
+        """Forget everything staged (nothing was visible)."""
+        self._done = True
+        self.store.erase_prefix(txn_prefix(self.id))
+
+    def commit(
+        self,
+        documents: Mapping[str, bytes] | None = None,
+        erase_prefixes: Sequence[str] = (),
+        *,
+        redo: Callable[[str], None] | None = None,
+        consolidate: bool = False,
+    ) -> None:
+        """Make the staged values and ``documents`` (``{zarr.json key: bytes}``) visible, after
+        erasing ``erase_prefixes``. ``redo(key)`` rewrites a read-modify-written unit whose
+        stored version changed since it was read (a concurrent writer); without it the commit
+        raises WriteConflictError. ``consolidate`` rebuilds the root's consolidated metadata from
+        the documents as they are once everything else is in place."""
+        if self._done:
+            raise RuntimeError(f"transaction {self.id} is already finished")
+        documents = dict(documents or {})
+        manifest = {
+            "id": self.id,
+            "owner": current_owner().to_json(),
+            "documents": {k: v.decode() for k, v in documents.items()},
+            "erase_prefixes": list(erase_prefixes),
+            "guard": self.guard,
+            "consolidate": "" if consolidate else None,
+        }
+        self.store.set(txn_prefix(self.id) + _MANIFEST, json.dumps(manifest).encode())
+        _apply(self.store, manifest, self.staging.expected, redo)
+        self._done = True
+
+
+def _root_is_consolidated(store: Store) -> bool:
+    raw = store.get(metadata_key(""))
+    try:
+        doc = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and isinstance(doc.get("consolidated_metadata"), dict)
+
+
+def _guarded_keys(store: Store, manifest: Mapping[str, Any]) -> list[str]:
+    """Every existing ``zarr.json`` the commit changes or guards, the deepest first."""
+    keys = set(manifest["documents"]) | set(manifest["guard"])
+    if manifest.get("consolidate") is not None or _root_is_consolidated(store):
+        keys.add(metadata_key(""))
+    for prefix in manifest["erase_prefixes"]:
+        keys.update(k for k in store.list_prefix(prefix) if k.rsplit("/", 1)[-1] == "zarr.json")
+    keys = {k for k in keys if not is_reserved_key(k)}
+    return sorted(keys, key=lambda k: (-k.count("/"), k))
+
+
+def _conflict(key: str, redo: Callable[[str], None] | None) -> None:
+    if redo is None:
+        raise WriteConflictError(f"{key!r}: changed by another writer during the write")
+    redo(key)
+
+
+def _apply(
+    store: Store,
+    manifest: Mapping[str, Any],
+    expected: Mapping[str, Any],
+    redo: Callable[[str], None] | None,
+) -> None:
+    """Steps 3 and 4 of the protocol; idempotent, so a dead writer's commit can be run again."""
+    txn_id = manifest["id"]
+    base = txn_prefix(txn_id)
+    guarded = _guarded_keys(store, manifest)
+    for key in reversed(guarded):  # the root first: a consolidated reader refuses at once
+        _mark(store, key, txn_id, manifest["owner"])
+
+    keep = set(guarded)
+    for prefix in manifest["erase_prefixes"]:
+        store.erase_many([k for k in store.list_prefix(prefix) if k not in keep and not is_reserved_key(k)])
+
+    data, tomb = base + "data/", base + "erase/"
+    staged = [k[len(data) :] for k in store.list_prefix(data)]
+    staged_set = set(staged)
+
+    def place(key: str) -> None:
+        if key not in expected:
+            store.move(data + key, key)
+            return
+        value = store.get(data + key)
+        if value is None:  # moved by an earlier, interrupted run of this commit
+            return
+        if not store.set_if(key, value, expected[key]):
+            _conflict(key, redo)
+        store.erase(data + key)
+
+    if staged:
+        thread_map(place, staged, kind="io")
+    erased = [k[len(tomb) :] for k in store.list_prefix(tomb)]
+    erased = [k for k in erased if k not in staged_set]
+    store.erase_many([k for k in erased if k not in expected])
+    for key in (k for k in erased if k in expected):
+        version = expected[key]
+        ok = not store.exists(key) if version is None else store.erase_if(key, version)
+        if not ok:
+            _conflict(key, redo)
+
+    docs = {k: v.encode() for k, v in manifest["documents"].items()}
+    root = metadata_key("")
+    erased_prefixes = manifest["erase_prefixes"]
+    for key in guarded:
+        if key == root:
+            continue
+        if key not in docs and any(key.startswith(p) for p in erased_prefixes):
+            store.erase(key)  # a node the write removes: its document goes last, marked until then
+        else:
+            _write_final(store, key, docs.pop(key, None), txn_id)
+    for key, doc in docs.items():  # documents of nodes that did not exist yet
+        if key != root:
+            _write_final(store, key, doc, txn_id)
+    root_doc = docs.get(root)
+    if manifest.get("consolidate") is not None:
+        from .consolidate import consolidated_root_document
+
+        root_doc = consolidated_root_document(store, txn_id, root_doc)
+    if root_doc is None and root in guarded and any(root.startswith(p) for p in erased_prefixes):
+        store.erase(root)
+    else:
+        _write_final(store, root, root_doc, txn_id)
+    store.erase_prefix(base)
+
+
+# ---- recovery ------------------------------------------------------------------------------------
+def pending_writes(store: Store) -> list[str]:
+    """Ids of the transactions with records in ``store`` (running, or left by dead writers)."""
+    return sorted(store.list_dir(TXN_DIR + "/"))
+
+
+#: How long an open waits for other writers' commits to finish before it refuses (seconds);
+#: the ``ZARR3_COMMIT_WAIT`` environment variable (read at each open) overrides it.
+COMMIT_WAIT = 30.0
+
+
+def _commit_wait() -> float:
+    raw = os.environ.get("ZARR3_COMMIT_WAIT")
+    try:
+        return float(raw) if raw is not None else COMMIT_WAIT
+    except ValueError:
+        return COMMIT_WAIT
+
+
+def wait_for_commits(store: Store, call: Callable[[], Any]) -> Any:
+    """``call()``, retried while it meets the marker of a write whose writer is alive (its commit
+    window is short); a dead writer's marker, or one that outlasts the wait, is raised."""
+    deadline = time.monotonic() + _commit_wait()
+    delay = 0.002
+    while True:
+        try:
+            return call()
+        except InterruptedWriteError:
+            live = [t for t in pending_writes(store) if not token_is_dead(txn_owner_token(t))]
+            if not live or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+
+def repair(store: Store, *, only_dead: bool = True) -> list[str]:
+    """Finish or roll back the writes whose writer is gone: a committed manifest is rolled forward
+    (its staged values moved, documents written, markers removed), a write that never reached
+    its manifest is dropped. With ``only_dead=False`` every pending write is treated as dead
+    (the caller knows no writer runs). Returns the ids it finished or dropped."""
+    done = []
+    for txn_id in pending_writes(store):
+        token = txn_owner_token(txn_id)
+        if only_dead and not (token and token_is_dead(token)):
+            continue
+        base = txn_prefix(txn_id)
+        raw = store.get(base + _MANIFEST)
+        if raw is None:
+            store.erase_prefix(base)
+        else:
+            try:
+                manifest = json.loads(raw)
+            except ValueError as e:
+                raise InterruptedWriteError(f"write {txn_id!r}: its manifest is unreadable: {e}") from e
+            _apply(store, manifest, {}, None)
+        done.append(txn_id)
+    return done
+
+
+__all__ = [
+    "TXN_DIR",
+    "StagingStore",
+    "Transaction",
+    "is_reserved_key",
+    "markers",
+    "pending_writes",
+    "repair",
+    "replace_document",
+    "wait_for_commits",
+    "with_markers",
+]
