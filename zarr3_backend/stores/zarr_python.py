@@ -239,13 +239,32 @@ class ZarrPythonStore(Store):
         self._call(f"delete {key!r}", self.store.delete(key))
 
     def erase_many(self, keys: Iterable[str]) -> None:
-        """Remove many keys concurrently; every key is checked before anything is removed."""
+        """Remove many keys concurrently; every key is checked before anything is removed.
+
+        Metadata documents go last: Icechunk drops a node with its ``zarr.json``, and then
+        refuses to delete chunks of the node it no longer has."""
         keys = list(keys)
         for key in keys:
             self.check_writable(key)
             validate_key(key)
-        calls = [lambda k=k: self.store.delete(k) for k in keys]
-        self._batch(f"deleting {len(calls)} keys", calls)
+        is_metadata = [k == "zarr.json" or k.endswith("/zarr.json") for k in keys]
+        for last in (False, True):
+            calls = [
+                lambda k=k: self.store.delete(k) for k, m in zip(keys, is_metadata, strict=True) if m == last
+            ]
+            self._batch(f"deleting {len(calls)} keys", calls)
+
+    def erase_prefix(self, prefix: str) -> None:
+        """Remove every key under ``prefix``; a directory prefix (``""`` or ending in ``/``) is
+        removed by the wrapped store's ``delete_dir`` in one call."""
+        self.check_writable(prefix)
+        validate_prefix(prefix)
+        if prefix and not prefix.endswith("/"):
+            super().erase_prefix(prefix)
+            return
+        if not self.store.supports_deletes:
+            raise ReadOnlyError(f"the zarr-python store {self.store!r} cannot delete keys")
+        self._call(f"delete_dir {prefix!r}", self.store.delete_dir(prefix.rstrip("/")))
 
     # ---- listing ---------------------------------------------------------------------------
     def list(self) -> Iterator[str]:
@@ -254,7 +273,10 @@ class ZarrPythonStore(Store):
         return iter(self._call("list", self._list(self.store.list())))
 
     def list_prefix(self, prefix: str) -> Iterator[str]:
-        """Every key starting with ``prefix`` (full keys; a snapshot taken when called)."""
+        """Every key starting with ``prefix`` (full keys; a snapshot taken when called).
+
+        The wrapped store lists the directory holding ``prefix``; Icechunk lists only
+        directories that are nodes (``"t2m/"``, not ``"t2m/c/"``)."""
         validate_prefix(prefix)
         self._check_listing()
         # zarr-python stores list by directory; a prefix ending inside a name filters here
