@@ -15,7 +15,7 @@ import pytest
 import xarray as xr
 
 import zarr3_backend as z3
-from zarr3_backend.errors import CorruptionError, ReadOnlyError
+from zarr3_backend.errors import CorruptionError, ReadOnlyError, StoreError
 from zarr3_backend.stores import ZarrPythonStore, make_store
 
 pytest.importorskip("h5netcdf")
@@ -177,3 +177,46 @@ def test_manifest_store_is_read_only_and_pickles(netcdf_checksummed):
         store.set("t2m/zarr.json", b"{}")
     copy = pickle.loads(pickle.dumps(store))
     np.testing.assert_array_equal(z3.open_array(copy, path="t2m")[...], original.t2m.values)
+
+
+# ---- virtual chunks inside an Icechunk repository ----------------------------------------------
+def test_icechunk_virtual_chunks_read_like_the_file(netcdf_checksummed, tmp_path):
+    """VirtualiZarr writes references to the NetCDF4 chunks into an Icechunk repository; the
+    session store serves them (Icechunk fetches the bytes from the file) and our codecs decode."""
+    icechunk = pytest.importorskip("icechunk")
+    virtualizarr = pytest.importorskip("virtualizarr")
+    path, original = netcdf_checksummed
+    prefix = f"file://{path.parent}/"
+    registry = obspec_registry.ObjectStoreRegistry({"file://": obstore_store.LocalStore()})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vds = virtualizarr.open_virtual_dataset(
+            f"file://{path}",
+            registry=registry,
+            parser=virtualizarr_parsers.HDFParser(),
+            loadable_variables=["time", "lat", "lon"],
+        )
+    config = icechunk.RepositoryConfig.default()
+    container = icechunk.VirtualChunkContainer(prefix, icechunk.local_filesystem_store(str(path.parent)))
+    config.set_virtual_chunk_container(container)
+    storage = icechunk.local_filesystem_storage(str(tmp_path / "repo"))
+    repo = icechunk.Repository.create(storage, config, authorize_virtual_chunk_access={prefix: None})
+    session = repo.writable_session("main")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vds.vz.to_icechunk(session.store)
+    session.commit("virtual references to a NetCDF4 file")
+
+    readonly = repo.readonly_session(branch="main")
+    assert {f"file://{path}"} == set(readonly.all_virtual_chunk_locations())
+    ours = xr.open_dataset(readonly.store, engine="zarr3").load()
+    xr.testing.assert_identical(ours, original)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = xr.open_dataset(readonly.store, engine="zarr", consolidated=False).load()
+    xr.testing.assert_identical(ours, theirs)
+
+    # the same repository opened without authorising the container: a typed error naming the read
+    unauthorised = icechunk.Repository.open(storage).readonly_session(branch="main")
+    with pytest.raises(StoreError, match="t2m/c"):
+        z3.open_array(unauthorised.store, path="t2m")[...]
