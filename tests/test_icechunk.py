@@ -330,3 +330,52 @@ def test_distributed_to_zarr_of_dask_data_refuses_to_lose_fork_writes(tmp_path, 
         chain.append(chain[-1].__cause__ or chain[-1].__context__)
     refusals = [e for e in chain if isinstance(e, StoreArgumentError)]
     assert refusals and "ForkSession" in str(refusals[0])
+
+
+# ---- other zarr-python stores, and the lazy import ---------------------------------------------
+def test_zarr_python_local_store_round_trip(tmp_path):
+    """Any zarr-python store is accepted: zarr's own LocalStore, written by us, read by both."""
+    import zarr.storage
+
+    ds = climate(seed=4)
+    store = zarr.storage.LocalStore(str(tmp_path / "data.zarr"))
+    z3.to_zarr(ds, store, mode="w", encoding=ENCODING)
+    xr.testing.assert_identical(xr.open_dataset(store, engine="zarr3").load(), ds)
+    xr.testing.assert_identical(xr.open_dataset(str(tmp_path / "data.zarr"), engine="zarr").load(), ds)
+    # a zarr-python store opened read-only refuses our writes before anything is sent
+    readonly = zarr.storage.LocalStore(str(tmp_path / "data.zarr"), read_only=True)
+    with pytest.raises(ReadOnlyError):
+        z3.to_zarr(ds, readonly, mode="a")
+    copy = pickle.loads(pickle.dumps(make_store(readonly)))
+    xr.testing.assert_identical(xr.open_dataset(copy, engine="zarr3").load(), ds)
+
+
+def test_resolving_stores_never_imports_zarr_python(tmp_path):
+    """Telling a zarr-python store from other arguments does not import zarr: only such an
+    object passed in brings it (the adapter imports zarr lazily). Checked in a fresh process;
+    reading data is left out, since numcodecs' codec plugins of other packages (kerchunk)
+    import zarr themselves."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from zarr3_backend.stores import make_store\n"
+        "from zarr3_backend.stores.zarr_python import is_zarr_python_store\n"
+        f"make_store({str(tmp_path / 'a.zarr')!r}, mode='w')\n"
+        "make_store({}, mode='w'); make_store('memory://x', mode='w')\n"
+        "assert not is_zarr_python_store(object())\n"
+        "assert not any(m == 'zarr' or m.startswith('zarr.') for m in sys.modules), 'zarr imported'\n"
+        "import zarr.storage\n"
+        "assert is_zarr_python_store(zarr.storage.MemoryStore())\n"
+    )
+    path = os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
