@@ -220,3 +220,14 @@ def test_icechunk_virtual_chunks_read_like_the_file(netcdf_checksummed, tmp_path
     unauthorised = icechunk.Repository.open(storage).readonly_session(branch="main")
     with pytest.raises(StoreError, match="t2m/c"):
         z3.open_array(unauthorised.store, path="t2m")[...]
+
+
+def test_manifest_store_datatree_of_a_grouped_file(tmp_path):
+    path = tmp_path / "grouped.nc"
+    sample().to_netcdf(path, engine="h5netcdf")
+    sample(seed=1).drop_vars("count").to_netcdf(path, engine="h5netcdf", group="member1", mode="a")
+    original = xr.open_datatree(path, engine="h5netcdf").load()
+    ours = xr.open_datatree(manifest_store(path), engine="zarr3").load()
+    assert set(ours.groups) == {"/", "/member1"}
+    for group in ("/", "/member1"):
+        xr.testing.assert_identical(ours[group].to_dataset(), original[group].to_dataset())
