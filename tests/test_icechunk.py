@@ -379,3 +379,27 @@ def test_resolving_stores_never_imports_zarr_python(tmp_path):
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_zarr_python_s3_store_shared_with_zarr_python(tmp_path):
+    """A zarr-python FsspecStore on S3 (moto's server on 127.0.0.1) used by zarr-python first
+    and by us next, and back: s3fs's session is bound to the event loop that first used it, so
+    the adapter must drive the store on zarr-python's loop (a loop of its own fails here)."""
+    pytest.importorskip("s3fs")
+    import zarr.storage
+    from servers import MotoS3, s3_options
+
+    server = MotoS3().start()
+    try:
+        bucket = server.create_bucket()
+        store = zarr.storage.FsspecStore.from_url(
+            f"s3://{bucket}/data.zarr", storage_options=s3_options(server.endpoint)
+        )
+        ds = climate(seed=6)
+        ds.to_zarr(store, mode="w", consolidated=False, encoding=ENCODING)
+        xr.testing.assert_identical(xr.open_dataset(store, engine="zarr3").load(), ds)
+        doubled = ds.assign(t2m=ds.t2m * 2)
+        z3.to_zarr(doubled, store, mode="w", encoding=ENCODING)
+        xr.testing.assert_identical(read_zarr_engine(store), doubled)
+    finally:
+        server.stop()

@@ -4,8 +4,8 @@ VirtualiZarr's ManifestStore, zarr's own stores).
 This is the library's one import of zarr-python, and it happens lazily: only when such an
 object is passed (``is_zarr_python_store`` tells without importing zarr; an object of a
 zarr-python store class cannot exist unless zarr is already imported). The wrapped store's
-async API runs on one event loop in a daemon thread this module owns (one per process, made
-anew after ``fork``); batched calls gather their requests, at most ``concurrency`` in flight.
+async API runs on zarr-python's own event loop (see ``_run``); batched calls gather their
+requests there, at most ``concurrency`` in flight.
 
 Icechunk specifics live here too, because they ride on its zarr-python store: pickling rules
 for sessions (``__reduce__``) and ``commit``, which turns Icechunk's conflict errors into
@@ -15,10 +15,8 @@ for sessions (``__reduce__``) and ``commit``, which turns Icechunk's conflict er
 from __future__ import annotations
 
 import asyncio
-import os
 import pickle
 import sys
-import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -41,37 +39,16 @@ def is_zarr_python_store(obj: object) -> bool:
 
 
 # ---- the event loop ------------------------------------------------------------------------
-# One loop in one daemon thread per process. zarr-python and fsspec have loops of their own; a
-# loop owned here keeps the adapter independent of either's private machinery.
-_loop: asyncio.AbstractEventLoop | None = None
-_loop_lock = threading.Lock()
-
-
-def _reset_after_fork() -> None:
-    global _loop, _loop_lock
-    _loop = None  # the thread running it stayed behind in the parent
-    _loop_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_reset_after_fork)
-
-
-def _event_loop() -> asyncio.AbstractEventLoop:
-    global _loop
-    loop = _loop
-    if loop is None:
-        with _loop_lock:
-            if _loop is None:
-                new = asyncio.new_event_loop()
-                threading.Thread(target=new.run_forever, name="zarr3-zarr-python-loop", daemon=True).start()
-                _loop = new
-            loop = _loop
-    return loop
-
-
 def _run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` on this module's loop and wait for its result (from any other thread)."""
-    return asyncio.run_coroutine_threadsafe(coro, _event_loop()).result()
+    """Run ``coro`` on zarr-python's own event loop (one daemon thread per process, made anew
+    after ``fork``) and wait for its result.
+
+    Not a loop of our own: a zarr-python store's async resources belong to the loop zarr-python
+    drives it on (the aiohttp session of an fsspec filesystem, e.g. s3fs, is bound to the loop
+    that first used it), so a second loop would break a store that zarr-python also uses."""
+    from zarr.core.sync import sync
+
+    return sync(coro)
 
 
 async def _bounded(calls: Sequence[Callable[[], Awaitable[T]]], limit: int) -> list[T]:
