@@ -57,9 +57,10 @@ def new_repo(path):
 
 def write_template(session, ds: xr.Dataset) -> None:
     """The arrays of ``ds`` (metadata and coordinates, data variables unwritten), written with
-    xarray's zarr engine: Icechunk takes chunks only for arrays whose metadata it already holds,
-    and our writer creates new arrays' metadata after their chunks (see the module docstring of
-    stores/zarr_python.py and the report: a writer hook is needed for new arrays and appends)."""
+    xarray's zarr engine. Icechunk takes chunks only of arrays whose metadata it holds, inside
+    their shape, while our to_zarr writes a new or grown array's metadata after its chunks (its
+    commit protocol for plain stores); until to_zarr writes metadata first for stores committed
+    outside (a hook in xarray/writer.py), new arrays and appends cannot go through it here."""
     ds.chunk({"time": 2}).to_zarr(
         session.store, mode="w", encoding=ENCODING, compute=False, consolidated=False
     )
