@@ -48,7 +48,7 @@ class Workload:
 
     id: str
     title: str
-    kind: str  # write | read | random_one | random_batch | xr_mean[_in_memory] | to_zarr | copy | file_*
+    kind: str  # write | read | random_one | random_batch | xr_mean[_in_memory] | to_zarr | copy | file_* | icechunk_read
     fixture: str | None = None  # raw | blosc | sharded (the store read from / layout written)
     cold: bool = False
     unit: str = "GB/s"
@@ -97,6 +97,12 @@ WORKLOADS: tuple[Workload, ...] = (
         "raw",
         libs=("z3", "zarr", "zarrfused", "zarrs"),
         distributed=True,
+    ),
+    Workload(
+        "i_icechunk_read",
+        "(i) xarray open_dataset of an Icechunk session store + full read, warm",
+        "icechunk_read",
+        libs=("z3", "zarr"),
     ),
 )
 WORKLOADS_BY_ID = {w.id: w for w in WORKLOADS}

@@ -373,6 +373,11 @@ class Runner:
         shutil.rmtree(dest, ignore_errors=True)
         return stats
 
+    def do_icechunk_read(self) -> dict:
+        from .icechunk_repo import measure_read
+
+        return measure_read(self)
+
 
 def run_case(case: Case) -> dict:
     """Measure one case; failures become ``{"ok": False, "error": ...}`` rather than exceptions."""

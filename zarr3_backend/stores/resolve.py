@@ -13,6 +13,7 @@ from .base import Store, StoreArgumentError
 from .fsspec_store import READ_ONLY_PROTOCOLS, FsspecStore
 from .local import LocalStore
 from .memory import MemoryStore
+from .zarr_python import ZarrPythonStore, is_zarr_python_store
 
 MODES = ("r", "r+", "a", "w", "w-")
 
@@ -42,7 +43,8 @@ def _url_store(url: str, mode: str, storage_options: dict[str, Any] | None) -> F
 
 
 def make_store(obj: Any, *, mode: str = "r", storage_options: dict[str, Any] | None = None) -> Store:
-    """A Store for ``obj``: a Store (as is), a local path (LocalStore), an fsspec URL
+    """A Store for ``obj``: a Store (as is), a zarr-python store object (ZarrPythonStore:
+    Icechunk's ``session.store``, VirtualiZarr's ``ManifestStore``), a local path (LocalStore), an fsspec URL
     (FsspecStore; plain ``file://`` URLs give a LocalStore; http(s) URLs are read-only), an
     fsspec mapper, or a dict (MemoryStore). ``mode == "r"`` makes the store read-only.
     ``storage_options`` go to the fsspec filesystem unchanged, except the section
@@ -52,6 +54,8 @@ def make_store(obj: Any, *, mode: str = "r", storage_options: dict[str, Any] | N
     if mode not in MODES:
         raise StoreArgumentError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
     read_only = mode == "r"
+    if is_zarr_python_store(obj):  # Icechunk session stores, VirtualiZarr's ManifestStore, ...
+        obj = ZarrPythonStore(obj)  # with the wrapped store's flag; the mode is applied below
     if isinstance(obj, Store):
         if storage_options:
             raise StoreArgumentError(
