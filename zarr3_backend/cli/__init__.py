@@ -8,6 +8,7 @@ from __future__ import annotations
 import click
 
 from .info import info
+from .migrate import migrate
 from .tree import tree
 
 
@@ -19,5 +20,6 @@ def main() -> None:
 
 main.add_command(info)
 main.add_command(tree)
+main.add_command(migrate)
 
 __all__ = ["main"]
