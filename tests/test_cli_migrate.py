@@ -184,7 +184,7 @@ def test_dry_run_changes_nothing_and_lists_the_plan(tmp_path):
     before = metadata_files(root), chunk_hashes(root)
     result = run("migrate", root, "--dry-run", "--json")
     assert result.exit_code == 0, result.stderr
-    plan = json.loads(result.output)
+    plan = json.loads(result.stdout)
     assert plan["dry_run"] is True and plan["consolidated"] is True
     assert list(plan["nodes"]) == ["a", "sub", "sub/b", "/"]  # the root last
     assert "a/.zarray" in plan["remove"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import click
 
+from .check import check
 from .info import info
 from .migrate import migrate
 from .tree import tree
@@ -21,5 +22,6 @@ def main() -> None:
 main.add_command(info)
 main.add_command(tree)
 main.add_command(migrate)
+main.add_command(check)
 
 __all__ = ["main"]
