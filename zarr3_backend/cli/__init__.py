@@ -8,6 +8,7 @@ from __future__ import annotations
 import click
 
 from .check import check
+from .copy import copy
 from .info import info
 from .migrate import migrate
 from .tree import tree
@@ -23,5 +24,6 @@ main.add_command(info)
 main.add_command(tree)
 main.add_command(migrate)
 main.add_command(check)
+main.add_command(copy)
 
 __all__ = ["main"]
