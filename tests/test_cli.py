@@ -265,3 +265,27 @@ def test_python_dash_m(store_path):
         check=False,
     )
     assert out.returncode == 2 and "No such command" in out.stderr
+
+
+def test_check_one_array_by_path(store_path):
+    _flip(os.path.join(store_path, "sub", "b", "c", "0"))
+    result = run("check", store_path, "--path", "t", "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["units_checked"] == 2
+    result = run("check", store_path, "--path", "sub/b", "--json")
+    assert result.exit_code == 1 and [b["key"] for b in json.loads(result.stdout)["bad"]] == ["sub/b/c/0"]
+
+
+def test_info_and_tree_of_a_v2_array(tmp_path):
+    zarr = pytest.importorskip("zarr")
+    numcodecs = pytest.importorskip("numcodecs")
+    path = str(tmp_path / "v2.zarr")
+    g = zarr.open_group(path, mode="w", zarr_format=2)
+    a = g.create_array("f", shape=(4, 6), chunks=(2, 3), dtype=">f8", order="F", compressors=numcodecs.Zstd())
+    a[:] = 1.5
+    info = json.loads(run("info", path, "--path", "f", "--json").stdout)
+    assert (info["zarr_format"], info["order"], info["read_only"]) == (2, "F", True)
+    assert info["storage"]["units_present"] == 4 and info["storage"]["other_keys"] == []
+    assert (
+        run("tree", path).output.splitlines()[1]
+        == "  f (4, 6) float64 chunks=(2, 3) codecs=[transpose, bytes, numcodecs.zstd] (v2)"
+    )

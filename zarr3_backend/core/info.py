@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..codecs.sharding import EMPTY, check_index, decode_index
+from ..codecs.sharding import EMPTY, _whole_shard_index
 from .array import Array
 from .group import Group
 from .paths import join_prefix
@@ -305,19 +305,8 @@ def shard_index(array: Array, data: Any) -> np.ndarray:
     """The checked index of one whole stored shard of ``array`` (offset, nbytes per inner chunk);
     raises ``CorruptionError`` when it is truncated or points outside the shard."""
     chain = array.metadata.codec_chain()
-    layout = chain.array_bytes.layout(chain.specs[-1])
-    view = memoryview(data)
-    n, isz = len(view), layout.index_size
-    if n < isz:
-        from ..errors import CorruptionError
-
-        raise CorruptionError(f"shard is {n} bytes, shorter than its {isz}-byte index (truncated)")
-    if layout.index_location == "start":
-        index, lo, hi = decode_index(view[:isz], layout.index), isz, n
-    else:
-        index, lo, hi = decode_index(view[n - isz :], layout.index), 0, n - isz
-    check_index(index, lo, hi, n)
-    return index
+    # the sharding codec's own whole-shard index reader (one owner of the index rules)
+    return _whole_shard_index(chain.array_bytes.layout(chain.specs[-1]), memoryview(data))
 
 
 def read_batches(array: Array, keys: Sequence[str]) -> Iterator[tuple[str, bytes | None]]:
