@@ -184,3 +184,22 @@ def test_copy_refuses_other_existing_layout(tmp_path, src):
     assert result.exit_code == 2 and "--overwrite" in result.stderr
     out = by_path(run("copy", src, dst, "--path", "t", "--shards", "20,60", "--overwrite", "--json"))
     assert out["t"]["units"] == 5 and z3.open_array(dst, path="t").shards == (20, 60)
+
+
+def test_copy_text_strings_and_0d_with_progress(tmp_path):
+    src = str(tmp_path / "s.zarr")
+    g = z3.open_group(src, mode="w")
+    words = np.array([f"w{i}" * (i % 3) for i in range(10)], dtype=object)
+    g.create_array("words", shape=(10,), dtype=str, chunks=(3,))[:] = words
+    g.create_array("scalar", shape=(), dtype="f8")[...] = 3.5
+    dst = str(tmp_path / "d.zarr")
+    result = run("copy", src, dst, "--shards", "none", "--progress")
+    assert result.exit_code == 0, result.output
+    assert "100% Completed" in result.output
+    # the last chunk holds only "" (the fill value): not stored
+    assert (
+        "words: 4 unit(s), 3 written, 0 skipped (already there), 1 empty (fill value only)" in result.output
+    )
+    d = z3.open_group(dst, mode="r")
+    assert list(d["words"][:]) == list(words)
+    assert d["scalar"][...] == 3.5
