@@ -240,3 +240,24 @@ def test_rerun_after_a_crash_finishes(tmp_path, stage):
     for path, want in expected.items():
         np.testing.assert_array_equal(zg[path][:], want)
     assert "nothing to migrate" in run("migrate", root).output  # a third run has nothing to do
+
+
+def test_refuses_a_subtree_of_a_v2_hierarchy(tmp_path):
+    root = str(tmp_path / "v2.zarr")
+    write_v2(root, CASES[0], consolidated=True)
+    before = metadata_files(root)
+    result = run("migrate", root, "--path", "sub")
+    assert result.exit_code == 2 and "inside the Zarr v2 hierarchy" in result.stderr
+    assert metadata_files(root) == before
+
+
+def test_migrates_a_v2_hierarchy_below_a_v3_group(tmp_path):
+    root = str(tmp_path / "mixed.zarr")
+    z3.create_group(root, attributes={"kind": "v3 root"})
+    expected = write_v2(str(tmp_path / "mixed.zarr" / "old"), CASES[2], consolidated=False)
+    result = run("migrate", root, "--path", "old")
+    assert result.exit_code == 0, result.stderr
+    g = zarr.open_group(root, mode="r")
+    for path, want in expected.items():
+        np.testing.assert_array_equal(g[f"old/{path}"][:], want)
+    assert z3.open_group(root, mode="r")["old"].zarr_format == 3

@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from ..core.group import v2_ancestor
 from ..core.metadata import parse_node_json, to_bytes
 from ..core.metadata_v2 import (
     ARRAY_KEY,
@@ -26,7 +27,7 @@ from ..core.metadata_v2 import (
     V2_MARKER,
     node_document,
 )
-from ..core.paths import join_path, join_prefix, metadata_key
+from ..core.paths import ancestor_paths, join_path, join_prefix, metadata_key, parent_path
 from ..errors import MetadataError, Zarr3Error
 from ..stores.base import Store
 from ._common import EXIT_ERROR, emit_json, json_option, store_for, typed_errors
@@ -165,6 +166,12 @@ def plan_migration(store: Store, root: str = "") -> Plan:
     """Walk the hierarchy at ``root`` level by level (one listing per group, one batched get
     per level; arrays are never listed into) and translate every v2 node. Raises
     ``MigrationError`` (or the translator's typed error) naming the first node v3 cannot hold."""
+    inside = v2_ancestor(store, ancestor_paths(root)) if root else None
+    if inside is not None:  # a v3 node inside a v2 hierarchy would hide it from v2 readers
+        raise MigrationError(
+            f"{root!r} lies inside the Zarr v2 hierarchy of {inside!r}: migrate that hierarchy "
+            f"from its root ({parent_path(inside) or '/'!r}) instead"
+        )
     nodes: list[NodePlan] = []
     done: list[str] = []
     leftovers: list[str] = []
