@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from ..core.api import consolidate_metadata
 from ..core.group import v2_ancestor
 from ..core.metadata import parse_node_json, to_bytes
 from ..core.metadata_v2 import (
@@ -27,7 +28,7 @@ from ..core.metadata_v2 import (
     V2_MARKER,
     node_document,
 )
-from ..core.paths import ancestor_paths, join_path, join_prefix, metadata_key, parent_path
+from ..core.paths import ancestor_paths, join_path, join_prefix, metadata_key, normalize_path, parent_path
 from ..errors import MetadataError, Zarr3Error
 from ..stores.base import Store
 from ._common import EXIT_ERROR, emit_json, json_option, store_for, typed_errors
@@ -224,8 +225,6 @@ def apply_migration(store: Store, plan: Plan, root: str = "") -> None:
     for node in plan.nodes:
         store.set(metadata_key(node.path), json.dumps(node.document, indent=2).encode())
     if plan.consolidated:
-        from ..core.api import consolidate_metadata
-
         consolidate_metadata(store, root)
     for node in plan.nodes:
         store.erase_many(list(node.remove))
@@ -257,8 +256,6 @@ def migrate(location: str, node_path: str, dry_run: bool, as_json: bool) -> None
     after an interruption finishes the job.
     """
     store = store_for(location, "r" if dry_run else "r+")
-    from ..core.paths import normalize_path
-
     root = normalize_path(node_path)
     plan = plan_migration(store, root)
     _check_documents(plan)

@@ -12,19 +12,16 @@ from ..core.paths import join_path, node_name
 from ._common import emit_json, json_option, open_at, path_option, typed_errors
 
 
-def codec_summary(array: Array) -> str:
-    """The codec chain in one short line: names, with the inner chain of a sharding codec."""
-
-    def names(codecs: list[dict]) -> str:
-        parts = []
-        for c in codecs:
-            if c["name"] == "sharding_indexed":
-                parts.append(f"sharding[{names(c['configuration']['codecs'])}]")
-            else:
-                parts.append(c["name"])
-        return ", ".join(parts)
-
-    return names(array.codecs)
+def codec_summary(codecs: list[dict]) -> str:
+    """A codec chain (``zarr.json`` form) in one short line: names, with the inner chain of a
+    sharding codec in brackets."""
+    parts = []
+    for c in codecs:
+        if c["name"] == "sharding_indexed":
+            parts.append(f"sharding[{codec_summary(c['configuration']['codecs'])}]")
+        else:
+            parts.append(c["name"])
+    return ", ".join(parts)
 
 
 def array_row(array: Array) -> dict[str, Any]:
@@ -69,7 +66,7 @@ def render(root_name: str, rows: list[tuple[str, dict[str, Any]]]) -> str:
         text = f"{pad}{name} {tuple(facts['shape'])} {facts['dtype']} chunks={tuple(facts['chunks'])}"
         if facts["shards"] is not None:
             text += f" shards={tuple(facts['shards'])}"
-        text += f" codecs=[{facts['codecs_text']}]"
+        text += f" codecs=[{codec_summary(facts['codecs'])}]"
         if facts["dimension_names"] is not None:
             text += f" dims={tuple(facts['dimension_names'])}"
         if facts["zarr_format"] == 2:
@@ -91,8 +88,4 @@ def tree(location: str, node_path: str, as_json: bool) -> None:
     if as_json:
         emit_json({join_path(node.path, rel) or "/": facts for rel, facts in rows})
         return
-    arrays = {"": node} if isinstance(node, Array) else node.members(max_depth=None)
-    for rel, facts in rows:
-        if facts["type"] == "array":
-            facts["codecs_text"] = codec_summary(arrays[rel])
     click.echo(render(node.path or "/", rows))

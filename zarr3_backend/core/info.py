@@ -23,7 +23,7 @@ from .paths import join_prefix
 READ_BATCH = 64
 
 
-def _codec_names(codecs: Iterable[Any]) -> tuple[dict, ...]:
+def _codec_docs(codecs: Iterable[Any]) -> tuple[dict, ...]:
     return tuple(c.to_json() for c in codecs)
 
 
@@ -236,9 +236,9 @@ def array_info(array: Array) -> ArrayInfo:
         order=_order(array),
         read_only=array.read_only,
         store_type=type(array.store).__name__,
-        filters=_codec_names(chain.array_array),
+        filters=_codec_docs(chain.array_array),
         serializer=chain.array_bytes.to_json(),
-        compressors=_codec_names(chain.bytes_bytes),
+        compressors=_codec_docs(chain.bytes_bytes),
         nbytes=array.nbytes,
         fill_value=array.fill_value,
         dimension_names=array.dimension_names,
