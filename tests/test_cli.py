@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -18,6 +19,9 @@ from click.testing import CliRunner
 import zarr3_backend as z3
 from zarr3_backend.cli import main
 from zarr3_backend.cli.check import temp_owner
+
+# the package's `check` attribute is the click command: take the module itself
+check_module = importlib.import_module("zarr3_backend.cli.check")
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -289,3 +293,31 @@ def test_info_and_tree_of_a_v2_array(tmp_path):
         run("tree", path).output.splitlines()[1]
         == "  f (4, 6) float64 chunks=(2, 3) codecs=[transpose, bytes, numcodecs.zstd] (v2)"
     )
+
+
+def test_check_repair_calls_the_package_repair(store_path, monkeypatch):
+    Path(store_path, ".z3-txn", "w9").mkdir(parents=True)
+    Path(store_path, ".z3-txn", "w9", "manifest.json").write_text("{}")
+    calls = []
+
+    def fake_repair(store):  # stands in for zarr3_backend.repair: rolls the dead write forward
+        calls.append(store)
+        store.erase_prefix(".z3-txn/")
+        return ["w9"]
+
+    monkeypatch.setattr(check_module, "package_repair", lambda: fake_repair)
+    result = run("check", store_path, "--repair", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["repaired"] == ["write w9"]
+    assert len(calls) == 1 and not calls[0].read_only
+    assert not Path(store_path, ".z3-txn").exists() or not any(Path(store_path, ".z3-txn").iterdir())
+
+
+def test_check_without_repair_leaves_write_records(store_path, monkeypatch):
+    monkeypatch.setattr(check_module, "package_repair", lambda: None)
+    Path(store_path, ".z3-txn", "w9").mkdir(parents=True)
+    Path(store_path, ".z3-txn", "w9", "manifest.json").write_text("{}")
+    result = run("check", store_path, "--repair")
+    assert result.exit_code == 1
+    assert "no repair()" in result.stderr and "IN-FLIGHT .z3-txn/w9" in result.stdout
+    assert Path(store_path, ".z3-txn", "w9", "manifest.json").exists()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,13 +185,22 @@ def scan(store: Store, path: str, *, show_progress: bool) -> Report:
     return report
 
 
+def package_repair() -> Callable[[Store], list[str]] | None:
+    """``zarr3_backend.repair`` (finishes or rolls back dead writers' writes), or ``None`` in a
+    version of the package without the write commit protocol."""
+    try:
+        from .. import repair
+    except ImportError:
+        return None
+    return repair
+
+
 def repair_store(store: Store, report: Report) -> list[str]:
     """Finish or roll back dead writers' writes with ``zarr3_backend.repair`` when this version
     has it; remove dead writers' temporary files. Returns what was repaired."""
     done: list[str] = []
-    try:
-        from .. import repair  # added with the write commit protocol
-    except ImportError:
+    repair = package_repair()
+    if repair is None:
         if report.in_flight:
             click.echo(
                 "note: this zarr3_backend has no repair(): in-flight write records are left alone",
