@@ -85,6 +85,9 @@ def test_copy_reshards_rechunks_and_recodes(tmp_path, src):
     assert [c["name"] for c in inner] == ["bytes", "gzip"]
     np.testing.assert_array_equal(a[:], z3.open_array(src, path="t")[:])
     assert sorted(os.listdir(Path(dst, "t", "c"))) == ["0", "1"]  # shards, not chunks
+    ts = pytest.importorskip("tensorstore")
+    t = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": f"{dst}/t"}}).result()
+    np.testing.assert_array_equal(t.read().result(), a[:])
     # and back to unsharded
     dst2 = str(tmp_path / "dst2.zarr")
     by_path(run("copy", dst, dst2, "--path", "t", "--shards", "none", "--json"))
