@@ -91,6 +91,18 @@ WORKLOADS: tuple[Workload, ...] = (
         libs=("z3", "zarr", "zarrfused", "zarrs"),
     ),
     Workload(
+        "i_copy_reshard_cli",
+        "(i) zarr3 copy of a 1000 MiB array into a new shard layout, threads",
+        "cli_copy",
+        libs=("z3",),
+    ),
+    Workload(
+        "i_copy_reshard_read_write",
+        "(i) the same copy as one full read plus one full write (reference)",
+        "read_write_copy",
+        libs=("z3",),
+    ),
+    Workload(
         "h_to_zarr_distributed",
         "(h) to_zarr on a LocalCluster of 2 processes",
         "to_zarr",

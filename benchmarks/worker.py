@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from . import data
+from . import copy_workloads, data
 from .config import GB, SIZES, WORKLOADS_BY_ID, Case, MiB, Size, Workload
 
 RESULT_PREFIX = "BENCH-RESULT "
@@ -149,6 +149,9 @@ class Runner:
         }
 
     # ---- workloads ---------------------------------------------------------------------------
+    do_cli_copy = copy_workloads.do_cli_copy
+    do_read_write_copy = copy_workloads.do_read_write_copy
+
     def run(self) -> dict:
         kind = self.w.kind
         fn = getattr(self, f"do_{kind}")

@@ -250,6 +250,13 @@ class Array:
         """Number of storage units (chunks or shards) in the grid."""
         return int(np.prod(self.metadata.chunk_grid.grid_shape(self.shape), dtype=np.int64))
 
+    @property
+    def info(self) -> Any:
+        """What zarr-python's ``.info`` shows, as a ``core.info.ArrayInfo`` (print it)."""
+        from .info import array_info
+
+        return array_info(self)
+
     def __repr__(self) -> str:
         return f"<zarr3_backend.Array {self.path or '/'!r} shape={self.shape} dtype={self.dtype}>"
 

@@ -206,6 +206,13 @@ class Group:
         """2 for a group read from Zarr v2 metadata (always read-only here), else 3."""
         return 2 if V2_MARKER in self.metadata.extra_fields else 3
 
+    @property
+    def info(self) -> Any:
+        """The group and its member counts, as a ``core.info.GroupInfo`` (print it)."""
+        from .info import group_info
+
+        return group_info(self)
+
     def _check_writable(self) -> None:
         if self.read_only:
             why = " (Zarr v2: zarr3_backend reads v2 and writes only v3)" if self.zarr_format == 2 else ""

@@ -1,0 +1,266 @@
+"""``zarr3 check``: decode every stored chunk and shard, verify checksums and shard indexes, and
+find orphan objects, leftover temporary files and in-flight write records.
+
+The scan is an I/O edge over pure checks: each array's prefix is listed once, its stored units
+are read in batches (``core.info.read_batches``) and decoded concurrently, and every other key
+under the hierarchy is sorted into metadata, orphan, or write record.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from .._owner import token_is_dead
+from .._threads import thread_map
+from ..core.api import open_group, open_node
+from ..core.array import Array
+from ..core.info import array_keys, classify_keys, read_batches, shard_index
+from ..core.paths import join_path, join_prefix
+from ..errors import Zarr3Error
+from ..stores.base import Store
+from ..stores.local import TEMP_PREFIX, LocalStore
+from ._common import EXIT_PROBLEMS, emit_json, json_option, path_option, store_for, typed_errors
+
+#: Where in-flight write records live (the commit protocol's staging area, at the store root).
+TXN_DIR = ".z3-txn"
+#: Metadata documents a node may hold (v3 and v2).
+NODE_DOCUMENTS = frozenset({"zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"})
+
+
+@dataclass(frozen=True)
+class TempFile:
+    """A leftover temporary file: its key (relative to the store root) and its writer's state."""
+
+    key: str
+    owner: str | None  # the writer's owner token, ``None`` for names that carry none
+
+    @property
+    def writer_dead(self) -> bool:
+        """True only when the name carries a writer that certainly no longer runs."""
+        return self.owner is not None and token_is_dead(self.owner)
+
+
+@dataclass
+class Report:
+    """What a check found; ``ok`` when nothing at all."""
+
+    arrays: int = 0
+    units: int = 0
+    bad: dict[str, str] = field(default_factory=dict)
+    orphans: list[str] = field(default_factory=list)
+    temporary: list[TempFile] = field(default_factory=list)
+    in_flight: list[str] = field(default_factory=list)
+    repaired: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the store is clean."""
+        return not (self.bad or self.orphans or self.temporary or self.in_flight)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready form (what ``--json`` prints)."""
+        return {
+            "ok": self.ok,
+            "arrays_checked": self.arrays,
+            "units_checked": self.units,
+            "bad": [{"key": k, "error": v} for k, v in sorted(self.bad.items())],
+            "orphans": sorted(self.orphans),
+            "temporary": [{"key": t.key, "writer_dead": t.writer_dead} for t in self.temporary],
+            "in_flight": self.in_flight,
+            "repaired": self.repaired,
+        }
+
+
+def temp_owner(name: str) -> str | None:
+    """The writer's owner token in a temporary file name ``.z3tmp-<token>.<random>``; ``None``
+    for names without one (older writers)."""
+    token, dot, _ = name[len(TEMP_PREFIX) :].rpartition(".")
+    return token if name.startswith(TEMP_PREFIX) and dot and token else None
+
+
+def find_temp_files(store: Store, prefix: str) -> list[TempFile]:
+    """Leftover temporary files under ``prefix``: found on disk for a LocalStore (which hides
+    them from listings), else among the listed keys."""
+    if isinstance(store, LocalStore):
+        base = os.path.join(store.root, *[p for p in prefix.split("/") if p])
+        found = []
+        for directory, _, files in os.walk(base):
+            for name in files:
+                if name.startswith(TEMP_PREFIX):
+                    key = os.path.relpath(os.path.join(directory, name), store.root).replace(os.sep, "/")
+                    found.append(TempFile(key, temp_owner(name)))
+        return sorted(found, key=lambda t: t.key)
+    return [
+        TempFile(k, temp_owner(k.rpartition("/")[2]))
+        for k in sorted(store.list_prefix(prefix))
+        if any(part.startswith(TEMP_PREFIX) for part in k.split("/"))
+    ]
+
+
+def remove_temp_file(store: Store, temp: TempFile) -> None:
+    """Delete one temporary file (a path on disk for a LocalStore, else a key)."""
+    if isinstance(store, LocalStore):
+        os.unlink(os.path.join(store.root, *temp.key.split("/")))
+    else:
+        store.erase(temp.key)
+
+
+def check_unit(array: Array, key: str, data: Any) -> str | None:
+    """Why one stored unit is bad (its shard index, a checksum, a decode error), or ``None``."""
+    try:
+        if array.shards is not None:
+            shard_index(array, data)
+        array.metadata.codec_chain().decode(data)
+    except Exception as e:  # a codec library's own error is as much a finding as ours
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def check_array(array: Array, keys: list[str], report: Report, progress: Any) -> set[str]:
+    """Decode every stored unit of ``array``; returns the keys it accounts for."""
+    keymap = classify_keys(array, keys)
+    units = list(keymap.units)
+    batch: list[tuple[str, Any]] = []
+
+    def flush() -> None:
+        problems = thread_map(lambda item: check_unit(array, *item), batch, kind="cpu")
+        for (key, _), problem in zip(batch, problems, strict=True):
+            if problem is not None:
+                report.bad[key] = problem
+        progress.update(len(batch))
+        batch.clear()
+
+    for key, data in read_batches(array, units):
+        if data is not None:
+            batch.append((key, data))
+        if len(batch) >= 64:
+            flush()
+    flush()
+    report.arrays += 1
+    report.units += len(units)
+    return set(units)
+
+
+def scan(store: Store, path: str, *, show_progress: bool) -> Report:
+    """Check the node at ``path`` and everything below it."""
+    report = Report()
+    node = open_node(store, path, mode="r")
+    if not isinstance(node, Array):
+        node = open_group(store, path, mode="r", use_consolidated=False)  # the live documents
+    prefix = join_prefix(path)
+    all_keys = sorted(store.list_prefix(prefix))
+    report.in_flight = sorted({k.split("/")[1] for k in all_keys if k.startswith(TXN_DIR + "/")})
+    arrays = [node] if isinstance(node, Array) else []
+    if not isinstance(node, Array):
+        try:
+            members = node.members(max_depth=None)
+        except Zarr3Error as e:
+            report.bad[path or "/"] = f"{type(e).__name__}: {e}"
+            members = {}
+        arrays += [m for m in members.values() if isinstance(m, Array)]
+        group_paths = {path} | {m.path for m in members.values() if not isinstance(m, Array)}
+    else:
+        group_paths = set()
+    accounted: set[str] = set()
+    by_array = {a.path: array_keys(a) for a in arrays}
+    total = sum(len(classify_keys(a, by_array[a.path]).units) for a in arrays)
+    with click.progressbar(length=total, label="checking", file=sys.stderr, hidden=not show_progress) as bar:
+        for a in arrays:
+            accounted |= check_array(a, by_array[a.path], report, bar)
+    node_paths = group_paths | {a.path for a in arrays}
+    for key in all_keys:
+        if key in accounted or key.startswith(TXN_DIR + "/"):
+            continue
+        parent, _, name = key.rpartition("/")
+        if name in NODE_DOCUMENTS and parent in node_paths:
+            continue
+        report.orphans.append(key)
+    report.temporary = find_temp_files(store, prefix)
+    return report
+
+
+def package_repair() -> Callable[[Store], list[str]] | None:
+    """``zarr3_backend.repair`` (finishes or rolls back dead writers' writes), or ``None`` in a
+    version of the package without the write commit protocol."""
+    try:
+        from .. import repair
+    except ImportError:
+        return None
+    return repair
+
+
+def repair_store(store: Store, report: Report) -> list[str]:
+    """Finish or roll back dead writers' writes with ``zarr3_backend.repair`` when this version
+    has it; remove dead writers' temporary files. Returns what was repaired."""
+    done: list[str] = []
+    repair = package_repair()
+    if repair is None:
+        if report.in_flight:
+            click.echo(
+                "note: this zarr3_backend has no repair(): in-flight write records are left alone",
+                err=True,
+            )
+    else:
+        done += [f"write {t}" for t in repair(store)]
+    for temp in report.temporary:
+        if temp.writer_dead:
+            remove_temp_file(store, temp)
+            done.append(temp.key)
+    return done
+
+
+def _print(report: Report) -> None:
+    for key, problem in sorted(report.bad.items()):
+        click.echo(f"BAD      {key}: {problem}")
+    for key in sorted(report.orphans):
+        click.echo(f"ORPHAN   {key}")
+    for t in report.temporary:
+        state = "writer dead" if t.writer_dead else ("writer alive" if t.owner else "writer unknown")
+        click.echo(f"TEMP     {t.key} ({state})")
+    for txn in report.in_flight:
+        click.echo(f"IN-FLIGHT {join_path(TXN_DIR, txn)}")
+    for key in report.repaired:
+        click.echo(f"REPAIRED {key}")
+    verdict = "ok" if report.ok else "problems found"
+    click.echo(f"{report.arrays} array(s), {report.units} stored unit(s) checked: {verdict}")
+
+
+@click.command("check")
+@click.argument("location")
+@path_option
+@click.option("--repair", "do_repair", is_flag=True, help="Repair what is safe to repair (see below).")
+@click.option(
+    "--progress/--no-progress", default=None, help="Progress bar on stderr (default: when a terminal)."
+)
+@json_option
+@typed_errors
+def check(location: str, node_path: str, do_repair: bool, progress: bool | None, as_json: bool) -> None:
+    """Verify the hierarchy at LOCATION: decode every chunk and shard (checksums and shard
+    indexes included), and report orphan objects (keys belonging to no array's grid and no
+    node), leftover temporary files (.z3tmp-*) and in-flight write records (.z3-txn/).
+
+    Exits 1 naming each bad key, 0 when all is well. --repair finishes or rolls back the
+    writes of dead writers (zarr3_backend.repair, where available) and removes temporary
+    files whose writer is certainly dead; it never touches a live writer's files, chunks or
+    orphans (those are listed for you to judge).
+    """
+    store = store_for(location, "r+" if do_repair else "r")
+    show = sys.stderr.isatty() if progress is None else progress
+    report = scan(store, node_path, show_progress=show and not as_json)
+    if do_repair:
+        report.repaired = repair_store(store, report)
+        after = scan(store, node_path, show_progress=False)
+        after.repaired = report.repaired
+        report = after
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        _print(report)
+    if not report.ok:
+        raise SystemExit(EXIT_PROBLEMS)

@@ -1,0 +1,357 @@
+"""``zarr3 copy``: any store to any store (a Zarr v2 source too), with rechunking and
+resharding, in parallel with dask, resumable.
+
+One dask task per destination storage unit (shard, or chunk when unsharded): the source is read
+through ``zarr3_backend.dask.from_array`` in blocks that are exactly the destination's units,
+so no two tasks touch one destination object and no lock is needed, on threads or a cluster.
+Resuming: a task whose destination unit already exists reads it back and compares it with the
+source block; equal units are skipped, missing, unreadable or different ones are (re)written.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import click
+import dask.array as da
+import numpy as np
+
+from ..codecs.base import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec
+from ..codecs.fill import is_fill
+from ..codecs.registry import codec_from_json
+from ..core.api import create_array, create_group, open_array, open_node
+from ..core.array import Array
+from ..core.group import Group
+from ..core.info import array_info
+from ..core.paths import join_path, normalize_path
+from ..dask import compute_with_progress, from_array
+from ..errors import ArgumentError, NodeExistsError, Zarr3Error
+from ._common import emit_json, json_option, store_for, typed_errors
+from .migrate import standard_codec
+
+#: what a copy task reports for its unit: stored, already stored with these values, or all
+#: fill value (nothing to store)
+WRITTEN, SKIPPED, EMPTY = 1, 0, 2
+
+
+class CopyArgumentError(ArgumentError):
+    """A ``zarr3 copy`` option does not fit the arrays copied (names the option and array)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The destination layout of one array: read chunks, shards and the (inner) codec chain
+    split as ``create_array`` takes it."""
+
+    chunks: tuple[int, ...]
+    shards: tuple[int, ...] | None
+    filters: tuple[dict, ...]
+    serializer: dict
+    compressors: tuple[dict, ...]
+
+
+def split_codecs(codecs: Sequence[Any], option: str = "--codecs") -> tuple[tuple, dict, tuple]:
+    """``(filters, serializer, compressors)`` of a codec chain given as JSON objects."""
+    filters, serializer, compressors = [], None, []
+    for c in codecs:
+        kind = codec_from_json(c)
+        doc = kind.to_json()
+        if isinstance(kind, ArrayArrayCodec):
+            filters.append(doc)
+        elif isinstance(kind, ArrayBytesCodec):
+            serializer = doc
+        elif isinstance(kind, BytesBytesCodec):
+            compressors.append(doc)
+    if serializer is None:
+        raise CopyArgumentError(f"{option}: the chain needs an array -> bytes codec (e.g. 'bytes')")
+    return tuple(filters), serializer, tuple(compressors)
+
+
+def _shape_option(value: str | None, option: str) -> tuple[int, ...] | str | None:
+    if value is None:
+        return None
+    if value.lower() == "none":
+        return "none"
+    try:
+        shape = tuple(int(v) for v in value.split(","))
+    except ValueError:
+        raise CopyArgumentError(
+            f"{option}: expected comma-separated integers or 'none', got {value!r}"
+        ) from None
+    if any(n <= 0 for n in shape):
+        raise CopyArgumentError(f"{option}: sizes must be positive, got {value!r}")
+    return shape
+
+
+def destination_layout(
+    src: Array, chunks: Any = None, shards: Any = None, codecs: Sequence[Any] | None = None
+) -> Layout:
+    """The source's layout with the options applied: ``chunks``/``shards`` tuples (``"none"``
+    unshards), ``codecs`` the chain of each (inner) chunk. A Zarr v2 source's numcodecs
+    compressors become the standard v3 codecs where they write the same bytes."""
+    info = array_info(src)
+    for option, value in (("--chunks", chunks), ("--shards", shards)):
+        if isinstance(value, tuple) and len(value) != src.ndim:
+            raise CopyArgumentError(
+                f"{option} {value} has {len(value)} dimensions, array {src.path or '/'!r} has {src.ndim}"
+            )
+    new_chunks = chunks if isinstance(chunks, tuple) else info.chunk_shape
+    if shards == "none":
+        new_shards = None
+    elif isinstance(shards, tuple):
+        new_shards = shards
+    elif isinstance(chunks, tuple) and info.shard_shape is not None:
+        # rechunked inside the source's shards: keep whole inner chunks per shard
+        new_shards = tuple(max(s // c, 1) * c for s, c in zip(info.shard_shape, chunks, strict=True))
+    else:
+        new_shards = info.shard_shape
+    if codecs is not None:
+        filters, serializer, compressors = split_codecs(codecs)
+    else:
+        where = src.path or "/"
+        filters = tuple(standard_codec(c, where) for c in info.filters)
+        serializer = dict(info.serializer)
+        compressors = tuple(standard_codec(c, where) for c in info.compressors)
+    return Layout(tuple(new_chunks), new_shards, filters, serializer, compressors)
+
+
+def _attributes(src: Array | Group) -> dict:
+    attrs = dict(src.metadata.attributes)
+    dims = src.dimension_names if isinstance(src, Array) else None
+    if dims is not None and attrs.get("_ARRAY_DIMENSIONS") == list(dims):
+        attrs.pop("_ARRAY_DIMENSIONS")  # a v2 source's dimension names are in dimension_names
+    return attrs
+
+
+def prepare_destination(src: Array, dst_store: Any, path: str, layout: Layout, overwrite: bool) -> Array:
+    """Create the destination array, or open it when a resumed copy made it with this layout."""
+    kwargs = {
+        "shape": src.shape,
+        "dtype": src.dtype if src.dtype.kind not in "OT" else src.metadata.data_type.to_json(),
+        "chunks": layout.chunks,
+        "shards": layout.shards,
+        "filters": list(layout.filters) or None,
+        "serializer": layout.serializer,
+        "compressors": list(layout.compressors) or None,
+        "fill_value": src.fill_value,
+        "dimension_names": src.dimension_names,
+        "attributes": _attributes(src),
+    }
+    try:
+        return create_array(dst_store, path, **kwargs)
+    except NodeExistsError:
+        pass
+    wanted = create_array({}, "x", **kwargs)  # the same document, made in memory to compare
+    try:
+        existing = open_array(dst_store, path, mode="r+")
+    except Zarr3Error:  # a group there, or unreadable metadata
+        existing = None
+    if existing is not None and existing.metadata.to_json() == wanted.metadata.to_json():
+        return existing  # a resumed copy: keep what is written
+    if not overwrite:
+        raise NodeExistsError(
+            f"destination {path or '/'!r} exists and is not this array with this layout and "
+            "attributes (pass --overwrite to replace it)"
+        )
+    return create_array(dst_store, path, overwrite=True, **kwargs)
+
+
+def _copy_unit(block: np.ndarray, dst: Array, block_info: dict | None = None) -> np.ndarray:
+    """Write one destination unit, unless it is already stored with these values."""
+    info = block_info[0]  # type: ignore[index]
+    region = tuple(slice(a, b) for a, b in info["array-location"])
+    coords = tuple(info["chunk-location"])
+    key = join_path(dst.path, dst.metadata.chunk_key_encoding.encode_chunk_key(coords))
+    if not dst.store.exists(key):
+        if not dst.write_empty_chunks and is_fill(block, dst.fill_value):
+            return np.full((1,) * block.ndim, EMPTY, dtype=np.int8)
+    else:
+        try:
+            stored = dst.get_region(region)
+        except Exception:  # unreadable (torn, corrupt): rewrite it
+            stored = None
+        if stored is not None and np.array_equal(stored, block, equal_nan=block.dtype.kind in "fc"):
+            return np.full((1,) * block.ndim, SKIPPED, dtype=np.int8)
+    dst.set_region(region, block)
+    return np.full((1,) * block.ndim, WRITTEN, dtype=np.int8)
+
+
+def copy_graph(src: Array, dst: Array) -> da.Array:
+    """A dask array of per-unit statuses whose computation copies ``src`` into ``dst``."""
+    blocks = from_array(src, chunks=dst.storage_chunks)
+    return da.map_blocks(
+        _copy_unit,
+        blocks,
+        dst,
+        name="zarr3-copy-" + uuid.uuid4().hex,
+        dtype=np.int8,
+        chunks=tuple((1,) * len(c) for c in blocks.chunks),
+        meta=np.empty((0,) * src.ndim, dtype=np.int8),
+    )
+
+
+@dataclass(frozen=True)
+class CopyResult:
+    """What one array's copy did."""
+
+    path: str
+    units: int
+    written: int
+    skipped: int
+    empty: int = 0
+
+
+def copy_hierarchy(
+    src_location: str,
+    dst_location: str,
+    path: str = "",
+    *,
+    chunks: Any = None,
+    shards: Any = None,
+    codecs: Sequence[Any] | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+    scheduler: str | None = None,
+) -> list[CopyResult]:
+    """Copy the node at ``path`` (and everything below it) from one store to another; every
+    array is copied by one dask computation (all arrays together)."""
+    src_store = store_for(src_location, "r")
+    dst_store = store_for(dst_location, "a")
+    root = open_node(src_store, path, mode="r")
+    if isinstance(root, Array):
+        arrays = {"": root}
+        groups: dict[str, Group] = {}
+    else:
+        members = root.members(max_depth=None)
+        arrays = {rel: m for rel, m in members.items() if isinstance(m, Array)}
+        groups = {"": root, **{rel: m for rel, m in members.items() if isinstance(m, Group)}}
+    dst_root = normalize_path(path)
+    # every layout is checked before anything is written
+    layouts = {rel: destination_layout(a, chunks, shards, codecs) for rel, a in arrays.items()}
+    for rel, g in groups.items():  # groups first: their attributes
+        try:
+            create_group(dst_store, join_path(dst_root, rel), attributes=_attributes(g))
+        except NodeExistsError:
+            pass
+    plans = []
+    for rel, a in arrays.items():
+        dst = prepare_destination(a, dst_store, join_path(dst_root, rel), layouts[rel], overwrite)
+        plans.append((rel, a, dst))
+    graphs = []
+    for _rel, a, dst in plans:
+        if a.ndim == 0:
+            dst[...] = a[...]
+            graphs.append(None)
+        else:
+            graphs.append(copy_graph(a, dst))
+    lazy = [g for g in graphs if g is not None]
+    client_cm: Any = nullcontext()
+    kwargs: dict[str, Any] = {}
+    if scheduler is not None and "://" in scheduler:
+        from distributed import Client
+
+        client_cm = Client(scheduler)
+    elif scheduler is not None:
+        kwargs["scheduler"] = scheduler
+    with client_cm:
+        statuses = list(compute_with_progress(*lazy, progress=progress, **kwargs)) if lazy else []
+    results = []
+    for (rel, _src, dst), g in zip(plans, graphs, strict=True):
+        if g is None:
+            results.append(CopyResult(join_path(dst_root, rel), 1, 1, 0))
+            continue
+        st = np.asarray(statuses.pop(0))
+        results.append(
+            CopyResult(
+                dst.path,
+                int(st.size),
+                int((st == WRITTEN).sum()),
+                int((st == SKIPPED).sum()),
+                int((st == EMPTY).sum()),
+            )
+        )
+        dst.invalidate_cache()
+    return results
+
+
+@click.command("copy")
+@click.argument("src")
+@click.argument("dst")
+@click.option("--path", "node_path", default="", help="Copy only this node (and what is below it).")
+@click.option("--chunks", default=None, help="Read (inner) chunk shape of every array, e.g. 100,100.")
+@click.option("--shards", default=None, help="Shard shape, e.g. 1000,1000; 'none' writes unsharded.")
+@click.option(
+    "--codecs",
+    default=None,
+    help='Codec chain of each (inner) chunk as JSON, e.g. \'[{"name":"bytes"},{"name":"zstd"}]\'.',
+)
+@click.option(
+    "--scheduler",
+    default=None,
+    help="dask scheduler: threads (default), processes, synchronous, or a distributed address tcp://host:port.",
+)
+@click.option("--overwrite", is_flag=True, help="Replace destination arrays that exist with another layout.")
+@click.option(
+    "--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal)."
+)
+@json_option
+@typed_errors
+def copy(
+    src: str,
+    dst: str,
+    node_path: str,
+    chunks: str | None,
+    shards: str | None,
+    codecs: str | None,
+    scheduler: str | None,
+    overwrite: bool,
+    progress: bool | None,
+    as_json: bool,
+) -> None:
+    """Copy the hierarchy at SRC to DST (any stores; a Zarr v2 SRC is written as v3).
+
+    Arrays keep their shape, data type, fill value, dimension names and attributes; their
+    chunks, shards and codecs are the source's unless --chunks/--shards/--codecs say
+    otherwise. One dask task per destination shard (chunk when unsharded), on local threads
+    or a distributed scheduler.
+
+    Resumable: rerun the same command after an interruption. The destination arrays are
+    reused when their layout matches; every destination unit that already exists is read
+    back and compared with the source, and only missing, unreadable or different units are
+    written ("skipped" counts the rest; "empty" counts units holding only the fill value,
+    which are not stored).
+    """
+    try:
+        chain = None if codecs is None else json.loads(codecs)
+    except ValueError as e:
+        raise CopyArgumentError(f"--codecs: not JSON: {e}") from e
+    if chain is not None and not isinstance(chain, list):
+        raise CopyArgumentError(f"--codecs: expected a JSON list of codecs, got {codecs!r}")
+    if chunks is not None and chunks.lower() == "none":
+        raise CopyArgumentError("--chunks: give a chunk shape ('none' is for --shards)")
+    show = sys.stderr.isatty() if progress is None else progress
+    results = copy_hierarchy(
+        src,
+        dst,
+        node_path,
+        chunks=_shape_option(chunks, "--chunks"),
+        shards=_shape_option(shards, "--shards"),
+        codecs=chain,
+        overwrite=overwrite,
+        progress=show and not as_json,
+        scheduler=scheduler,
+    )
+    if as_json:
+        emit_json([r.__dict__ for r in results])
+        return
+    for r in results:
+        click.echo(
+            f"{r.path or '/'}: {r.units} unit(s), {r.written} written, {r.skipped} skipped "
+            f"(already there), {r.empty} empty (fill value only)"
+        )

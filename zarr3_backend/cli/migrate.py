@@ -1,0 +1,283 @@
+"""``zarr3 migrate``: Zarr v2 to v3 in place, metadata only.
+
+``core.metadata_v2`` translates each node's v2 documents; this module makes the result a plain
+v3 document any reader understands (standard ``blosc``/``gzip``/``zstd``/``crc32c`` codecs where
+the numcodecs one writes the same bytes, no package-private marker, ``_ARRAY_DIMENSIONS`` moved
+to ``dimension_names``) and applies the plan crash-safely: every ``zarr.json`` is written (the
+root last) before any v2 document is removed (``.zmetadata`` last of all), so a rerun after a
+crash sees the remaining v2 documents and finishes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from ..core.api import consolidate_metadata
+from ..core.group import v2_ancestor
+from ..core.metadata import parse_node_json, to_bytes
+from ..core.metadata_v2 import (
+    ARRAY_KEY,
+    ATTRS_KEY,
+    CONSOLIDATED_KEY,
+    GROUP_KEY,
+    V2_MARKER,
+    node_document,
+)
+from ..core.paths import ancestor_paths, join_path, join_prefix, metadata_key, normalize_path, parent_path
+from ..errors import MetadataError, Zarr3Error
+from ..stores.base import Store
+from ._common import EXIT_ERROR, emit_json, json_option, store_for, typed_errors
+
+V2_DOCS = (ARRAY_KEY, GROUP_KEY, ATTRS_KEY)
+#: numcodecs blosc's integer shuffle -> the v3 blosc codec's name (-1, AUTOSHUFFLE: chosen from
+#: the type size, as numcodecs does, when the codec is bound to the array)
+_SHUFFLE = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle", -1: None}
+
+
+class MigrationError(MetadataError):
+    """A v2 node cannot be expressed in Zarr v3 (the whole migration is refused before writing)."""
+
+
+def _blosc(conf: Mapping[str, Any], where: str) -> dict[str, Any]:
+    shuffle = conf.get("shuffle", 1)
+    if shuffle not in _SHUFFLE:
+        raise MigrationError(f"{where}: blosc shuffle {shuffle!r} has no v3 equivalent")
+    out: dict[str, Any] = {"cname": conf.get("cname", "lz4"), "clevel": conf.get("clevel", 5)}
+    if _SHUFFLE[shuffle] is not None:
+        out["shuffle"] = _SHUFFLE[shuffle]
+    out["blocksize"] = conf.get("blocksize", 0)
+    return {"name": "blosc", "configuration": out}
+
+
+def standard_codec(codec: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The standard v3 codec writing the same bytes as a ``numcodecs.*`` one, or it unchanged.
+
+    numcodecs blosc, gzip, zstd and crc32c (checksum at the end) are byte-for-byte the v3 codecs
+    of those names; zlib is not gzip, and the others have no v3 counterpart.
+    """
+    name = str(codec.get("name", ""))
+    conf = dict(codec.get("configuration") or {})
+    if name == "numcodecs.blosc":
+        return _blosc(conf, where)
+    if name == "numcodecs.gzip":
+        return {"name": "gzip", "configuration": {"level": conf.get("level", 1)}}
+    if name == "numcodecs.zstd" and set(conf) <= {"level", "checksum"}:
+        return {
+            "name": "zstd",
+            "configuration": {"level": conf.get("level", 0), "checksum": bool(conf.get("checksum", False))},
+        }
+    if name == "numcodecs.crc32c" and conf.get("location", "end") == "end":
+        return {"name": "crc32c"}
+    return dict(codec)
+
+
+def v3_document(doc: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """A translated v2 document (``metadata_v2.node_document``) as a plain v3 one: standard
+    codecs, no marker, ``_ARRAY_DIMENSIONS`` dropped when it became ``dimension_names``.
+
+    Validated by parsing it and binding its codec chain; raises ``MigrationError`` naming the
+    node when v3 cannot express it.
+    """
+    out = {k: v for k, v in doc.items() if k != V2_MARKER}
+    where = join_path(path, ARRAY_KEY if out.get("node_type") == "array" else GROUP_KEY)
+    if out.get("node_type") != "array":
+        return out
+    attrs = dict(out.get("attributes") or {})
+    if "dimension_names" in out and attrs.get("_ARRAY_DIMENSIONS") == out["dimension_names"]:
+        attrs.pop("_ARRAY_DIMENSIONS")
+    out["attributes"] = attrs
+    out["codecs"] = [standard_codec(c, where) for c in out["codecs"]]
+    _refuse_ambiguous_byte_order(out["codecs"], where)
+    try:
+        meta = parse_node_json(out, path)
+        chain = meta.codec_chain()
+    except Zarr3Error as e:
+        raise MigrationError(f"{where}: cannot be expressed in Zarr v3: {e}") from e
+    # blosc's shuffle and typesize as bound to the array (what a v3 writer would store)
+    bound = [c.to_json() for c in chain.codecs]
+    out["codecs"] = [b if c["name"] == "blosc" else c for c, b in zip(out["codecs"], bound, strict=True)]
+    return out
+
+
+#: numcodecs filter settings naming a dtype (``metadata_v2`` writes them in native byte order)
+_DTYPE_KEYS = ("dtype", "astype", "encode_dtype", "decode_dtype")
+
+
+def _refuse_ambiguous_byte_order(codecs: list[dict[str, Any]], where: str) -> None:
+    """Refuse a ``numcodecs.*`` array filter with a dtype setting ahead of big-endian bytes:
+    zarr-python reads such a setting in the stored byte order, this package in native order,
+    so no v3 document reads the same in both."""
+    serializer = next((c for c in codecs if c["name"] == "bytes"), None)
+    endian = ((serializer or {}).get("configuration") or {}).get("endian", "little")
+    if endian == "little":
+        return
+    for c in codecs:
+        if c is serializer:
+            return
+        conf = c.get("configuration") or {}
+        if c["name"].startswith("numcodecs.") and any(k in conf for k in _DTYPE_KEYS):
+            raise MigrationError(
+                f"{where}: filter {c['name']!r} on big-endian data: Zarr v3 readers disagree on the "
+                "byte order of its dtype setting (zarr-python: stored order, zarr3_backend: native), "
+                "so no v3 document reads the same everywhere; rewrite it with `zarr3 copy` instead"
+            )
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """One node to migrate: its path, its new ``zarr.json`` and the v2 documents to remove."""
+
+    path: str
+    document: dict[str, Any]
+    remove: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The whole migration: nodes (root last), and whether the root gets consolidated metadata."""
+
+    nodes: tuple[NodePlan, ...]
+    consolidated: bool
+    done: tuple[str, ...] = field(default=())  # nodes already v3 (a rerun after a crash)
+    leftovers: tuple[str, ...] = field(default=())  # v2 documents of nodes already v3
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready description (what ``--dry-run --json`` prints)."""
+        return {
+            "consolidated": self.consolidated,
+            "nodes": {n.path or "/": n.document for n in self.nodes},
+            "remove": [k for n in self.nodes for k in n.remove] + list(self.leftovers),
+            "already_v3": [p or "/" for p in self.done],
+        }
+
+
+def _parse(data: Any, key: str) -> Any:
+    try:
+        return json.loads(bytes(data).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise MetadataError(f"{key}: invalid JSON: {e}") from e
+
+
+def plan_migration(store: Store, root: str = "") -> Plan:
+    """Walk the hierarchy at ``root`` level by level (one listing per group, one batched get
+    per level; arrays are never listed into) and translate every v2 node. Raises
+    ``MigrationError`` (or the translator's typed error) naming the first node v3 cannot hold."""
+    inside = v2_ancestor(store, ancestor_paths(root)) if root else None
+    if inside is not None:  # a v3 node inside a v2 hierarchy would hide it from v2 readers
+        raise MigrationError(
+            f"{root!r} lies inside the Zarr v2 hierarchy of {inside!r}: migrate that hierarchy "
+            f"from its root ({parent_path(inside) or '/'!r}) instead"
+        )
+    nodes: list[NodePlan] = []
+    done: list[str] = []
+    leftovers: list[str] = []
+    level = [root]
+    consolidated = False
+    first = True
+    while level:
+        names = (*V2_DOCS, "zarr.json")
+        keys = [join_path(p, n) for p in level for n in names]
+        found = store.get_many(keys)
+        next_level: list[str] = []
+        for i, path in enumerate(level):
+            raw = dict(zip(names, found[i * len(names) : (i + 1) * len(names)], strict=True))
+            docs = {n: _parse(raw[n], join_path(path, n)) for n in V2_DOCS if raw[n] is not None}
+            doc = node_document(docs, path)
+            if doc is None and raw["zarr.json"] is not None:  # already v3 (an earlier run)
+                v3 = _parse(raw["zarr.json"], metadata_key(path))
+                done.append(path)
+                leftovers.extend(join_path(path, n) for n in V2_DOCS if raw[n] is not None)
+                if first:
+                    consolidated = isinstance(v3, Mapping) and v3.get("consolidated_metadata") is not None
+                if isinstance(v3, Mapping) and v3.get("node_type") == "group":
+                    next_level.append(path)
+                continue
+            if doc is None:
+                if first:
+                    raise MigrationError(f"no Zarr v2 node at {root or '/'!r} (no .zarray or .zgroup)")
+                continue  # a folder that is no node (v2 has no implicit groups)
+            remove = tuple(join_path(path, n) for n in V2_DOCS if n in docs)
+            nodes.append(NodePlan(path, v3_document(doc, path), remove))
+            if doc["node_type"] == "group":
+                next_level.append(path)
+        if first:
+            consolidated = consolidated or store.exists(join_path(root, CONSOLIDATED_KEY))
+            first = False
+        level = [
+            join_path(p, child)
+            for p in next_level
+            for child in store.list_dir(join_prefix(p))
+            if child not in (*V2_DOCS, CONSOLIDATED_KEY, "zarr.json")
+        ]
+    # the root's zarr.json goes last: until it is written, the store still opens as v2
+    nodes.sort(key=lambda n: (n.path == root, n.path))
+    return Plan(tuple(nodes), consolidated, tuple(done), tuple(leftovers))
+
+
+def apply_migration(store: Store, plan: Plan, root: str = "") -> None:
+    """Write every new ``zarr.json`` (root last, consolidated if the v2 root was), then remove
+    the v2 documents (``.zmetadata`` last)."""
+    for node in plan.nodes:
+        store.set(metadata_key(node.path), json.dumps(node.document, indent=2).encode())
+    if plan.consolidated:
+        consolidate_metadata(store, root)
+    for node in plan.nodes:
+        store.erase_many(list(node.remove))
+    store.erase_many(list(plan.leftovers))
+    store.erase(join_path(root, CONSOLIDATED_KEY))
+
+
+def _check_documents(plan: Plan) -> None:
+    """Every new document serialises as this package writes v3 (raises before any write)."""
+    for node in plan.nodes:
+        to_bytes(parse_node_json(node.document, node.path))
+
+
+@click.command("migrate")
+@click.argument("location")
+@click.option("--path", "node_path", default="", help="Migrate only the hierarchy below this node path.")
+@click.option("--dry-run", is_flag=True, help="Show what would be written and removed; change nothing.")
+@json_option
+@typed_errors
+def migrate(location: str, node_path: str, dry_run: bool, as_json: bool) -> None:
+    """Migrate the Zarr v2 hierarchy at LOCATION to Zarr v3 in place (metadata only).
+
+    Chunk bytes are not touched: arrays keep their keys through the "v2" chunk key encoding.
+    blosc, gzip, zstd and crc32c become the standard v3 codecs, other numcodecs codecs their
+    registered "numcodecs.*" names; _ARRAY_DIMENSIONS becomes dimension_names; a .zmetadata
+    becomes consolidated v3 metadata. Every node is translated and checked before anything
+    is written; a node v3 cannot express stops the migration with its name (exit code 2).
+    All zarr.json documents are written before any v2 document is removed, so rerunning
+    after an interruption finishes the job.
+    """
+    store = store_for(location, "r" if dry_run else "r+")
+    root = normalize_path(node_path)
+    plan = plan_migration(store, root)
+    _check_documents(plan)
+    if as_json:
+        emit_json({"dry_run": dry_run, **plan.to_json()})
+    else:
+        verb = "would migrate" if dry_run else "migrating"
+        for node in plan.nodes:
+            click.echo(f"{verb} {node.document['node_type']} {node.path or '/'}")
+        if not plan.nodes:
+            click.echo("nothing to migrate: no Zarr v2 documents left")
+    if dry_run:
+        return
+    if not plan.nodes and not plan.leftovers and not store.exists(join_path(root, CONSOLIDATED_KEY)):
+        return
+    try:
+        apply_migration(store, plan, root)
+    except Zarr3Error as e:  # a store failure mid-way: the rerun finishes it
+        click.echo(f"error: migration interrupted ({e}); run it again to finish", err=True)
+        raise SystemExit(EXIT_ERROR) from e
+    if not as_json:
+        click.echo(
+            f"migrated {len(plan.nodes)} node(s) to Zarr v3"
+            + (" (consolidated)" if plan.consolidated else "")
+        )

@@ -1,0 +1,347 @@
+"""What ``Array.info`` / ``Group.info`` and ``zarr3 info`` show: frozen descriptions with a text
+and a JSON rendering, and the storage figures of an array (measured by reading its objects).
+
+The descriptions are pure (built from metadata); ``storage_info`` and ``classify_keys`` are the
+I/O edge: they list the array's prefix and read each stored object once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..codecs.sharding import EMPTY, _whole_shard_index
+from .array import Array
+from .group import Group
+from .paths import join_prefix
+
+#: Objects are read in batches of this many to measure them (bounded memory).
+READ_BATCH = 64
+
+
+def _codec_docs(codecs: Iterable[Any]) -> tuple[dict, ...]:
+    return tuple(c.to_json() for c in codecs)
+
+
+def _order(array: Array) -> str:
+    """``"F"`` when the chain starts with a transpose reversing the axes (v2 ``order: "F"``)."""
+    chain = array.metadata.codec_chain()
+    first = chain.array_array[0].to_json() if chain.array_array else None
+    reverse = list(range(array.ndim))[::-1]
+    if first and first.get("name") == "transpose" and array.ndim > 1:
+        if list(first.get("configuration", {}).get("order", [])) == reverse:
+            return "F"
+    return "C"
+
+
+def _size(n: int) -> str:
+    """A byte count as zarr-python shows it: ``1234 (1.2K)``."""
+    value, unit = float(n), ""
+    for u in ("K", "M", "G", "T", "P"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, u
+    return f"{n}" if not unit else f"{n} ({value:.1f}{unit})"
+
+
+@dataclass(frozen=True)
+class StorageInfo:
+    """What an array holds in its store: objects, bytes and the units and inner chunks present."""
+
+    stored_objects: int
+    stored_bytes: int
+    units_present: int
+    units_total: int
+    inner_chunks_present: int | None
+    inner_chunks_total: int | None
+    nbytes: int
+    other_keys: tuple[str, ...] = ()
+
+    @property
+    def compression_ratio(self) -> float | None:
+        """Uncompressed bytes of the whole array over stored bytes (``None`` when nothing is stored)."""
+        return self.nbytes / self.stored_bytes if self.stored_bytes else None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict of the figures."""
+        out = asdict(self)
+        out["other_keys"] = list(self.other_keys)
+        out["compression_ratio"] = self.compression_ratio
+        return out
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    """The description ``Array.info`` gives (the fields of zarr-python's ``.info``)."""
+
+    path: str
+    zarr_format: int
+    data_type: Any
+    shape: tuple[int, ...]
+    chunk_shape: tuple[int, ...]
+    shard_shape: tuple[int, ...] | None
+    order: str
+    read_only: bool
+    store_type: str
+    filters: tuple[dict, ...]
+    serializer: dict
+    compressors: tuple[dict, ...]
+    nbytes: int
+    fill_value: Any = None
+    dimension_names: tuple[str | None, ...] | None = None
+    storage: StorageInfo | None = field(default=None)
+
+    def with_storage(self, storage: StorageInfo) -> ArrayInfo:
+        """This description with the measured storage figures."""
+        return ArrayInfo(**{**self.__dict__, "storage": storage})
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (``storage`` is ``null`` until measured)."""
+        out = {k: v for k, v in self.__dict__.items() if k != "storage"}
+        out["type"] = "Array"
+        for k in ("shape", "chunk_shape", "shard_shape", "dimension_names", "filters", "compressors"):
+            out[k] = None if out[k] is None else list(out[k])
+        out["fill_value"] = _json_scalar(self.fill_value)
+        out["storage"] = None if self.storage is None else self.storage.to_json()
+        return out
+
+    def to_text(self) -> str:
+        """Aligned ``Name : value`` lines, as zarr-python's ``.info`` prints them."""
+        rows: list[tuple[str, Any]] = [
+            ("Type", "Array"),
+            ("Path", self.path or "/"),
+            ("Zarr format", self.zarr_format),
+            (
+                "Data type",
+                json.dumps(self.data_type) if not isinstance(self.data_type, str) else self.data_type,
+            ),
+            ("Fill value", _json_scalar(self.fill_value)),
+            ("Shape", self.shape),
+            ("Chunk shape", self.chunk_shape),
+        ]
+        if self.shard_shape is not None:
+            rows.append(("Shard shape", self.shard_shape))
+        if self.dimension_names is not None:
+            rows.append(("Dimension names", self.dimension_names))
+        rows += [
+            ("Order", self.order),
+            ("Read-only", self.read_only),
+            ("Store type", self.store_type),
+            ("Filters", _codecs_text(self.filters)),
+            ("Serializer", _codecs_text((self.serializer,))),
+            ("Compressors", _codecs_text(self.compressors)),
+            ("No. bytes", _size(self.nbytes)),
+        ]
+        s = self.storage
+        if s is not None:
+            unit = "Shards" if self.shard_shape is not None else "Chunks"
+            rows += [
+                ("No. bytes stored", _size(s.stored_bytes)),
+                ("Storage ratio", "-" if s.compression_ratio is None else f"{s.compression_ratio:.1f}"),
+                ("Stored objects", s.stored_objects),
+                (f"{unit} present", f"{s.units_present}/{s.units_total}"),
+            ]
+            if s.inner_chunks_total is not None:
+                rows.append(("Inner chunks present", f"{s.inner_chunks_present}/{s.inner_chunks_total}"))
+            if s.other_keys:
+                rows.append(("Other keys", len(s.other_keys)))
+        return _align(rows)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """The description ``Group.info`` gives: the group and how many members it has."""
+
+    path: str
+    zarr_format: int
+    read_only: bool
+    store_type: str
+    n_arrays: int
+    n_groups: int
+    consolidated: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {"type": "Group", **self.__dict__}
+
+    def to_text(self) -> str:
+        """Aligned ``Name : value`` lines."""
+        return _align(
+            [
+                ("Type", "Group"),
+                ("Path", self.path or "/"),
+                ("Zarr format", self.zarr_format),
+                ("Read-only", self.read_only),
+                ("Store type", self.store_type),
+                ("Consolidated", self.consolidated),
+                ("No. members", self.n_arrays + self.n_groups),
+                ("No. arrays", self.n_arrays),
+                ("No. groups", self.n_groups),
+            ]
+        )
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+
+def _json_scalar(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not np.isfinite(value):
+        return str(value)
+    if isinstance(value, bytes):
+        return list(value)
+    if isinstance(value, complex):
+        return [value.real, value.imag]
+    return value
+
+
+def _codecs_text(codecs: Sequence[dict]) -> str:
+    if not codecs:
+        return "()"
+    return ", ".join(json.dumps(c, separators=(",", ":")) for c in codecs)
+
+
+def _align(rows: Sequence[tuple[str, Any]]) -> str:
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}} : {v}" for k, v in rows)
+
+
+def _inner_chain(array: Array) -> Any:
+    """The chain whose filters/serializer/compressors a user chose: the sharding codec's inner
+    chain when the array is sharded (as zarr-python reports them), else the array's."""
+    chain = array.metadata.codec_chain()
+    if array.shards is not None:
+        return chain.array_bytes.layout(chain.specs[-1]).inner
+    return chain
+
+
+def array_info(array: Array) -> ArrayInfo:
+    """The description of ``array`` from its metadata (no store access)."""
+    chain = _inner_chain(array)
+    return ArrayInfo(
+        path=array.path,
+        zarr_format=array.zarr_format,
+        data_type=array.metadata.data_type.to_json(),
+        shape=array.shape,
+        chunk_shape=array.chunks,
+        shard_shape=array.shards,
+        order=_order(array),
+        read_only=array.read_only,
+        store_type=type(array.store).__name__,
+        filters=_codec_docs(chain.array_array),
+        serializer=chain.array_bytes.to_json(),
+        compressors=_codec_docs(chain.bytes_bytes),
+        nbytes=array.nbytes,
+        fill_value=array.fill_value,
+        dimension_names=array.dimension_names,
+    )
+
+
+def group_info(group: Group) -> GroupInfo:
+    """The description of ``group``: lists its direct members (one level)."""
+    members = group.members(max_depth=1)
+    n_arrays = sum(isinstance(m, Array) for m in members.values())
+    return GroupInfo(
+        path=group.path,
+        zarr_format=group.zarr_format,
+        read_only=group.read_only,
+        store_type=type(group.store).__name__,
+        n_arrays=n_arrays,
+        n_groups=len(members) - n_arrays,
+        consolidated=group.metadata.consolidated_metadata is not None,
+    )
+
+
+@dataclass(frozen=True)
+class KeyMap:
+    """An array's stored keys sorted out: storage units of its grid by key, and the rest."""
+
+    units: dict[str, tuple[int, ...]]
+    other: tuple[str, ...]
+
+
+def _is_metadata(rel: str) -> bool:
+    return rel in ("zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata")
+
+
+def classify_keys(array: Array, keys: Iterable[str]) -> KeyMap:
+    """Sort ``keys`` (full keys under the array's prefix) into storage units of the array's grid
+    and other keys (stray files, units outside the grid); metadata documents are left out."""
+    prefix = join_prefix(array.path)
+    encoding = array.metadata.chunk_key_encoding
+    grid = array.metadata.chunk_grid.grid_shape(array.shape)
+    units: dict[str, tuple[int, ...]] = {}
+    other: list[str] = []
+    for key in keys:
+        rel = key[len(prefix) :]
+        if _is_metadata(rel):
+            continue
+        try:
+            coords = encoding.decode_chunk_key(rel, array.ndim)
+        except Exception:  # any key the encoding does not produce is not a unit
+            other.append(key)
+            continue
+        if len(coords) == array.ndim and all(0 <= c < n for c, n in zip(coords, grid, strict=True)):
+            units[key] = coords
+        else:
+            other.append(key)
+    return KeyMap(units, tuple(sorted(other)))
+
+
+def array_keys(array: Array) -> list[str]:
+    """Every stored key under the array's prefix (one listing)."""
+    return sorted(array.store.list_prefix(join_prefix(array.path)))
+
+
+def shard_index(array: Array, data: Any) -> np.ndarray:
+    """The checked index of one whole stored shard of ``array`` (offset, nbytes per inner chunk);
+    raises ``CorruptionError`` when it is truncated or points outside the shard."""
+    chain = array.metadata.codec_chain()
+    # the sharding codec's own whole-shard index reader (one owner of the index rules)
+    return _whole_shard_index(chain.array_bytes.layout(chain.specs[-1]), memoryview(data))
+
+
+def read_batches(array: Array, keys: Sequence[str]) -> Iterator[tuple[str, bytes | None]]:
+    """``(key, bytes)`` of each key, read ``READ_BATCH`` at a time in batched store calls."""
+    for i in range(0, len(keys), READ_BATCH):
+        batch = keys[i : i + READ_BATCH]
+        yield from zip(batch, array.store.get_many(batch), strict=True)
+
+
+def storage_info(array: Array, keys: Sequence[str] | None = None) -> StorageInfo:
+    """Measure what ``array`` holds: lists its prefix and reads every stored unit once (shards
+    are measured from their index). ``keys`` saves the listing when the caller has it."""
+    keymap = classify_keys(array, array_keys(array) if keys is None else keys)
+    grid = array.metadata.chunk_grid.grid_shape(array.shape)
+    total = int(np.prod(grid, dtype=np.int64))
+    sharded = array.shards is not None
+    inner_total = inner_present = None
+    if sharded:
+        per_shard = int(np.prod([-(-s // c) for s, c in zip(array.shards, array.chunks, strict=True)]))
+        inner_total, inner_present = total * per_shard, 0
+    stored_bytes = 0
+    for _key, data in read_batches(array, list(keymap.units)):
+        if data is None:  # erased since the listing
+            continue
+        stored_bytes += len(data)
+        if sharded:
+            index = shard_index(array, data)
+            inner_present += int((index[..., 0] != EMPTY).sum())
+    return StorageInfo(
+        stored_objects=len(keymap.units),
+        stored_bytes=stored_bytes,
+        units_present=len(keymap.units),
+        units_total=total,
+        inner_chunks_present=inner_present,
+        inner_chunks_total=inner_total,
+        nbytes=array.nbytes,
+        other_keys=keymap.other,
+    )
