@@ -295,29 +295,29 @@ def test_info_and_tree_of_a_v2_array(tmp_path):
     )
 
 
-def test_check_repair_calls_the_package_repair(store_path, monkeypatch):
-    Path(store_path, ".z3-txn", "w9").mkdir(parents=True)
-    Path(store_path, ".z3-txn", "w9", "manifest.json").write_text("{}")
-    calls = []
+def _dead_write(store_path, with_manifest: bool) -> str:
+    """The records a killed writer leaves: a staged chunk, and maybe its manifest."""
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    txn = f"1-{int(gone.stdout)}-1-x-abcd1234"
+    base = Path(store_path, ".z3-txn", txn)
+    (base / "data").mkdir(parents=True)
+    (base / "data" / "orphan").write_bytes(b"x")
+    if with_manifest:
+        manifest = {"id": txn, "owner": {}, "documents": {}, "erase_prefixes": [], "guard": []}
+        (base / "manifest.json").write_text(json.dumps(manifest))
+    return txn
 
-    def fake_repair(store):  # stands in for zarr3_backend.repair: rolls the dead write forward
-        calls.append(store)
-        store.erase_prefix(".z3-txn/")
-        return ["w9"]
 
-    monkeypatch.setattr(check_module, "package_repair", lambda: fake_repair)
+@pytest.mark.parametrize("with_manifest", [False, True])
+def test_check_reports_and_repairs_dead_writes(store_path, with_manifest):
+    txn = _dead_write(store_path, with_manifest)
+    result = run("check", store_path)
+    assert result.exit_code == 1 and f"IN-FLIGHT .z3-txn/{txn}" in result.stdout
     result = run("check", store_path, "--repair", "--json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["repaired"] == ["write w9"]
-    assert len(calls) == 1 and not calls[0].read_only
-    assert not Path(store_path, ".z3-txn").exists() or not any(Path(store_path, ".z3-txn").iterdir())
-
-
-def test_check_without_repair_leaves_write_records(store_path, monkeypatch):
-    monkeypatch.setattr(check_module, "package_repair", lambda: None)
-    Path(store_path, ".z3-txn", "w9").mkdir(parents=True)
-    Path(store_path, ".z3-txn", "w9", "manifest.json").write_text("{}")
-    result = run("check", store_path, "--repair")
-    assert result.exit_code == 1
-    assert "no repair()" in result.stderr and "IN-FLIGHT .z3-txn/w9" in result.stdout
-    assert Path(store_path, ".z3-txn", "w9", "manifest.json").exists()
+    assert json.loads(result.stdout)["repaired"] == [f"write {txn}"]
+    assert not Path(store_path, ".z3-txn", txn).exists()
+    # rolled forward (with a manifest) or dropped (without one): the staged value is gone either way
+    assert not Path(store_path, "orphan").exists() or with_manifest

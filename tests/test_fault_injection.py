@@ -196,7 +196,9 @@ def test_kill_inside_the_commit_window(tmp_path, scenario, layout):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario,layout", [(s, lay) for s in ("array", "region", "append") for lay in LAYOUTS])
+@pytest.mark.parametrize(
+    "scenario,layout", [(s, lay) for s in ("array", "region", "append") for lay in LAYOUTS]
+)
 def test_kill_at_random_instants(tmp_path, scenario, layout):
     """Six SIGKILLs at random instants of one write (9 cases: 54 kills): only old, new, or a
     refusal that repair turns into old or new."""

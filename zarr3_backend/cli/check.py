@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,8 +17,9 @@ import click
 
 from .._owner import token_is_dead
 from .._threads import thread_map
-from ..core.api import open_group, open_node
+from ..core.api import open_group, open_node, repair
 from ..core.array import Array
+from ..core.commit import TXN_DIR
 from ..core.info import array_keys, classify_keys, read_batches, shard_index
 from ..core.paths import join_path, join_prefix
 from ..errors import Zarr3Error
@@ -27,8 +27,6 @@ from ..stores.base import Store
 from ..stores.local import TEMP_PREFIX, LocalStore
 from ._common import EXIT_PROBLEMS, emit_json, json_option, path_option, store_for, typed_errors
 
-#: Where in-flight write records live (the commit protocol's staging area, at the store root).
-TXN_DIR = ".z3-txn"
 #: Metadata documents a node may hold (v3 and v2).
 NODE_DOCUMENTS = frozenset({"zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"})
 
@@ -185,29 +183,10 @@ def scan(store: Store, path: str, *, show_progress: bool) -> Report:
     return report
 
 
-def package_repair() -> Callable[[Store], list[str]] | None:
-    """``zarr3_backend.repair`` (finishes or rolls back dead writers' writes), or ``None`` in a
-    version of the package without the write commit protocol."""
-    try:
-        from .. import repair
-    except ImportError:
-        return None
-    return repair
-
-
 def repair_store(store: Store, report: Report) -> list[str]:
-    """Finish or roll back dead writers' writes with ``zarr3_backend.repair`` when this version
-    has it; remove dead writers' temporary files. Returns what was repaired."""
-    done: list[str] = []
-    repair = package_repair()
-    if repair is None:
-        if report.in_flight:
-            click.echo(
-                "note: this zarr3_backend has no repair(): in-flight write records are left alone",
-                err=True,
-            )
-    else:
-        done += [f"write {t}" for t in repair(store)]
+    """Finish or roll back dead writers' writes (``zarr3_backend.repair``) and remove dead
+    writers' temporary files. Returns what was repaired."""
+    done = [f"write {t}" for t in repair(store)]
     for temp in report.temporary:
         if temp.writer_dead:
             remove_temp_file(store, temp)
