@@ -482,3 +482,9 @@ def fill_value_to_json(value: Any, dt: DataType) -> Any:
 def default_fill_value(dt: DataType) -> Any:
     """Zero of ``dt`` (False, 0, 0.0, 0j, zero bytes): the fill value used when none is given."""
     return dt.default_fill_value()
+
+
+# The built-in extension types live in their own modules and register themselves on import;
+# importing them here (last, once every name above exists) makes them known wherever data
+# types are parsed.
+from . import dtypes_struct, dtypes_text, dtypes_time  # noqa: E402, F401
