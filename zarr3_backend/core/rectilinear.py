@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .._threads import thread_map
 from ..errors import ShapeError
 from ..indexing import normalize_selection
 from .array import Array
@@ -105,8 +106,12 @@ def read(array: Array, selection: Any = ...) -> np.ndarray:
     integer arrays or boolean masks per axis (orthogonal, as ``Array.oindex``)."""
     indices, dropped, plan = _plan(array, selection)
     out = np.empty(tuple(len(i) for i in indices), dtype=array.dtype)
-    for coords, chunk_sel, out_sel in plan:
+
+    def read_one(item: tuple) -> None:
+        coords, chunk_sel, out_sel = item
         out[out_sel] = chunk_view(array, coords).oindex[chunk_sel]
+
+    thread_map(read_one, plan, kind="io")  # chunks are independent: fetched and decoded concurrently
     return out[tuple(0 if d else slice(None) for d in dropped)]
 
 
@@ -123,8 +128,12 @@ def write(array: Array, selection: Any, value: Any) -> None:
             f"array {array.path or '/'!r}: value of shape {value.shape} cannot be written to a "
             f"selection of shape {kept}"
         ) from e
-    for coords, chunk_sel, out_sel in plan:
+
+    def write_one(item: tuple) -> None:
+        coords, chunk_sel, out_sel = item
         chunk_view(array, coords).oindex[chunk_sel] = value[out_sel]
+
+    thread_map(write_one, plan, kind="io")  # each task owns its chunk: no two touch the same key
 
 
 def check_codecs(meta: ArrayMetadata) -> None:
