@@ -274,3 +274,14 @@ def test_bytes_fill_value_as_integer_array() -> None:
     dt = parse_data_type("bytes")
     assert dt.parse_fill_value([1, 2, 3]) == b"\x01\x02\x03"
     assert dt.fill_value_to_json(b"\x01\x02\x03") == "AQID"
+
+
+def test_every_zarr_python_34_fixture_opens_in_one_listing() -> None:
+    """The whole group lists: no member is unreadable (tree() would name it and why)."""
+    group = z3.open_group(STORE, mode="r")
+    members = group.members()
+    assert sorted(members) == sorted(MANIFEST)
+    text = group.tree()
+    assert "unreadable" not in text
+    assert "  struct_nested (3,) [('p', [('x', '<f4'), ('y', '<f4')]), ('t', '<M8[s]'), ('v', '<i2')]" in text
+    assert "  timedelta64_3h (3,) timedelta64[3h]" in text
