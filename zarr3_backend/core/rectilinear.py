@@ -13,17 +13,19 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._threads import thread_map
 from ..errors import ShapeError
 from ..indexing import normalize_selection
-from .array import Array
 from .chunk_grid import RegularChunkGrid
 from .chunk_key_encoding import ChunkKeyEncoding
 from .metadata import ArrayMetadata
+
+if TYPE_CHECKING:
+    from .array import Array
 
 __all__ = ["check_codecs", "chunk_view", "read", "write"]
 
@@ -56,7 +58,8 @@ def chunk_view(array: Array, coords: Sequence[int]) -> Array:
         chunk_grid=RegularChunkGrid(shape),
         chunk_key_encoding=_ChunkAt(encoding.separator, encoding, coords),
     )
-    return Array(
+    # type(array): this module needs no import of core.array, so the Array can dispatch here
+    return type(array)(
         array.store, array.path, view, read_only=array.read_only, write_empty_chunks=array.write_empty_chunks
     )
 
