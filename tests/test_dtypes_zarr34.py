@@ -285,3 +285,37 @@ def test_every_zarr_python_34_fixture_opens_in_one_listing() -> None:
     assert "unreadable" not in text
     assert "  struct_nested (3,) [('p', [('x', '<f4'), ('y', '<f4')]), ('t', '<M8[s]'), ('v', '<i2')]" in text
     assert "  timedelta64_3h (3,) timedelta64[3h]" in text
+
+
+def test_aligned_struct_dtypes_are_stored_packed(tmp_path) -> None:
+    aligned = np.dtype([("a", "u1"), ("b", "<f8")], align=True)  # 7 padding bytes in memory
+    a = z3.create_array(tmp_path / "p.zarr", shape=(3,), dtype=aligned, chunks=(2,))
+    assert a.dtype == np.dtype([("a", "u1"), ("b", "<f8")]) and a.dtype.itemsize == 9
+    value = np.zeros(3, dtype=aligned)
+    value["a"], value["b"] = [1, 2, 3], [0.5, 1.5, 2.5]
+    a[...] = value
+    got = a[...]
+    assert got["a"].tolist() == [1, 2, 3] and got["b"].tolist() == [0.5, 1.5, 2.5]
+
+
+def test_xarray_reads_the_new_data_types(tmp_path) -> None:
+    import xarray as xr
+
+    g = z3.open_group(tmp_path / "x.zarr", mode="w")
+    chain = [
+        {"name": "bytes", "configuration": {"endian": "big"}},
+        {"name": "gzip", "configuration": {"level": 1}},
+    ]
+    values = {
+        "when": np.array([0, 1, "NaT"], dtype="datetime64[10s]"),
+        "span": np.array([5, -1, "NaT"], dtype="timedelta64[ms]"),
+        "rec": np.array([(1, 0.5), (2, 1.5), (3, 2.5)], dtype=[("a", "<i4"), ("b", "<f4")]),
+    }
+    for name, v in values.items():
+        g.create_array(name, shape=v.shape, dtype=v.dtype, chunks=(3,), dimension_names=("t",), codecs=chain)[
+            ...
+        ] = v
+    ds = xr.open_dataset(tmp_path / "x.zarr", engine="zarr3")
+    for name, v in values.items():
+        assert ds[name].dtype == v.dtype
+        assert ds[name].values.tobytes() == v.tobytes()
