@@ -448,3 +448,60 @@ def test_our_structured_arrays_open_in_zarr_python_exactly(tmp_path, dtype):
     expected = np.concatenate([data, data[:1]])
     assert z[...].tobytes() == expected.tobytes()
     assert z.fill_value.tobytes() == fill.tobytes()
+
+
+# tensorstore reads and writes flat "struct" arrays one field at a time (no nested structs)
+TS_STRUCT = {
+    "name": "struct",
+    "configuration": {
+        "fields": [
+            {"name": "x", "data_type": "int32"},
+            {"name": "y", "data_type": "float32"},
+            {"name": "f", "data_type": "uint8"},
+        ]
+    },
+}
+
+
+def test_tensorstore_struct_arrays_open_here_exactly(tmp_path):
+    spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(tmp_path / "t")}}
+    meta = {
+        "shape": [5],
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+        "data_type": TS_STRUCT,
+        "fill_value": {"x": -1, "y": "NaN", "f": 7},
+        "codecs": [{"name": "bytes", "configuration": {"endian": "big"}}],
+    }
+    for field, values in (("x", [1, 2, 3, 4]), ("y", [0.5, -1.5, 2.25, 8.0]), ("f", [9, 8, 7, 6])):
+        t = ts.open({**spec, "field": field, "metadata": meta}, create=True, open=True).result()
+        t[:4] = values
+    a = z3.open_array(tmp_path / "t", mode="r")
+    got = a[...]
+    assert got.dtype == np.dtype([("x", "<i4"), ("y", "<f4"), ("f", "u1")])
+    assert got["x"].tolist() == [1, 2, 3, 4, -1] and got["f"].tolist() == [9, 8, 7, 6, 7]
+    assert got["y"][:4].tolist() == [0.5, -1.5, 2.25, 8.0] and np.isnan(got["y"][4])
+
+
+@pytest.mark.parametrize("endian", ["little", "big"])
+def test_our_struct_arrays_open_in_tensorstore_exactly(tmp_path, endian):
+    dtype = np.dtype([("x", "<i4"), ("y", "<f4"), ("f", "u1")])
+    data = np.array([(1, 0.5, 9), (2, -1.5, 8), (3, 2.25, 7)], dtype=dtype)
+    a = z3.create_array(
+        tmp_path / "o.zarr",
+        shape=(4,),
+        dtype=dtype,
+        chunks=(2,),
+        fill_value=np.array((-1, 4.0, 3), dtype=dtype)[()],
+        codecs=[{"name": "bytes", "configuration": {"endian": endian}}, *GZIP],
+    )
+    a[:3] = data
+    for field in dtype.names:
+        t = ts.open(
+            {
+                "driver": "zarr3",
+                "kvstore": {"driver": "file", "path": str(tmp_path / "o.zarr")},
+                "field": field,
+            }
+        ).result()
+        expected = np.concatenate([data[field], np.array([(-1, 4.0, 3)], dtype=dtype)[field]])
+        np.testing.assert_array_equal(t.read().result(), expected)
