@@ -10,6 +10,7 @@ from sample_data import DTYPES
 from sample_data import sample as _sample
 
 import zarr3_backend as z3
+from zarr3_backend.core.dtypes import data_type_from_numpy
 
 pytestmark = pytest.mark.interop
 
@@ -350,3 +351,157 @@ def test_tensorstore_fill_values_open_here_bit_exact(tmp_path, dtype, fill):
     a = z3.open_array(tmp_path / "t.zarr")
     assert np.array(a.fill_value, dtype=dtype).tobytes() == np.array(t.fill_value, dtype=dtype).tobytes()
     assert a[...].tobytes() == t.read().result().tobytes()
+
+
+# --- extension data types zarr-python 3.1 reads and writes (tensorstore has none of them) -------
+GZIP = [{"name": "gzip", "configuration": {"level": 1}}]
+TIME_DTYPES = ["datetime64[s]", "datetime64[10ms]", "datetime64[D]", "timedelta64[ns]", "timedelta64[7m]"]
+
+
+def _time_sample(dtype: str) -> np.ndarray:
+    values = np.array([0, 1, -5, 2**40, np.iinfo(np.int64).min, 12345], dtype=np.int64)
+    return values.view(np.dtype(dtype).newbyteorder("<")).astype(dtype).reshape(2, 3)
+
+
+@pytest.mark.parametrize("dtype", TIME_DTYPES)
+@pytest.mark.parametrize("endian", ["little", "big"])
+def test_zarr_python_time_arrays_open_here_exactly(tmp_path, dtype, endian):
+    from zarr.codecs import BytesCodec, GzipCodec
+
+    data = _time_sample(dtype)
+    z = zarr.create_array(
+        tmp_path / "t.zarr",
+        shape=(3, 3),
+        chunks=(2, 2),
+        dtype=dtype,
+        serializer=BytesCodec(endian=endian),
+        compressors=[GzipCodec(level=1)],
+    )
+    z[:2] = data
+    a = z3.open_array(tmp_path / "t.zarr", mode="r")
+    assert a.dtype == np.dtype(dtype)
+    got = a[...]
+    assert got.view(np.int64).tolist() == z[...].view(np.int64).tolist()  # NaT fill included
+    assert np.isnat(a.fill_value)
+
+
+@pytest.mark.parametrize("dtype", TIME_DTYPES)
+def test_our_time_arrays_open_in_zarr_python_exactly(tmp_path, dtype):
+    data = _time_sample(dtype)
+    fill = np.array(3, dtype=np.int64).view(dtype)[()]
+    a = z3.create_array(tmp_path / "t.zarr", shape=(3, 3), dtype=dtype, chunks=(2, 2), fill_value=fill)
+    a[:2] = data
+    z = zarr.open_array(tmp_path / "t.zarr", mode="r")
+    assert z.dtype == np.dtype(dtype)
+    assert z.fill_value.view(np.int64) == 3
+    expected = np.full((3, 3), fill, dtype=dtype)
+    expected[:2] = data
+    assert z[...].view(np.int64).tolist() == expected.view(np.int64).tolist()
+
+
+STRUCTS = [
+    np.dtype([("a", "<i4"), ("b", "u1"), ("c", "<f8")]),
+    np.dtype([("p", [("x", "<f4"), ("y", "<f4")]), ("t", "<M8[s]"), ("s", "S3")]),
+]
+
+
+def _struct_sample(dtype: np.dtype) -> np.ndarray:
+    raw = np.random.default_rng(7).integers(0, 256, size=5 * dtype.itemsize, dtype=np.uint8)
+    out = raw.view(dtype).copy()
+    for name in dtype.names:  # keep float fields finite so equality is meaningful
+        if dtype[name].kind == "f":
+            out[name] = np.arange(5)
+    return out
+
+
+@pytest.mark.parametrize("dtype", STRUCTS, ids=["flat", "nested"])
+def test_zarr_python_structured_arrays_open_here_exactly(tmp_path, dtype):
+    data = _struct_sample(dtype)
+    from zarr.codecs import GzipCodec
+
+    z = zarr.create_array(
+        tmp_path / "s.zarr", shape=(6,), chunks=(4,), dtype=dtype, compressors=[GzipCodec()]
+    )
+    z[:5] = data
+    a = z3.open_array(tmp_path / "s.zarr", mode="r")
+    assert a.dtype == dtype
+    assert a[...].tobytes() == z[...].tobytes()
+    assert a.metadata.to_json()["data_type"]["name"] == "structured"
+
+
+@pytest.mark.parametrize("dtype", STRUCTS, ids=["flat", "nested"])
+def test_our_structured_arrays_open_in_zarr_python_exactly(tmp_path, dtype):
+    """zarr-python 3.1 reads the legacy ``structured`` spelling (3.4 and the spec write ``struct``)."""
+    data = _struct_sample(dtype)
+    legacy = data_type_from_numpy(dtype).as_legacy()
+    fill = data[0]
+    a = z3.create_array(
+        tmp_path / "s.zarr",
+        shape=(6,),
+        dtype=legacy,
+        chunks=(4,),
+        fill_value=fill,
+        codecs=[{"name": "bytes", "configuration": {"endian": "little"}}, *GZIP],
+    )
+    a[1:5] = data[1:]
+    z = zarr.open_array(tmp_path / "s.zarr", mode="r")
+    expected = np.concatenate([data, data[:1]])
+    assert z[...].tobytes() == expected.tobytes()
+    assert z.fill_value.tobytes() == fill.tobytes()
+
+
+# tensorstore reads and writes flat "struct" arrays one field at a time (no nested structs)
+TS_STRUCT = {
+    "name": "struct",
+    "configuration": {
+        "fields": [
+            {"name": "x", "data_type": "int32"},
+            {"name": "y", "data_type": "float32"},
+            {"name": "f", "data_type": "uint8"},
+        ]
+    },
+}
+
+
+def test_tensorstore_struct_arrays_open_here_exactly(tmp_path):
+    spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(tmp_path / "t")}}
+    meta = {
+        "shape": [5],
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+        "data_type": TS_STRUCT,
+        "fill_value": {"x": -1, "y": "NaN", "f": 7},
+        "codecs": [{"name": "bytes", "configuration": {"endian": "big"}}],
+    }
+    for field, values in (("x", [1, 2, 3, 4]), ("y", [0.5, -1.5, 2.25, 8.0]), ("f", [9, 8, 7, 6])):
+        t = ts.open({**spec, "field": field, "metadata": meta}, create=True, open=True).result()
+        t[:4] = values
+    a = z3.open_array(tmp_path / "t", mode="r")
+    got = a[...]
+    assert got.dtype == np.dtype([("x", "<i4"), ("y", "<f4"), ("f", "u1")])
+    assert got["x"].tolist() == [1, 2, 3, 4, -1] and got["f"].tolist() == [9, 8, 7, 6, 7]
+    assert got["y"][:4].tolist() == [0.5, -1.5, 2.25, 8.0] and np.isnan(got["y"][4])
+
+
+@pytest.mark.parametrize("endian", ["little", "big"])
+def test_our_struct_arrays_open_in_tensorstore_exactly(tmp_path, endian):
+    dtype = np.dtype([("x", "<i4"), ("y", "<f4"), ("f", "u1")])
+    data = np.array([(1, 0.5, 9), (2, -1.5, 8), (3, 2.25, 7)], dtype=dtype)
+    a = z3.create_array(
+        tmp_path / "o.zarr",
+        shape=(4,),
+        dtype=dtype,
+        chunks=(2,),
+        fill_value=np.array((-1, 4.0, 3), dtype=dtype)[()],
+        codecs=[{"name": "bytes", "configuration": {"endian": endian}}, *GZIP],
+    )
+    a[:3] = data
+    for field in dtype.names:
+        t = ts.open(
+            {
+                "driver": "zarr3",
+                "kvstore": {"driver": "file", "path": str(tmp_path / "o.zarr")},
+                "field": field,
+            }
+        ).result()
+        expected = np.concatenate([data[field], np.array([(-1, 4.0, 3)], dtype=dtype)[field]])
+        np.testing.assert_array_equal(t.read().result(), expected)

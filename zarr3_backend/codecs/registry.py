@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
+from importlib import import_module
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -19,6 +20,9 @@ from .base import Codec
 ENTRY_POINT_GROUP = "zarr3_backend.codecs"
 
 _registry: dict[str, type[Codec]] = {}
+
+#: Built-in codecs in modules of their own, imported (and so registered) on first use.
+_BUILTIN_MODULES = {"cast_value": ".cast_value", "scale_offset": ".scale_offset"}
 
 
 def register_codec(cls: type[Codec], name: str | None = None) -> type[Codec]:
@@ -45,6 +49,9 @@ def get_codec_class(name: str) -> type[Codec]:
     opening data that does not use it.
     """
     cls = _registry.get(name)
+    if cls is None and name in _BUILTIN_MODULES:
+        import_module(_BUILTIN_MODULES[name], __package__)
+        cls = _registry.get(name)
     if cls is None:
         for ep in entry_points(group=ENTRY_POINT_GROUP, name=name):
             cls = _registry[name] = _load_entry_point(ep)
@@ -56,6 +63,8 @@ def get_codec_class(name: str) -> type[Codec]:
 
 def registered_codecs() -> dict[str, type[Codec]]:
     """A copy of the registry, entry points included (a plugin that fails to load is left out)."""
+    for module in _BUILTIN_MODULES.values():
+        import_module(module, __package__)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name not in _registry:
             try:

@@ -26,7 +26,7 @@ from ..stores import make_store
 from ..stores.base import Store, StoreArgumentError
 from ..stores.resolve import MODES
 from .array import Array
-from .chunk_grid import RegularChunkGrid
+from .chunk_grid import RegularChunkGrid, rectilinear_from_arg
 from .chunk_key_encoding import DefaultChunkKeyEncoding, parse_chunk_key_encoding
 from .codec_specs import build_codecs
 from .commit import Transaction, replace_document, wait_for_commits
@@ -36,6 +36,7 @@ from .dtypes import DataType, as_data_type, default_fill_value, parse_fill_value
 from .group import Group, node_from_metadata, open_existing_group, read_node_metadata, v2_ancestor
 from .metadata import ArrayMetadata, GroupMetadata, parse_node, to_bytes
 from .paths import ancestor_paths, join_prefix, metadata_key, normalize_path, validate_new_node_path
+from .rectilinear import check_codecs
 
 
 def _check_mode(mode: str) -> None:
@@ -159,6 +160,12 @@ def array_metadata(
         fill = parse_fill_value(_fill_to_json_input(fill_value, dt), dt)
     else:
         fill = parse_fill_value(fill_value, dt)
+    # rectilinear chunks (per-axis edge lists): the first chunk's shape builds the codecs
+    rect = rectilinear_from_arg(shards if shards is not None else chunks, len(shape))
+    if rect is not None and shards is not None:
+        shards = rect.codec_shape((0,) * len(shape))
+    elif rect is not None:
+        chunks = rect.codec_shape((0,) * len(shape))
     if codecs is not None:
         if shards is not None:
             raise ShapeError(
@@ -212,13 +219,14 @@ def array_metadata(
     meta = ArrayMetadata(
         shape=shape,
         data_type=dt,
-        chunk_grid=RegularChunkGrid(tuple(grid_shape)),
+        chunk_grid=rect or RegularChunkGrid(tuple(grid_shape)),
         chunk_key_encoding=encoding,
         fill_value=fill,
         codecs=tuple(codec_list),
         attributes=dict(attributes or {}),
         dimension_names=dimension_names,
     )
+    check_codecs(meta)  # a rectilinear grid's codecs must suit every chunk shape
     # ArrayMetadata holds the evolved codecs (endian, blosc typesize); the JSON round trip
     # validates the document exactly as a reader will see it
     return ArrayMetadata.from_json(meta.to_json(), path)

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import DataTypeError
+from ..numeric_json import float_to_json, parse_float_json, parse_int_json
 from ._extension import parse_extension
 
 __all__ = [
@@ -90,10 +90,6 @@ _CORE_BY_NUMPY: dict[tuple[str, int], str] = {
 
 #: Raw bits ``r<N>``: N a positive multiple of 8, written without leading zeros.
 _RAW_NAME = re.compile(r"r([1-9][0-9]*)")
-
-#: The bits the spec gives the string "NaN": sign 0, exponent all ones, only the mantissa MSB set.
-_CANONICAL_NAN_BITS = {2: 0x7E00, 4: 0x7FC0_0000, 8: 0x7FF8_0000_0000_0000}
-_FLOAT_STRINGS = ("NaN", "Infinity", "-Infinity", "0x<hex>")
 
 
 def _bad_fill(value: Any, dt: DataType, why: str) -> DataTypeError:
@@ -168,10 +164,10 @@ class DataType:
         if kind in "iu":
             return int(value)
         if kind == "f":
-            return _float_to_json(value)
+            return float_to_json(value)
         if kind == "c":
             parts = np.array(value).reshape(1).view(_component_dtype(self.numpy))
-            return [_float_to_json(parts[0]), _float_to_json(parts[1])]
+            return [float_to_json(parts[0]), float_to_json(parts[1])]
         if kind == "V":
             return list(value.tobytes())
         raise _bad_fill(value, self, "this data type defines no fill value JSON form")
@@ -191,54 +187,17 @@ def _parse_bool(value: Any, dtype: np.dtype, dt: DataType) -> np.generic:
 
 
 def _parse_int(value: Any, dtype: np.dtype, dt: DataType) -> np.generic:
-    if isinstance(value, bool | np.bool_):
-        raise _bad_fill(value, dt, "expected an integer, not a boolean")
-    if isinstance(value, np.floating) and np.isfinite(value) and float(value).is_integer():
-        value = int(value)  # a numpy float scalar holding an integer (user input, never JSON)
-    if not isinstance(value, int | np.integer):
-        raise _bad_fill(value, dt, "expected a JSON integer (no fraction or exponent)")
-    info = np.iinfo(dtype)
-    if not info.min <= int(value) <= info.max:
-        raise _bad_fill(value, dt, f"out of range [{info.min}, {info.max}]")
-    return dtype.type(int(value))
-
-
-def _float_from_bits(bits: int, dtype: np.dtype) -> np.generic:
-    return np.array([bits], dtype=f"u{dtype.itemsize}").view(dtype)[0]
+    try:
+        return parse_int_json(value, dtype)
+    except ValueError as e:
+        raise _bad_fill(value, dt, str(e)) from None
 
 
 def _parse_float(value: Any, dtype: np.dtype, dt: DataType) -> np.generic:
-    if isinstance(value, np.generic):
-        if isinstance(value, np.floating) and value.dtype.itemsize == dtype.itemsize:
-            return np.array(value).reshape(1).view(dtype)[0]  # same type: keep the bits exactly
-        if isinstance(value, np.floating | np.integer) and not isinstance(value, np.bool_):
-            with np.errstate(over="ignore"):
-                return dtype.type(value)
-        raise _bad_fill(value, dt, "expected a real number")
-    if isinstance(value, bool):
-        raise _bad_fill(value, dt, "expected a number, not a boolean")
-    if isinstance(value, int | float):
-        try:
-            as_float = float(value)
-        except OverflowError:  # an integer beyond float64: rounds to infinity like any overflow
-            as_float = math.inf if value > 0 else -math.inf
-        with np.errstate(over="ignore"):
-            return dtype.type(as_float)
-    if isinstance(value, str):
-        if value == "NaN":
-            return _float_from_bits(_CANONICAL_NAN_BITS[dtype.itemsize], dtype)
-        if value == "Infinity":
-            return dtype.type(np.inf)
-        if value == "-Infinity":
-            return dtype.type(-np.inf)
-        if value.startswith("0x"):
-            digits = value[2:]
-            width = 2 * dtype.itemsize
-            if len(digits) != width or not all(c in "0123456789abcdefABCDEF" for c in digits):
-                raise _bad_fill(value, dt, f"hex form needs exactly {width} hex digits after '0x'")
-            return _float_from_bits(int(digits, 16), dtype)
-        raise _bad_fill(value, dt, f"expected a number or one of {', '.join(map(repr, _FLOAT_STRINGS))}")
-    raise _bad_fill(value, dt, "expected a number or a string form")
+    try:
+        return parse_float_json(value, dtype)
+    except ValueError as e:
+        raise _bad_fill(value, dt, str(e)) from None
 
 
 def _component_dtype(dtype: np.dtype) -> np.dtype:
@@ -288,17 +247,6 @@ _FILL_PARSERS: dict[str, Callable[[Any, np.dtype, DataType], Any]] = {
     "c": _parse_complex,
     "V": _parse_raw,
 }
-
-
-def _float_to_json(value: np.floating) -> float | str:
-    size = value.dtype.itemsize
-    if np.isnan(value):
-        bits = int(np.array(value).reshape(1).view(f"u{size}")[0])
-        return "NaN" if bits == _CANONICAL_NAN_BITS[size] else f"0x{bits:0{2 * size}x}"
-    if np.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    # numpy's str() is the shortest decimal that round-trips in the value's own precision
-    return float(str(value))
 
 
 # --- the extension data type zarr-python writes for numpy "V<n>" --------------------------------
@@ -482,3 +430,9 @@ def fill_value_to_json(value: Any, dt: DataType) -> Any:
 def default_fill_value(dt: DataType) -> Any:
     """Zero of ``dt`` (False, 0, 0.0, 0j, zero bytes): the fill value used when none is given."""
     return dt.default_fill_value()
+
+
+# The built-in extension types live in their own modules and register themselves on import;
+# importing them here (last, once every name above exists) makes them known wherever data
+# types are parsed.
+from . import dtypes_struct, dtypes_text, dtypes_time  # noqa: E402, F401

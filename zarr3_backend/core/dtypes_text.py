@@ -53,8 +53,12 @@ def _length_bytes(name: str, configuration: Mapping[str, Any] | None, multiple: 
 def _b64decode(value: Any, dt: DataType) -> bytes:
     if isinstance(value, bytes | np.bytes_):
         return bytes(value)
+    if isinstance(value, list) and all(
+        isinstance(b, int) and not isinstance(b, bool) and 0 <= b <= 255 for b in value
+    ):
+        return bytes(value)  # the "bytes" spec's other fill form: an array of byte values
     if not isinstance(value, str):
-        raise _bad_fill(value, dt, "expected base64 text")
+        raise _bad_fill(value, dt, "expected base64 text or an array of byte values")
     try:
         return base64.b64decode(value.encode("ascii"), validate=True)
     except (binascii.Error, ValueError) as e:

@@ -11,8 +11,10 @@ implicit groups. Zarr v2 nodes (``.zarray``/``.zgroup``) are read as their v3 eq
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Literal
 
 import numpy as np
 
@@ -165,6 +167,38 @@ def is_implicit_group(store: Store, path: str) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class UnreadableNode:
+    """A member whose metadata cannot be read, listed by ``Group.members(errors="keep")`` and
+    ``Group.tree()`` in its place so that one bad member does not hide the others.
+
+    ``node_type`` is what its document claims ("array"/"group"), or ``None`` when even that is
+    unreadable; ``error`` is the typed error opening it raises. Touching ``metadata`` raises it.
+    """
+
+    path: str
+    node_type: str | None
+    error: Zarr3Error
+
+    @property
+    def name(self) -> str:
+        """The last part of the path."""
+        return node_name(self.path)
+
+    @property
+    def reason(self) -> str:
+        """Why it cannot be read: the error's type and message."""
+        return f"{type(self.error).__name__}: {self.error}"
+
+    @property
+    def metadata(self) -> Any:
+        """Raises the error that makes this node unreadable (it has no usable metadata)."""
+        raise self.error
+
+
+MemberErrors = Literal["raise", "keep"]
+
+
 class Group:
     """A Zarr v3 group: attributes plus named children (arrays and groups).
 
@@ -293,6 +327,8 @@ class Group:
             self[name]
         except NodeNotFoundError:
             return False
+        except Zarr3Error:
+            return True  # a member whose metadata cannot be read is still a member
         return True
 
     def get(self, name: str, default: Any = None) -> Node | None:
@@ -303,19 +339,30 @@ class Group:
             return default
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.members(max_depth=1))
+        return iter(self.members(max_depth=1, errors="keep"))
 
     def __len__(self) -> int:
-        return len(self.members(max_depth=1))
+        return len(self.members(max_depth=1, errors="keep"))
 
-    def members(self, max_depth: int | None = 1, *, skip_arrays: Collection[str] = ()) -> dict[str, Node]:
+    def members(
+        self,
+        max_depth: int | None = 1,
+        *,
+        skip_arrays: Collection[str] = (),
+        errors: MemberErrors = "raise",
+    ) -> dict[str, Node]:
         """Descendants by relative path, to ``max_depth`` levels (``None``: all), sorted.
 
         With consolidated metadata no store call is made; otherwise each level costs one
         listing per group plus one batched get of all ``zarr.json`` documents. Arrays whose
         name (last path part) is in ``skip_arrays`` are left out before their metadata is parsed,
         so a dropped array with metadata this package cannot read does not fail the listing.
+        A member whose metadata cannot be read raises its typed error naming the member
+        (``errors="raise"``), or is listed as an :class:`UnreadableNode` (``errors="keep"``;
+        nothing below an unreadable group is listed).
         """
+        if errors not in ("raise", "keep"):
+            raise ValueError(f"errors must be 'raise' or 'keep', got {errors!r}")
         skip = frozenset(skip_arrays)
         if self.consolidated is not None:
             docs = self.consolidated
@@ -324,7 +371,11 @@ class Group:
                 if max_depth is None or rel.count("/") < max_depth:
                     if skip and _is_skipped_array(docs[rel], rel, skip):
                         continue
-                    out[rel] = self._child_from_consolidated(rel)
+                    if any(rel.startswith(k + "/") for k, v in out.items() if isinstance(v, UnreadableNode)):
+                        continue
+                    out[rel] = self._member(
+                        rel, docs[rel], errors, partial(self._child_from_consolidated, rel)
+                    )
             return out
         out: dict[str, Node] = {}
         level = [("", self.path)]  # (relative path, absolute path) of groups to list
@@ -346,22 +397,22 @@ class Group:
             maybe_implicit = []
             for (rel, path), data in zip(children, docs, strict=True):
                 if data is None and rel in v2:
-                    if skip and _is_skipped_array(v2[rel], rel, skip):
+                    doc: Any = v2[rel]
+                    if skip and _is_skipped_array(doc, rel, skip):
                         continue
-                    meta = _parse_v2(entry_document(v2[rel], path), path)
+                    build = partial(self._v2_member, doc, path)
                 elif data is None:
                     if self.zarr_format == 3 and rel not in not_members:  # v2 has no implicit groups
                         maybe_implicit.append((rel, path))
                     continue
-                elif skip:
-                    doc = _json_or_none(data)
-                    if doc is not None and _is_skipped_array(doc, rel, skip):
-                        continue
-                    meta = parse_node(data, path) if doc is None else parse_node_json(doc, path)
                 else:
-                    meta = parse_node(data, path)
-                out[rel] = node_from_metadata(self.store, path, meta, read_only=self.read_only)
-                if isinstance(meta, GroupMetadata):
+                    doc = _json_or_none(data)
+                    if skip and doc is not None and _is_skipped_array(doc, rel, skip):
+                        continue
+                    build = partial(self._v3_member, data, doc, path)
+                node = self._member(rel, doc, errors, build)
+                out[rel] = node
+                if isinstance(node, Group):
                     level.append((rel, path))
             for rel, path in maybe_implicit:
                 # a prefix with no zarr.json: an implicit group if anything is below it
@@ -377,6 +428,28 @@ class Group:
                     level.append((rel, path))
             depth += 1
         return dict(sorted(out.items()))
+
+    def _v3_member(self, data: Any, doc: Any, path: str) -> Node:
+        meta = parse_node(data, path) if doc is None else parse_node_json(doc, path)
+        return node_from_metadata(self.store, path, meta, read_only=self.read_only)
+
+    def _v2_member(self, entry: dict, path: str) -> Node:
+        meta = _parse_v2(entry_document(entry, path), path)
+        return node_from_metadata(self.store, path, meta, read_only=self.read_only)
+
+    def _member(self, rel: str, doc: Any, errors: MemberErrors, build: Callable[[], Node]) -> Node:
+        """``build()``, the member at ``rel``; when its metadata cannot be read, its error naming
+        the member (``errors="raise"``) or an :class:`UnreadableNode` (``errors="keep"``)."""
+        try:
+            return build()
+        except Zarr3Error as e:
+            path = join_path(self.path, rel)
+            if errors == "raise":
+                if repr(path) in str(e):  # already names the member
+                    raise
+                raise type(e)(f"member {rel!r} of group {self.path or '/'!r}: {e}") from e
+            node_type = doc.get("node_type") if isinstance(doc, Mapping) else None
+            return UnreadableNode(path, node_type if node_type in ("array", "group") else None, e)
 
     def _v2_children(self, children: list[tuple[str, str]]) -> dict[str, dict]:
         """Pending v2 entries (``metadata_v2.pending_entry``) of the children that have Zarr v2
@@ -469,13 +542,17 @@ class Group:
 
     # ---- display ---------------------------------------------------------------------------
     def tree(self) -> str:
-        """A readable outline of the hierarchy: groups with '/', arrays with shape and dtype."""
+        """A readable outline of the hierarchy: groups with '/', arrays with shape and dtype, and
+        members that cannot be read with the reason."""
         lines = [self.path or "/"]
-        members = self.members(max_depth=None)
+        members = self.members(max_depth=None, errors="keep")
         for rel, node in members.items():
             indent = "  " * (rel.count("/") + 1)
             if isinstance(node, Array):
                 lines.append(f"{indent}{node_name(rel)} {node.shape} {node.dtype}")
+            elif isinstance(node, UnreadableNode):
+                slash = "/" if node.node_type == "group" else ""
+                lines.append(f"{indent}{node_name(rel)}{slash} (unreadable: {node.reason})")
             else:
                 lines.append(f"{indent}{node_name(rel)}/")
         return "\n".join(lines)

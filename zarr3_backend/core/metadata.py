@@ -23,7 +23,7 @@ import numpy as np
 from ..codecs import ChunkSpec, Codec, CodecChain, codec_from_json
 from ..errors import InterruptedWriteError, MetadataError, UnknownFieldError, Zarr3Error
 from ._extension import parse_extension
-from .chunk_grid import RegularChunkGrid, parse_chunk_grid
+from .chunk_grid import ChunkGrid, parse_chunk_grid
 from .chunk_key_encoding import ChunkKeyEncoding, parse_chunk_key_encoding
 from .dtypes import DataType, as_data_type, parse_data_type
 
@@ -139,7 +139,7 @@ class ArrayMetadata:
 
     shape: tuple[int, ...]
     data_type: DataType
-    chunk_grid: RegularChunkGrid
+    chunk_grid: ChunkGrid
     chunk_key_encoding: ChunkKeyEncoding
     fill_value: Any
     codecs: tuple[Codec, ...]
@@ -165,9 +165,10 @@ class ArrayMetadata:
         grid = parse_chunk_grid(self.chunk_grid)
         if grid.ndim != ndim:
             raise MetadataError(
-                f"field 'chunk_grid': chunk_shape {list(grid.chunk_shape)} has {grid.ndim} dimensions, "
+                f"field 'chunk_grid': {grid.to_json()['configuration']} has {grid.ndim} dimensions, "
                 f"shape {list(self.shape)} has {ndim}"
             )
+        grid.check_covers(self.shape)
         set_(self, "chunk_grid", grid)
         set_(self, "chunk_key_encoding", parse_chunk_key_encoding(self.chunk_key_encoding))
         set_(self, "fill_value", dt.parse_fill_value(self.fill_value))
@@ -179,7 +180,7 @@ class ArrayMetadata:
             raise MetadataError(
                 "field 'codecs' must not be empty: it needs an array->bytes codec such as 'bytes'"
             )
-        spec = ChunkSpec(grid.chunk_shape, dt.numpy, self.fill_value)
+        spec = ChunkSpec(grid.codec_shape((0,) * ndim), dt.numpy, self.fill_value)  # the first chunk's
         chain = CodecChain.build([codec_from_json(c) for c in codecs], spec)
         set_(self, "codecs", chain.codecs)
         set_(self, "_chain", chain)
@@ -215,7 +216,7 @@ class ArrayMetadata:
                     raise MetadataError(f"missing required field {name!r}")
             extra = _check_extra_fields(_split_fields(doc, ARRAY_FIELDS), ARRAY_FIELDS)
             data_type = parse_data_type(doc["data_type"])
-            grid = RegularChunkGrid.from_json(doc["chunk_grid"])
+            grid = parse_chunk_grid(doc["chunk_grid"])
             encoding = parse_chunk_key_encoding(doc["chunk_key_encoding"])
             transformers = doc.get("storage_transformers", [])
             if not isinstance(transformers, list):

@@ -16,8 +16,10 @@ import numpy as np
 from dask.array.core import normalize_chunks
 from dask.base import tokenize
 
+from ..core import rectilinear
 from ..core.array import Array
 from ..errors import ShapeError
+from .alignment import split_sizes
 
 ChunksArg = str | int | tuple | dict | None
 
@@ -37,6 +39,8 @@ class BlockReader:
 
     def __getitem__(self, key: Any) -> np.ndarray:
         key = key if isinstance(key, tuple) else (key,)
+        if not self.array.metadata.chunk_grid.is_regular:
+            return rectilinear.read(self.array, key)  # chunk by chunk, through chunk views
         if len(key) == self.ndim and all(isinstance(k, slice) and k.step in (None, 1) for k in key):
             region = tuple(slice(*k.indices(n)[:2]) for k, n in zip(key, self.shape, strict=True))
             return self.array.get_region(region)
@@ -74,16 +78,30 @@ def resolve_chunks(array: Array, chunks: ChunksArg = "shards") -> tuple[tuple[in
     """dask chunks for ``array``: ``"shards"`` (one block per stored object), ``"chunks"``
     (one per inner chunk), ``"auto"`` (multiples of the stored object) or explicit sizes."""
     shape, dtype = array.shape, array.dtype
+    grid = array.metadata.chunk_grid
+    stored = grid.axis_chunks(shape)  # the stored objects' extents, regular or rectilinear
     if chunks is None or chunks == "shards":
-        chunks = array.storage_chunks
+        chunks = stored
     elif chunks == "chunks":
-        chunks = array.chunks
+        chunks = array.chunks if grid.is_regular else _inner_blocks(array, stored)
     try:
-        return normalize_chunks(chunks, shape, dtype=dtype, previous_chunks=array.storage_chunks)
+        return normalize_chunks(chunks, shape, dtype=dtype, previous_chunks=stored)
     except (ValueError, TypeError) as e:
         raise ShapeError(
             f"array {array.path or '/'!r}: invalid dask chunks {chunks!r} for shape {shape}: {e}"
         ) from e
+
+
+def _inner_blocks(array: Array, stored: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+    """The inner chunks of a sharded rectilinear array (each shard cut by the inner chunk
+    shape), or the stored objects when it is not sharded."""
+    chain = array.metadata.codec_chain()
+    if chain.array_array or chain.array_bytes.name != "sharding_indexed":
+        return stored
+    inner = chain.array_bytes.chunk_shape  # type: ignore[attr-defined]
+    return tuple(
+        tuple(p for n in sizes for p in split_sizes(n, c)) for sizes, c in zip(stored, inner, strict=True)
+    )
 
 
 def from_array(
