@@ -319,3 +319,9 @@ def test_xarray_reads_the_new_data_types(tmp_path) -> None:
     for name, v in values.items():
         assert ds[name].dtype == v.dtype
         assert ds[name].values.tobytes() == v.tobytes()
+
+
+def test_struct_fill_value_given_as_a_tuple():
+    dt = np.dtype([("a", "<i4"), ("b", "<f8")])
+    a = z3.create_array(z3.MemoryStore(), shape=(3,), dtype=dt, fill_value=(1, 2.5))
+    assert a[...].tolist() == [(1, 2.5)] * 3

@@ -16,7 +16,7 @@ from .core.api import (
     repair,
 )
 from .core.array import Array
-from .core.group import Group
+from .core.group import Group, UnreadableNode
 from .stores import FsspecStore, LocalStore, MemoryStore, Store
 
 __version__ = "0.1.0"
@@ -34,6 +34,7 @@ __all__ = [
     "Array",
     "FsspecStore",
     "Group",
+    "UnreadableNode",
     "LocalStore",
     "MemoryStore",
     "Store",

@@ -237,6 +237,8 @@ def _fill_to_json_input(value: Any, dt: DataType) -> Any:
     from .dtypes import fill_value_to_json
 
     try:
+        if dt.numpy.fields is not None:  # a record: the data type parses its own fill forms
+            return fill_value_to_json(value, dt)
         arr = np.asarray(value)
         if dt.numpy.kind not in "OTUS":
             with np.errstate(invalid="ignore", over="ignore"):  # checked just below, as a typed error
