@@ -119,8 +119,11 @@ def _write_new_node(store: Store, path: str, doc: bytes, overwrite: bool) -> Non
     store.check_writable()
     parents = _ensure_parents(store, path)
     if _clear_for_create(store, path, overwrite):
-        with Transaction(store, guard=(path,)) as txn:
-            txn.commit({**parents, metadata_key(path): doc}, erase_prefixes=[join_prefix(path)])
+        documents = {**parents, metadata_key(path): doc}
+        with Transaction(
+            store, guard=(path,), documents=documents, erase_prefixes=[join_prefix(path)]
+        ) as txn:
+            txn.commit()
         return
     if parents:
         store.set_many(parents)

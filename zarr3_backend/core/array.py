@@ -25,7 +25,7 @@ from ..codecs.fill import is_fill
 from ..errors import CorruptionError, ReadOnlyError, ShapeError
 from ..stores.base import Store
 from .attributes import Attributes
-from .commit import StagingStore, Transaction
+from .commit import Transaction
 from .metadata import ArrayMetadata, to_bytes
 from .metadata_v2 import V2_MARKER
 from .paths import join_path, join_prefix, metadata_key, node_name
@@ -641,9 +641,13 @@ class Array:
             ) from e
 
     def _write(self, indexer: Any, value: Any) -> None:
-        if not isinstance(self.store, StagingStore) and _spans_units(indexer):
+        if _spans_units(indexer):
             self._write_atomically(indexer, value)
-            return
+        else:
+            self._write_units(indexer, value)
+
+    def _write_units(self, indexer: Any, value: Any) -> None:
+        """Encode and store each unit ``indexer`` touches (read-modify-write for partial ones)."""
         self._check_writable()
         value = self._coerce_value(value, indexer.shape)
         projections = list(indexer)
@@ -753,13 +757,13 @@ class Array:
         transaction; ``meta`` becomes the stored document if it differs from today's."""
         documents = {} if meta == self.metadata else {metadata_key(self.path): to_bytes(meta)}
         target = Array(self.store, self.path, meta, write_empty_chunks=self.write_empty_chunks)
-        with Transaction(self.store, guard=(self.path,)) as txn:
-            target._with_store(txn.staging)._write(indexer, value)
+        with Transaction(self.store, guard=(self.path,), documents=documents) as txn:
+            target._with_store(txn.staging)._write_units(indexer, value)
 
             def redo(key: str) -> None:  # another writer changed a shared unit meanwhile
-                target._write(_OneUnit(indexer, key, target._chunk_key), value)
+                target._write_units(_OneUnit(indexer, key, target._chunk_key), value)
 
-            txn.commit(documents, redo=redo)
+            txn.commit(redo=redo)
         self.metadata = meta
         if self._index_cache is not None:
             self._index_cache.invalidate()

@@ -272,17 +272,37 @@ class StagingStore(Store):
 class Transaction:
     """One write: values go through :attr:`staging`; :meth:`commit` makes them visible at once.
 
-    ``guard`` names the nodes (paths) whose ``zarr.json`` must refuse readers while the commit
-    runs, besides those whose documents it rewrites; the hierarchy's root is always guarded."""
+    ``documents`` (``{zarr.json key: bytes}``) and ``erase_prefixes`` say what the write changes
+    besides its staged values; ``guard`` names further nodes (paths) whose ``zarr.json`` must
+    refuse readers while the commit runs. On a store that commits by itself (an Icechunk
+    session: ``Store.commits_externally``) nothing is staged or marked: the erases and documents
+    are written at once, the values straight to their keys, and the store's own commit makes
+    them visible together."""
 
-    def __init__(self, store: Store, guard: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        store: Store,
+        guard: Iterable[str] = (),
+        documents: Mapping[str, bytes] | None = None,
+        erase_prefixes: Sequence[str] = (),
+    ) -> None:
         store.check_writable()
-        repair(store, only_dead=True)
         self.store = store
         self.id = new_txn_id()
         self.guard = [metadata_key(p) for p in guard]
-        self.staging = StagingStore(store, self.id)
+        self.documents = dict(documents or {})
+        self.erase_prefixes = list(erase_prefixes)
         self._done = False
+        self.staging: Store
+        if store.commits_externally:
+            self.staging = store
+            for prefix in self.erase_prefixes:
+                store.erase_prefix(prefix)
+            if self.documents:
+                store.set_many(self.documents)
+            return
+        repair(store, only_dead=True)
+        self.staging = StagingStore(store, self.id)
 
     def __enter__(self) -> Transaction:
         return self
@@ -294,35 +314,45 @@ class Transaction:
     def abort(self) -> None:
         """Forget everything staged (nothing was visible)."""
         self._done = True
-        self.store.erase_prefix(txn_prefix(self.id))
+        if not self.store.commits_externally:
+            self.store.erase_prefix(txn_prefix(self.id))
 
     def commit(
         self,
         documents: Mapping[str, bytes] | None = None,
-        erase_prefixes: Sequence[str] = (),
         *,
         redo: Callable[[str], None] | None = None,
         consolidate: bool = False,
     ) -> None:
-        """Make the staged values and ``documents`` (``{zarr.json key: bytes}``) visible, after
-        erasing ``erase_prefixes``. ``redo(key)`` rewrites a read-modify-written unit whose
-        stored version changed since it was read (a concurrent writer); without it the commit
-        raises WriteConflictError. ``consolidate`` rebuilds the root's consolidated metadata from
-        the documents as they are once everything else is in place."""
+        """Make the staged values and the documents (those given here are added to those given
+        at the start) visible, after erasing ``erase_prefixes``. ``redo(key)`` rewrites a
+        read-modify-written unit whose stored version changed since it was read (a concurrent
+        writer); without it the commit raises WriteConflictError. ``consolidate`` rebuilds the
+        root's consolidated metadata from the documents as they are once all else is in place."""
         if self._done:
             raise RuntimeError(f"transaction {self.id} is already finished")
-        documents = dict(documents or {})
+        self._done = True
+        if self.store.commits_externally:
+            if documents:
+                self.store.set_many(dict(documents))
+            if consolidate:
+                from .consolidate import consolidated_root_document
+
+                root = consolidated_root_document(self.store, self.id, None)
+                if root is not None:
+                    self.store.set(metadata_key(""), root)
+            return
+        docs = {**self.documents, **dict(documents or {})}
         manifest = {
             "id": self.id,
             "owner": current_owner().to_json(),
-            "documents": {k: v.decode() for k, v in documents.items()},
-            "erase_prefixes": list(erase_prefixes),
+            "documents": {k: v.decode() for k, v in docs.items()},
+            "erase_prefixes": self.erase_prefixes,
             "guard": self.guard,
             "consolidate": "" if consolidate else None,
         }
         self.store.set(txn_prefix(self.id) + _MANIFEST, json.dumps(manifest).encode())
         _apply(self.store, manifest, self.staging.expected, redo)
-        self._done = True
 
 
 def _root_is_consolidated(store: Store) -> bool:

@@ -63,6 +63,10 @@ class Store(ABC):
     #: True where get_versioned / set_if / erase_if make real compare-and-swap writes.
     supports_conditional_writes: bool = False
 
+    #: True for stores whose writes stay invisible until the store's own commit (an Icechunk
+    #: session): the package's commit protocol then stages nothing and marks nothing.
+    commits_externally: bool = False
+
     def __init__(self, *, read_only: bool = False) -> None:
         self.read_only = read_only
 

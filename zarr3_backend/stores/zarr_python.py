@@ -79,6 +79,12 @@ def _rebuild(data: bytes, read_only: bool, concurrency: int) -> ZarrPythonStore:
     return ZarrPythonStore(pickle.loads(data), read_only=read_only, concurrency=concurrency)
 
 
+def _is_icechunk_store(obj: object) -> bool:
+    """Whether ``obj`` is an Icechunk session's store (writes become visible at its commit)."""
+    store_module = sys.modules.get("icechunk.store")
+    return store_module is not None and isinstance(obj, store_module.IcechunkStore)
+
+
 def _is_icechunk_fork_store(obj: object) -> bool:
     """Whether ``obj`` is the store of an Icechunk ``ForkSession`` (writes meant to be merged)."""
     session_module = sys.modules.get("icechunk.session")
@@ -119,6 +125,9 @@ class ZarrPythonStore(Store):
         self.store = store
         self.concurrency = concurrency
         self._prototype: Any = None
+        # an Icechunk session is itself a transaction: its commit makes every write visible at
+        # once, so the package's own staging and markers would only get in its way
+        self.commits_externally = _is_icechunk_store(store)
 
     # ---- plumbing --------------------------------------------------------------------------
     def _buffers(self) -> Any:
