@@ -5,24 +5,41 @@ nothing, in threads, in processes and on a dask.distributed cluster."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 import pickle
 
 import numpy as np
 import pytest
 from concurrent_writers import SHAPE, create, layout, lost, value, writer
+from servers import MotoS3, s3_options
 
 import zarr3_backend as z3
 from zarr3_backend.core import array as array_module
 from zarr3_backend.errors import WriteConflictError
-from zarr3_backend.stores import LocalStore, MemoryStore
+from zarr3_backend.stores import FsspecStore, LocalStore, MemoryStore, StoreArgumentError
 from zarr3_backend.stores.base import Store
+from zarr3_backend.stores.fsspec_errors import BucketNotFoundError
 
 
-@pytest.fixture(params=["memory", "local"])
+@pytest.fixture(scope="module")
+def moto():
+    server = MotoS3().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["memory", "local", "file-url", "s3"])
 def store(request, tmp_path) -> Store:
     if request.param == "memory":
         return MemoryStore()
-    return LocalStore(tmp_path / "root")
+    if request.param == "local":
+        return LocalStore(tmp_path / "root")
+    if request.param == "file-url":
+        return FsspecStore.from_url("file://" + str(tmp_path / "root"))
+    moto = request.getfixturevalue("moto")
+    return FsspecStore.from_url(
+        f"s3://{moto.create_bucket()}/root", storage_options=s3_options(moto.endpoint)
+    )
 
 
 # ---- the store methods ------------------------------------------------------------------------
@@ -75,6 +92,23 @@ def test_erase_if(store):
     assert list(store.list()) == []  # the emptied directory is pruned too (local)
 
 
+def test_s3_conditional_calls_send_etag_conditions(moto):
+    """The ETag is what S3 compares: a write of other bytes changes it, a lost condition is 412."""
+    url = f"s3://{moto.create_bucket()}/x"
+    store = FsspecStore.from_url(url, storage_options=s3_options(moto.endpoint))
+    assert store.supports_conditional_writes and not store.refuses_unguarded_partial_writes
+    store.set("k", b"one")
+    _, etag = store.get_versioned("k")
+    assert isinstance(etag, str) and etag.strip('"')
+    other = FsspecStore.from_url(url, storage_options=s3_options(moto.endpoint))
+    assert other.set_if("k", b"two", etag)
+    assert not store.set_if("k", b"three", etag)
+    assert store.get("k") == b"two"
+    missing = FsspecStore.from_url("s3://no-such-bucket-z3/x", storage_options=s3_options(moto.endpoint))
+    with pytest.raises(BucketNotFoundError):
+        missing.get_versioned("k")
+
+
 def test_conditional_writes_on_a_read_only_store_are_refused(store):
     store.set("k", b"v")
     _, version = store.get_versioned("k")
@@ -106,6 +140,27 @@ def test_base_store_without_conditional_writes_refuses_them():
         Plain().get_versioned("k")
     with pytest.raises(WriteConflictError, match="'k'"):
         Plain().set_if("k", b"", None)
+
+
+def test_fsspec_store_without_conditional_writes_refuses_partial_writes_unless_opted_out():
+    root = f"memory://z3-cas-{id(object())}"
+    store = FsspecStore.from_url(root)
+    assert not store.supports_conditional_writes and store.refuses_unguarded_partial_writes
+    a = z3.create_array(store, "x", shape=(10,), dtype="int32", chunks=(5,), fill_value=0)
+    a[:] = np.arange(10)  # whole chunks: fine
+    with pytest.raises(WriteConflictError, match=r"'x/c/0'.*unguarded partial writes"):
+        a[1:3] = -1
+    np.testing.assert_array_equal(a[...], np.arange(10))
+    for opened in (
+        FsspecStore.from_url(root, unguarded_partial_writes=True),
+        FsspecStore.from_url(root, storage_options={"zarr3": {"unguarded_partial_writes": True}}),
+    ):
+        assert opened.unguarded_partial_writes and not opened.refuses_unguarded_partial_writes
+        assert pickle.loads(pickle.dumps(opened)).unguarded_partial_writes
+        z3.open_array(opened, "x", mode="r+")[1:3] = -1
+    assert list(z3.open_array(root, "x")[:4]) == [0, -1, -1, 3]
+    with pytest.raises(StoreArgumentError, match="unguarded_partial_writes"):
+        FsspecStore.from_url(root, storage_options={"zarr3": {"unguarded_partial_writes": "yes"}})
 
 
 # ---- Array writes on top of them ----------------------------------------------------------
@@ -228,3 +283,38 @@ def run_writers(url: str, storage_options: dict | None, kind: str, n: int = 4, r
 @pytest.mark.parametrize("kind", ["shards", "chunks"])
 def test_processes_writing_disjoint_parts_of_shared_units_lose_nothing_local(tmp_path, kind):
     assert run_writers(str(tmp_path / "data.zarr"), None, kind) == [0] * 20
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["shards", "chunks"])
+def test_processes_writing_disjoint_parts_of_shared_units_lose_nothing_s3(moto, kind):
+    url = f"s3://{moto.create_bucket()}/data.zarr"
+    assert run_writers(url, s3_options(moto.endpoint), kind) == [0] * 20
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_dask_distributed_tasks_writing_disjoint_parts_of_shared_shards_lose_nothing(tmp_path):
+    import distributed
+
+    url = str(tmp_path / "data.zarr")
+    rounds, n = 5, 4
+    with (
+        distributed.LocalCluster(
+            n_workers=2, processes=True, threads_per_worker=2, dashboard_address=":0", silence_logs=40
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        for r in range(rounds):
+            create(url, None, "shards", r)
+
+            def task(w, r=r):
+                a = z3.open_array(url, f"r{r}", mode="r+")
+                cols = range(w, SHAPE[1], n)
+                a[:, w::n] = np.full((SHAPE[0], len(cols)), value(w, r), dtype="int32")
+                return os.getpid()
+
+            workers = sorted(client.scheduler_info()["workers"])
+            futures = [client.submit(task, w, workers=[workers[w % 2]], pure=False) for w in range(n)]
+            assert len(set(client.gather(futures))) == 2  # both worker processes wrote, 2 tasks each
+            assert lost(url, None, n, r) == 0
