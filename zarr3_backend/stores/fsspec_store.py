@@ -381,7 +381,28 @@ class FsspecStore(Store):
             return self._call("reading", self.url, call)
 
         results = self._attempts(len(requests), once)
-        return [_clip(r, s, res) for r, s, res in zip(requests, sent, results, strict=True)]
+        out = [_clip(r, s, res) for r, s, res in zip(requests, sent, results, strict=True)]
+        if _protocol(fs) in HTTP_PROTOCOLS:
+            self._settle_short_ranges(requests, out)
+        return out
+
+    def _settle_short_ranges(self, requests: Sequence[tuple[str, int | None, int | None]], out: list) -> None:
+        """HTTP: a range ``[start, end)`` with ``start > 0`` answered with fewer bytes than it
+        spans is either the value's tail (the range ran past the end) or, from a server that
+        ignores ``Range``, the whole (smaller) value; the values' sizes (one batch, only for
+        such answers) tell which, and a whole value is cut."""
+        short = [
+            i
+            for i, (_, start, end) in enumerate(requests)
+            if not _is_error(out[i]) and start and start > 0 and end is not None and len(out[i]) < end - start
+        ]
+        if not short:
+            return
+        sizes = self._sizes([requests[i][0] for i in short])
+        for i, size in zip(short, sizes, strict=True):
+            _, start, end = requests[i]
+            if not _is_error(size) and size == len(out[i]) and size != start + len(out[i]):
+                out[i] = out[i][start:end]
 
     def _sizes(self, paths: Sequence[str]) -> list[object]:
         """The size of each value (or the exception asking for it raised), concurrently."""
