@@ -126,6 +126,23 @@ def test_local_set_if_leaves_no_temporary_file_on_conflict(tmp_path):
     assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["0"]
 
 
+def test_local_version_tells_apart_a_file_with_the_same_inode_mtime_and_size(tmp_path):
+    """As a freed inode reused within one coarse mtime tick for a value of the same size would
+    look: only the bytes differ, and the swap must still lose."""
+    store = LocalStore(tmp_path)
+    store.set("c/0", b"aaaa")
+    _, version = store.get_versioned("c/0")
+    path = tmp_path / "c" / "0"
+    info = os.stat(path)
+    with open(path, "r+b") as f:
+        f.write(b"bbbb")
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+    assert os.stat(path).st_ino == info.st_ino and os.stat(path).st_mtime_ns == info.st_mtime_ns
+    assert not store.set_if("c/0", b"mine", version)
+    assert not store.erase_if("c/0", version)
+    assert store.get("c/0") == b"bbbb"
+
+
 def test_base_store_without_conditional_writes_refuses_them():
     class Plain(MemoryStore):
         supports_conditional_writes = False

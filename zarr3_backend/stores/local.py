@@ -8,7 +8,10 @@ Temporary files are named after their writer (``.z3tmp-<owner token>.<random>``,
 ``_owner``): the first write into a directory through a store object removes the ones whose
 writer is certainly dead (killed mid-write), never a live writer's. Conditional writes
 (``set_if``/``erase_if``) hold an exclusive ``flock`` on the key's directory around the check
-of the stored file's ``(device, inode, mtime_ns, size)`` and the rename.
+of the stored file's version and the rename. A version is ``(device, inode, mtime_ns, size,
+crc32c)``: the checksum, compared only when the rest matches, catches a freed inode reused
+within one coarse mtime tick for a value of the same size. Both need Linux (``/proc``, ``*at``
+calls); elsewhere the store has no conditional writes and leaves temporary files alone.
 """
 
 from __future__ import annotations
@@ -17,18 +20,20 @@ import os
 import secrets
 import shutil
 import stat
-
-try:
-    import fcntl
-except ImportError:  # Windows: no flock, so no conditional writes
-    fcntl = None
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+
+from crc32c import crc32c
 
 from .._owner import current_owner, token_is_dead
 from .._threads import thread_map
 from ..byte_range import ByteRange
 from ..errors import InvalidKeyError, StoreError
 from .base import BytesLike, Store, Version, dir_prefix, rebuild_store, validate_key, validate_prefix
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock, so no conditional writes
+    fcntl = None
 
 #: Names of in-flight temporary files start with this; they are never listed as keys, and keys
 #: with a segment starting with it are refused.
@@ -63,8 +68,8 @@ def _temp_owner(name: str) -> str | None:
     return token if name.startswith(TEMP_PREFIX) and dot else None
 
 
-def _file_version(info: os.stat_result) -> Version:
-    """The generation of a stored file: a rename-into-place always makes a new inode."""
+def _file_id(info: os.stat_result) -> tuple[int, int, int, int]:
+    """The cheap part of a stored file's version: a rename-into-place makes a new inode."""
     return (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size)
 
 
@@ -145,6 +150,24 @@ class FileReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _is_version(dfd: int, name: str, expected: object) -> bool:
+    """Whether the file ``name`` in directory ``dfd`` is at version ``expected`` (None: missing);
+    its bytes are read (for the checksum) only when everything else already matches."""
+    try:
+        fd = os.open(name, os.O_RDONLY, dir_fd=dfd)
+    except _MISSING:
+        return expected is None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            return expected is None
+        if expected is None or _file_id(info) != expected[:4]:
+            return False
+        return crc32c(_pread_all(fd, 0, info.st_size)) == expected[4]
+    finally:
+        os.close(fd)
 
 
 class _DirLock:
@@ -381,7 +404,7 @@ class LocalStore(Store):
         """Under the directory's lock: rename ``tmp`` to ``name`` if ``name``'s version is
         ``expected``. The directory cannot vanish meanwhile: ``tmp`` keeps it non-empty."""
         with self._locked(dfd):
-            if self._stored_version(dfd, name) != expected:
+            if not _is_version(dfd, name, expected):
                 return False
             os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
             return True
@@ -389,13 +412,10 @@ class LocalStore(Store):
     def _locked(self, dfd: int) -> _DirLock:
         return _DirLock(os.open(".", _LOCK_FLAGS, dir_fd=dfd))
 
-    @staticmethod
-    def _stored_version(dfd: int, name: str) -> Version | None:
-        try:
-            info = os.stat(name, dir_fd=dfd)
-        except _MISSING:
-            return None
-        return None if stat.S_ISDIR(info.st_mode) else _file_version(info)
+    def _check_conditional(self, key: str) -> None:
+        self.check_writable(key)
+        if not self.supports_conditional_writes:
+            raise self._no_conditional_writes(key)
 
     def _create_temp(self, key: str, path: str) -> tuple[int | None, str, int]:
         """``(directory fd, temporary name, open fd)``: a new empty temporary file beside
@@ -494,8 +514,10 @@ class LocalStore(Store):
 
     # ---- conditional writes ----------------------------------------------------------------
     def get_versioned(self, key: str) -> tuple[bytes | None, Version | None]:
-        """``(value, (device, inode, mtime_ns, size))`` of ``key``'s file, both from one open
-        file; ``(None, None)`` when missing."""
+        """``(value, (device, inode, mtime_ns, size, crc32c))`` of ``key``'s file, both from one
+        open file; ``(None, None)`` when missing."""
+        if not self.supports_conditional_writes:
+            raise self._no_conditional_writes(key)
         fd = self._open_read(key, self._key_path(key))
         if fd is None:
             return None, None
@@ -503,7 +525,8 @@ class LocalStore(Store):
             info = os.fstat(fd)
             if stat.S_ISDIR(info.st_mode):
                 return None, None
-            return _pread_all(fd, 0, info.st_size), _file_version(info)
+            data = _pread_all(fd, 0, info.st_size)
+            return data, (*_file_id(info), crc32c(data))
         except OSError as e:
             raise self._error("reading", key, e) from e
         finally:
@@ -512,12 +535,12 @@ class LocalStore(Store):
     def set_if(self, key: str, value: BytesLike, expected: Version | None) -> bool:
         """Write ``value`` as ``set`` does, renaming it into place (under the directory's lock)
         only if the stored file is still version ``expected`` (None: still missing)."""
-        self.check_writable(key)
+        self._check_conditional(key)
         return self._write(key, self._key_path(key), value, expected)
 
     def erase_if(self, key: str, expected: Version) -> bool:
         """Remove ``key``'s file (under the directory's lock) only if it is still ``expected``."""
-        self.check_writable(key)
+        self._check_conditional(key)
         path = self._path(key)
         if expected is None:
             return False
@@ -531,7 +554,7 @@ class LocalStore(Store):
             self._check_inside(key, _fd_path(dfd))
             name = os.path.basename(path)
             with self._locked(dfd):
-                if self._stored_version(dfd, name) != expected:
+                if not _is_version(dfd, name, expected):
                     return False
                 os.unlink(name, dir_fd=dfd)
         except OSError as e:
@@ -615,10 +638,11 @@ class LocalStore(Store):
 
     # ---- listing ---------------------------------------------------------------------------
     def _entries(self, directory: str) -> list[tuple[str, str, bool | None]]:
-        """``(name, path, is_dir)`` (None: a symlinked directory, listed but not walked) of the entries of ``directory`` that are keys or prefixes:
-        files and directories, not temp files, not symlinks leading outside root. Entries that
-        cannot be resolved (symlink loops, dangling links) hold no value and are skipped, so
-        one bad link never makes the whole store unlistable."""
+        """``(name, path, is_dir)`` of the entries of ``directory`` that are keys or prefixes:
+        files and directories (``is_dir`` None: a symlinked directory, listed but not walked),
+        not temp files, not symlinks leading outside root. Entries that cannot be resolved
+        (symlink loops, dangling links) hold no value and are skipped, so one bad link never
+        makes the whole store unlistable."""
         try:
             with os.scandir(directory) as it:
                 entries = list(it)
