@@ -271,6 +271,26 @@ def test_threads_writing_disjoint_columns_lose_nothing(tmp_path, kind):
         assert lost(str(tmp_path), None, 4, r) == 0
 
 
+def test_local_store_where_directories_cannot_be_locked_uses_one_lock_file(tmp_path, monkeypatch):
+    """As on NFS, where flock on a read-only directory descriptor fails with EBADF."""
+    import errno
+
+    from zarr3_backend.stores import local as local_module
+
+    def no_dir_locks(fd, op):
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    monkeypatch.setattr(local_module.fcntl, "flock", no_dir_locks)
+    test_threads_writing_disjoint_columns_lose_nothing(tmp_path, "shards")
+    assert (tmp_path / local_module.LOCK_NAME).is_file()
+    store = LocalStore(tmp_path)
+    assert local_module.LOCK_NAME not in list(store.list_dir(""))
+    store.set("k", b"1")
+    _, version = store.get_versioned("k")
+    store.set("k", b"2")
+    assert not store.set_if("k", b"3", version)
+
+
 # ---- processes ----------------------------------------------------------------------------
 def run_writers(url: str, storage_options: dict | None, kind: str, n: int = 4, rounds: int = 20) -> list[int]:
     """``rounds`` rounds of ``n`` spawned processes writing disjoint columns of shared units;

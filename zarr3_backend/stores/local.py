@@ -4,9 +4,10 @@ Writes are atomic (temporary file in the same directory, then ``os.replace``), k
 reach outside the root (validated, then the resolved path is checked), and batched calls run
 on the "io" thread pool.
 
-Temporary files are named after their writer (``.z3tmp-<owner token>.<random>``, see
-``_owner``): the first write into a directory through a store object removes the ones whose
-writer is certainly dead (killed mid-write), never a live writer's. Conditional writes
+Temporary files are named after their writer (``.z3tmp-<host tag>.<owner token>.<random>``,
+see ``_owner``): the first write into a directory through a store object removes the ones
+whose writer, on this host, is certainly dead (killed mid-write), never a live writer's nor
+another host's. Conditional writes
 (``set_if``/``erase_if``) hold an exclusive ``flock`` on the key's directory around the check
 of the stored file's version and the rename. A version is ``(device, inode, mtime_ns, size,
 crc32c)``: the checksum, compared only when the rest matches, catches a freed inode reused
@@ -16,10 +17,14 @@ calls); elsewhere the store has no conditional writes and leaves temporary files
 
 from __future__ import annotations
 
+import errno
+import functools
+import hashlib
 import os
 import secrets
 import shutil
 import stat
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from crc32c import crc32c
@@ -39,6 +44,10 @@ except ImportError:  # Windows: no flock, so no conditional writes
 #: with a segment starting with it are refused.
 TEMP_PREFIX = ".z3tmp-"
 
+#: The store-wide lock file of file systems that cannot lock directories (never a key: it
+#: starts with TEMP_PREFIX, and it is not a temporary file name ``_temp_name`` makes).
+LOCK_NAME = TEMP_PREFIX + "lock"
+
 _MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
 _WRITE_RETRIES = 20  # each retry means a concurrent erase pruned the directory: progress
 _PROC_FD = os.path.isdir("/proc/self/fd")  # Linux: an open file's real path is one readlink away
@@ -57,15 +66,27 @@ _LOCK_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
 _UNCONDITIONAL = object()  # ``_write``'s ``expected`` for a plain ``set``
 
 
+@functools.cache
+def _host_tag(host: str) -> str:
+    """A short file-name-safe tag of a host name: the owner token names pid, start time and
+    boot but not the host, and a directory on a shared file system is written from many."""
+    return hashlib.blake2b(host.encode(), digest_size=4).hexdigest()
+
+
 def _temp_name() -> str:
-    """A new temporary file name carrying this writer's identity (see ``_temp_owner``)."""
-    return f"{TEMP_PREFIX}{current_owner().token()}.{secrets.token_hex(6)}"
+    """A new temporary file name carrying this writer's identity (see ``_dead_writers_temp``)."""
+    owner = current_owner()
+    return f"{TEMP_PREFIX}{_host_tag(owner.host)}.{owner.token()}.{secrets.token_hex(6)}"
 
 
-def _temp_owner(name: str) -> str | None:
-    """The owner token in a temporary file name from ``_temp_name``; None for other names."""
-    token, dot, _ = name[len(TEMP_PREFIX) :].rpartition(".")
-    return token if name.startswith(TEMP_PREFIX) and dot else None
+def _dead_writers_temp(name: str) -> bool:
+    """Whether ``name`` is a temporary file of a writer on this host that is certainly gone;
+    never for another host's writers or for names not made by ``_temp_name``."""
+    parts = name[len(TEMP_PREFIX) :].split(".")
+    if not name.startswith(TEMP_PREFIX) or len(parts) != 3:
+        return False
+    host, token, _ = parts
+    return host == _host_tag(current_owner().host) and token_is_dead(token)
 
 
 def _file_id(info: os.stat_result) -> tuple[int, int, int, int]:
@@ -170,24 +191,51 @@ def _is_version(dfd: int, name: str, expected: object) -> bool:
         os.close(fd)
 
 
+#: flock failures meaning "this file system cannot lock a directory" (NFS emulates flock with
+#: POSIX locks, which need a descriptor open for writing): the store-wide lock file is used
+_NO_DIR_LOCK = frozenset({errno.EBADF, errno.ENOLCK, errno.EINVAL, errno.EOPNOTSUPP})
+#: POSIX locks belong to the process, not the descriptor: threads take this one first
+_PROCESS_LOCK = threading.Lock()
+
+
 class _DirLock:
     """An exclusive ``flock`` on an open directory, released (and the descriptor closed) on
-    exit; held only around a version check and one rename or unlink."""
+    exit; held only around a version check and one rename or unlink. Where directories cannot
+    be locked, a POSIX lock on the store's lock file ``fallback`` (one for the whole store)."""
 
-    __slots__ = ("_fd",)
+    __slots__ = ("_fallback", "_fd", "_thread_lock")
 
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
+    def __init__(self, fd: int, fallback: str) -> None:
+        self._fd, self._fallback, self._thread_lock = fd, fallback, None
 
     def __enter__(self) -> None:
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX)
+            return
+        except OSError as e:
+            os.close(self._fd)
+            self._fd = -1
+            if e.errno not in _NO_DIR_LOCK:
+                raise
         except BaseException:
             os.close(self._fd)
             raise
+        _PROCESS_LOCK.acquire()
+        self._thread_lock = _PROCESS_LOCK
+        try:
+            self._fd = os.open(self._fallback, os.O_RDWR | os.O_CREAT, 0o666)
+            fcntl.lockf(self._fd, fcntl.LOCK_EX)
+        except BaseException:
+            self.__exit__()
+            raise
 
     def __exit__(self, *exc: object) -> None:
-        os.close(self._fd)  # closing the only descriptor releases the lock
+        if self._fd >= 0:
+            os.close(self._fd)  # closing the only descriptor releases the lock
+            self._fd = -1
+        if self._thread_lock is not None:
+            self._thread_lock.release()
+            self._thread_lock = None
 
 
 class LocalStore(Store):
@@ -410,7 +458,7 @@ class LocalStore(Store):
             return True
 
     def _locked(self, dfd: int) -> _DirLock:
-        return _DirLock(os.open(".", _LOCK_FLAGS, dir_fd=dfd))
+        return _DirLock(os.open(".", _LOCK_FLAGS, dir_fd=dfd), os.path.join(self.root, LOCK_NAME))
 
     def _check_conditional(self, key: str) -> None:
         self.check_writable(key)
@@ -473,8 +521,7 @@ class LocalStore(Store):
         except OSError:
             return  # cleanup is best effort: the write itself decides success
         for name in names:
-            owner = _temp_owner(name)
-            if owner is not None and token_is_dead(owner):
+            if _dead_writers_temp(name):
                 try:
                     os.unlink(name, dir_fd=dfd)
                 except OSError:
