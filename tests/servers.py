@@ -5,7 +5,7 @@
   (5xx answers, denied access, stalls, a server that goes away), so tests can count requests
   and break the network on purpose.
 - ``RangeHTTPServer``: a static file server honouring ``Range: bytes=a-b``, ``bytes=a-`` and
-  ``bytes=-n`` (like an object store's public HTTP endpoint), with a request log.
+  ``bytes=-n`` (like an object store's public HTTP endpoint), or ignoring it, with a request log.
 """
 
 from __future__ import annotations
@@ -400,7 +400,7 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
         with open(local, "rb") as f:
             data = f.read()
         status, headers = 200, {}
-        header = self.headers.get("Range")
+        header = None if owner.ignore_range else self.headers.get("Range")
         if header:
             try:
                 window = parse_range(header, len(data))
@@ -436,9 +436,11 @@ class _RangeServer(http.server.ThreadingHTTPServer):
 
 class RangeHTTPServer:
     """Serves ``directory`` read-only on 127.0.0.1 with byte-range support and a request log;
-    ``fail(n)`` answers the next n requests with 503."""
+    ``fail(n)`` answers the next n requests with 503. With ``ignore_range`` it behaves like a
+    server without range support: every GET is answered 200 with the whole file."""
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], *, ignore_range: bool = False) -> None:
+        self.ignore_range = ignore_range
         self.log = RequestLog()
         self._failures = 0
         self._lock = threading.Lock()

@@ -13,6 +13,7 @@ import xarray as xr
 from servers import Proxy, RangeHTTPServer, parse_range
 
 import zarr3_backend as z3
+from zarr3_backend.byte_range import ByteRange
 from zarr3_backend.errors import ReadOnlyError, StoreError
 from zarr3_backend.stores import FsspecStore, make_store
 from zarr3_backend.stores.fsspec_errors import StoreTimeoutError, StoreUnreachableError
@@ -200,3 +201,37 @@ def test_a_server_that_went_away_raises_unreachable_naming_the_url(served):
 )
 def test_the_test_server_parses_ranges_like_http(header, window):
     assert parse_range(header, 100) == window
+
+
+def test_a_server_that_ignores_range_still_gives_exactly_the_bytes_asked_for(served):
+    _, root = served
+    plain = RangeHTTPServer(root, ignore_range=True)
+    try:
+        a = z3.open_array(f"{plain.url}/data.zarr", "s")
+        plain.log.clear()
+        assert a[1, 2] == S[1, 2]  # shard index by a suffix range, then one inner chunk
+        assert {r.status for r in plain.log.snapshot()} == {200}  # whole bodies, every time
+        assert all(r.range for r in plain.log.snapshot())
+        np.testing.assert_array_equal(a[3:13, 5:11], S[3:13, 5:11])
+        np.testing.assert_array_equal(a[...], S)
+        store = FsspecStore.from_url(f"{plain.url}/data.zarr")
+        whole = (root / "data.zarr" / "s" / "c" / "1" / "0").read_bytes()
+        got = store.get_partial_values(
+            [
+                ("s/c/1/0", ByteRange(3, 10)),
+                ("s/c/1/0", ByteRange.suffix(7)),
+                ("s/c/1/0", ByteRange(5)),
+                ("s/c/1/0", None),
+                ("s/c/1/0", ByteRange(len(whole) - 2, 10)),
+            ]
+        )
+        assert got == [whole[3:13], whole[-7:], whole[5:], whole, whole[-2:]]
+        assert store.exists("s/c/1/0") and not store.exists("s/c/9/9")
+        # a range running past the end of a value shorter than the range: the size decides
+        n = len(whole)
+        got = store.get_partial_values(
+            [("s/c/1/0", ByteRange(n - 3, n + 50)), ("s/c/1/0", ByteRange(1, n + 5))]
+        )
+        assert got == [whole[-3:], whole[1:]]
+    finally:
+        plain.stop()

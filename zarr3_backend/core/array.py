@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import operator
+import random
+import time
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any
@@ -22,7 +24,7 @@ from .._threads import scratch_buffer, thread_map
 from ..byte_range import ByteRange
 from ..codecs import CodecChain
 from ..codecs.fill import is_fill
-from ..errors import CorruptionError, ReadOnlyError, ShapeError
+from ..errors import CorruptionError, ReadOnlyError, ShapeError, WriteConflictError
 from ..stores.base import Store
 from .attributes import Attributes
 from .commit import Transaction
@@ -59,6 +61,9 @@ _AHEAD = 4
 
 #: At most this many decoded shard indexes are memoised per Array (see ``Array._index_memo``).
 _INDEX_MEMO_MAX = 4096
+#: A partial unit write that loses its compare-and-swap this often raises WriteConflictError.
+_CAS_ATTEMPTS = 64
+_CAS_PAUSE = 0.002  # seconds; doubled per lost attempt (capped at 64x), with random jitter
 
 #: ``get_regions`` carves results of at most a quarter of a slab out of shared 32 MiB slabs:
 #: one large allocation faults its memory in huge pages, several times cheaper per byte than
@@ -657,7 +662,8 @@ class Array:
         unit = self.storage_chunks
         keys = [self._chunk_key(p.chunk_coords) for p in projections]
         stale = [i for i, p in enumerate(projections) if not p.is_complete]
-        old = dict(zip(stale, self.store.get_many([keys[i] for i in stale]), strict=True)) if stale else {}
+        old, versions = self._read_stale([keys[i] for i in stale])
+        old, versions = dict(zip(stale, old, strict=True)), dict(zip(stale, versions, strict=True))
         fill = self.fill_value
         # Stores with cheap synchronous writes: each CPU worker encodes one unit into reused
         # scratch memory and writes it at once (bounded memory, encoding overlaps writing).
@@ -737,12 +743,24 @@ class Array:
                 cache.invalidate(keys)
             return
         encoded = thread_map(encode, range(len(projections)), kind="cpu")
-        writes = {k: v for k, v in zip(keys, encoded, strict=True) if v is not None}
-        erases = [k for k, v in zip(keys, encoded, strict=True) if v is None]
+        # partial units of conditional stores are compare-and-swapped below, the rest written
+        cas = set(stale) if self.store.supports_conditional_writes else set()
+        writes = {keys[i]: v for i, v in enumerate(encoded) if v is not None and i not in cas}
+        erases = [keys[i] for i, v in enumerate(encoded) if v is None and i not in cas]
         if writes:
             self.store.set_many(writes)
         if erases:
             self.store.erase_many(erases)
+        if cas:
+
+            def swap(i: int) -> None:
+                def again() -> tuple[Any, Any]:
+                    old[i], versions[i] = self.store.get_versioned(keys[i])
+                    return encode(i), versions[i]
+
+                self._compare_and_swap(keys[i], encoded[i], versions[i], again)
+
+            thread_map(swap, stale, kind="io")
         if cache is not None:
             cache.invalidate(keys)
 
@@ -771,6 +789,46 @@ class Array:
     def _with_store(self, store: Store) -> Array:
         """This array (same metadata and options) seen through another store."""
         return Array(store, self.path, self.metadata, write_empty_chunks=self.write_empty_chunks)
+
+    def _read_stale(self, keys: list[str]) -> tuple[list[Any], list[Any]]:
+        """Old values of the units a write covers partly, with their versions when the store
+        has conditional writes; a store without them that refuses unguarded partial writes
+        (concurrent writers could lose updates) raises WriteConflictError before any write."""
+        if not keys:
+            return [], []
+        store = self.store
+        if store.supports_conditional_writes:
+            pairs = thread_map(store.get_versioned, keys, kind="io")
+            return [v for v, _ in pairs], [g for _, g in pairs]
+        if store.refuses_unguarded_partial_writes:
+            raise WriteConflictError(
+                f"array {self.path or '/'!r}: writing part of {self._unit_name} {keys[0]!r} needs "
+                f"a read-modify-write, and {store!r} has no conditional writes to keep concurrent "
+                "writers from losing updates; write whole units, or open the store with "
+                "unguarded partial writes allowed (see the store's documentation)"
+            )
+        return store.get_many(keys), [None] * len(keys)
+
+    def _compare_and_swap(
+        self, key: str, data: Any, version: Any, again: Callable[[], tuple[Any, Any]]
+    ) -> None:
+        """Store ``data`` (None: erase) under ``key`` only if it is still at ``version``; when
+        another writer got there first, ``again()`` re-reads and re-merges this unit (returning
+        the new encoding and version), and the swap is retried with a growing, jittered pause."""
+        store = self.store
+        for attempt in range(_CAS_ATTEMPTS):
+            if data is None:
+                done = version is None or store.erase_if(key, version)  # missing already: done
+            else:
+                done = store.set_if(key, data, version)
+            if done:
+                return
+            time.sleep(random.uniform(0.5, 1.5) * _CAS_PAUSE * 2 ** min(attempt, 6))
+            data, version = again()
+        raise WriteConflictError(
+            f"array {self.path or '/'!r}: {self._unit_name} {key!r} was changed by concurrent "
+            f"writers {_CAS_ATTEMPTS} times while this write merged into it; nothing of it was written"
+        )
 
     def __setitem__(self, selection: Any, value: Any) -> None:
         kind = fancy_kind(selection, self.shape)

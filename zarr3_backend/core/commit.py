@@ -178,6 +178,7 @@ class StagingStore(Store):
         self.expected: dict[str, Any] = {}
         self.cache_shard_index = base.cache_shard_index
         self.supports_conditional_writes = base.supports_conditional_writes
+        self.refuses_unguarded_partial_writes = base.refuses_unguarded_partial_writes
 
     def __reduce__(self) -> tuple:
         return (StagingStore, (self.base, self.txn_id))

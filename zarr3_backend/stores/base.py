@@ -8,12 +8,17 @@ concurrently. Missing keys read as ``None`` (never an exception per chunk).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from typing import TypeAlias
 
 from ..byte_range import ByteRange
-from ..errors import ArgumentError, InvalidKeyError, ReadOnlyError
+from ..errors import ArgumentError, InvalidKeyError, ReadOnlyError, WriteConflictError
 
 BytesLike = bytes | bytearray | memoryview
+
+#: An opaque, hashable, picklable token naming one stored generation of a value (a counter, an
+#: ``(inode, mtime_ns, size)`` triple, an ETag): equal tokens mean the value was not replaced.
+Version: TypeAlias = Hashable
 
 
 class StoreArgumentError(ArgumentError):
@@ -60,12 +65,18 @@ class Store(ABC):
     #: shard indexes in a bounded in-process cache instead of re-reading them.
     cache_shard_index: bool = False
 
-    #: True where get_versioned / set_if / erase_if make real compare-and-swap writes.
-    supports_conditional_writes: bool = False
-
     #: True for stores whose writes stay invisible until the store's own commit (an Icechunk
     #: session): the package's commit protocol then stages nothing and marks nothing.
     commits_externally: bool = False
+
+    #: True when ``get_versioned``/``set_if``/``erase_if`` make a real compare-and-swap against
+    #: concurrent writers (in other threads, processes or hosts).
+    supports_conditional_writes: bool = False
+
+    #: True when a partial chunk or shard write (read, merge, write back) must be refused on this
+    #: store because it has no conditional writes and concurrent writers could lose updates
+    #: (``WriteConflictError``); stores that leave it False accept such writes unguarded.
+    refuses_unguarded_partial_writes: bool = False
 
     def __init__(self, *, read_only: bool = False) -> None:
         self.read_only = read_only
@@ -128,6 +139,27 @@ class Store(ABC):
         """Remove every key under ``prefix``."""
         self.check_writable(prefix)
         self.erase_many(list(self.list_prefix(prefix)))
+
+    # ---- conditional writes (compare-and-swap) ----------------------------------------------
+    def _no_conditional_writes(self, key: str) -> WriteConflictError:
+        return WriteConflictError(
+            f"store {self!r} has no conditional writes (supports_conditional_writes is False); "
+            f"cannot compare-and-swap key {key!r}"
+        )
+
+    def get_versioned(self, key: str) -> tuple[bytes | None, Version | None]:
+        """``(value, version)`` of ``key`` read together; ``(None, None)`` when it is missing."""
+        raise self._no_conditional_writes(key)
+
+    def set_if(self, key: str, value: BytesLike, expected: Version | None) -> bool:
+        """Store ``value`` under ``key`` (atomically, as ``set``) only if the stored version is
+        still ``expected`` (``None``: only if the key is missing); False, writing nothing, when
+        another writer got there first."""
+        raise self._no_conditional_writes(key)
+
+    def erase_if(self, key: str, expected: Version) -> bool:
+        """Remove ``key`` only if its stored version is still ``expected``; False otherwise."""
+        raise self._no_conditional_writes(key)
 
     # ---- listing ---------------------------------------------------------------------------
     @abstractmethod

@@ -181,6 +181,16 @@ def is_range_refused(exc: BaseException) -> bool:
     return is_unsatisfiable_range(exc) or any(isinstance(e, ValueError) for e in _chain(exc))
 
 
+_CONDITION_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
+
+
+def is_condition_failed(exc: BaseException) -> bool:
+    """True when a conditional request lost: HTTP 412 (S3 PreconditionFailed: the ETag or the
+    object's absence no longer holds) or 409 ConditionalRequestConflict (a concurrent
+    conditional write to the same key is in progress)."""
+    return any(_status(e) == 412 or _code(e) in _CONDITION_CODES for e in _chain(exc))
+
+
 def store_error(action: str, where: str, exc: BaseException, note: str = "") -> StoreError:
     """A typed StoreError for ``exc`` saying what was done where (``where`` is a URL)."""
     return error_class(exc)(f"{action} {where!r} failed{note}: {type(exc).__name__}: {exc}")
@@ -192,6 +202,7 @@ __all__ = [
     "StoreTimeoutError",
     "StoreUnreachableError",
     "error_class",
+    "is_condition_failed",
     "is_endpoint_down",
     "is_missing_container",
     "is_range_refused",

@@ -6,6 +6,10 @@ a section the filesystem never sees::
 
     storage_options={"anon": True, "zarr3": {"retries": 2, "batch_size": 16}}
 
+``"unguarded_partial_writes": True`` lets a store without conditional writes (GCS, Azure,
+``memory://``, ...) write part of a chunk or shard by an unguarded read-modify-write: safe only
+when no other writer touches the same chunk or shard at the same time.
+
 For S3 and HTTP(S) the store builds a private filesystem instance (not fsspec's shared, cached
 one) with bounded connect/read timeouts and exactly one retry layer, its own: s3fs' nested
 retries are switched off on that instance and botocore's too, unless the user configured
@@ -45,8 +49,14 @@ class StoreSettings:
 
     retries: int | None = None
     batch_size: int | None = None
+    unguarded_partial_writes: bool | None = None
 
     def __post_init__(self) -> None:
+        flag = self.unguarded_partial_writes
+        if flag is not None and not isinstance(flag, bool):
+            raise StoreArgumentError(
+                f"store setting unguarded_partial_writes must be a bool or None, got {flag!r}"
+            )
         for name in ("retries", "batch_size"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
@@ -56,10 +66,14 @@ class StoreSettings:
         if self.batch_size == 0:
             raise StoreArgumentError("store setting batch_size must be at least 1 (or None)")
 
-    def merged(self, **explicit: int | None) -> StoreSettings:
+    def merged(self, **explicit: int | bool | None) -> StoreSettings:
         """These settings with ``explicit`` keyword values added; the same setting given both
         ways with different values is refused."""
-        values = {"retries": self.retries, "batch_size": self.batch_size}
+        values = {
+            "retries": self.retries,
+            "batch_size": self.batch_size,
+            "unguarded_partial_writes": self.unguarded_partial_writes,
+        }
         for name, value in explicit.items():
             if value is None:
                 continue
@@ -86,11 +100,12 @@ def split_storage_options(storage_options: dict[str, Any] | None) -> tuple[dict[
         raise StoreArgumentError(
             f"storage_options[{SETTINGS_KEY!r}] must be a dict, got {type(section).__name__}"
         )
-    unknown = sorted(set(section) - {"retries", "batch_size"})
+    known = ("retries", "batch_size", "unguarded_partial_writes")
+    unknown = sorted(set(section) - set(known))
     if unknown:
         raise StoreArgumentError(
             f"unknown store setting(s) {', '.join(map(repr, unknown))} in storage_options[{SETTINGS_KEY!r}]; "
-            "known: 'retries', 'batch_size'"
+            f"known: {', '.join(map(repr, known))}"
         )
     return options, StoreSettings(**section)
 

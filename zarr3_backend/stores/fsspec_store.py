@@ -25,11 +25,13 @@ from typing import Any, TypeVar
 import fsspec
 import fsspec.asyn
 import fsspec.core
+from fsspec.implementations.local import LocalFileSystem
 
 from ..byte_range import ByteRange
 from ..errors import Zarr3Error
 from ._aio import run_bounded
-from .base import BytesLike, Store, StoreArgumentError, dir_prefix, validate_key, validate_prefix
+from .base import BytesLike, Store, StoreArgumentError, Version, dir_prefix, validate_key, validate_prefix
+from .fsspec_conditional import conditional_backend
 from .fsspec_errors import (
     BucketNotFoundError,
     is_endpoint_down,
@@ -42,6 +44,7 @@ from .fsspec_errors import (
 from .fsspec_options import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_RETRIES,
+    HTTP_PROTOCOLS,
     S3_PROTOCOLS,
     StoreSettings,
     filesystem_retries_itself,
@@ -50,6 +53,7 @@ from .fsspec_options import (
     split_storage_options,
     tuned_options,
 )
+from .local import LocalStore
 
 T = TypeVar("T")
 
@@ -81,10 +85,18 @@ def _rebuild(
     batch_size: int | None,
     retries: int | None,
     origin: _Origin | None = None,
+    unguarded_partial_writes: bool = False,
 ) -> FsspecStore:
     """Pickle helper: make the filesystem anew in this process, then the store on it."""
     fs = rebuild_private(fs_class, args, options) if origin is not None else fs_class(*args, **options)
-    store = FsspecStore(fs, root, read_only=read_only, batch_size=batch_size, retries=retries)
+    store = FsspecStore(
+        fs,
+        root,
+        read_only=read_only,
+        batch_size=batch_size,
+        retries=retries,
+        unguarded_partial_writes=unguarded_partial_writes,
+    )
     store._origin = origin
     return store
 
@@ -125,6 +137,13 @@ class FsspecStore(Store):
     ``client_kwargs={"timeout": aiohttp.ClientTimeout(...)}``); what the user gives wins.
     A filesystem passed in directly is used as it is.
 
+    On the local filesystem (``file://``) every call goes to a ``LocalStore`` on the same root:
+    keys stay inside root whatever symlinks say, writes are atomic renames, and conditional
+    writes are the LocalStore's. On S3 conditional writes use ETags (``fsspec_conditional``).
+    Elsewhere there are none, and a partial chunk or shard write (a read-modify-write that a
+    concurrent writer could undo) raises WriteConflictError unless ``unguarded_partial_writes``
+    is True (also ``storage_options={"zarr3": {"unguarded_partial_writes": True}}``).
+
     Missing keys read as ``None``; other failures raise StoreError (or a subclass) naming the
     URL. A byte range that runs past the end of a value returns the bytes that exist. Writes
     are as atomic as the filesystem's own (object stores: yes; "file": no, use LocalStore,
@@ -139,6 +158,7 @@ class FsspecStore(Store):
         read_only: bool = False,
         batch_size: int | None = None,
         retries: int | None = None,
+        unguarded_partial_writes: bool = False,
     ) -> None:
         if not isinstance(fs, fsspec.AbstractFileSystem):
             raise StoreArgumentError(f"FsspecStore needs an fsspec filesystem, got {type(fs).__name__}")
@@ -146,7 +166,7 @@ class FsspecStore(Store):
             raise StoreArgumentError(
                 f"FsspecStore needs a filesystem made with asynchronous=False, got {fs!r} for root {root!r}"
             )
-        StoreSettings(retries=retries, batch_size=batch_size)  # validates both
+        StoreSettings(retries, batch_size, unguarded_partial_writes)  # validates them
         super().__init__(read_only=read_only)
         self._fs = fs
         self._pid = os.getpid()
@@ -156,6 +176,10 @@ class FsspecStore(Store):
         stripped = fs._strip_protocol(root)
         self.root: str = stripped.rstrip("/") or stripped
         self._prefix = "" if not self.root else self.root if self.root.endswith("/") else self.root + "/"
+        self.unguarded_partial_writes = unguarded_partial_writes
+        # file://: the LocalStore rules (containment, atomic renames, conditional writes) apply
+        self._local = LocalStore(self.root or "/") if isinstance(fs, LocalFileSystem) else None
+        self._conditional = conditional_backend(_protocol(fs))
 
     @classmethod
     def from_url(
@@ -166,16 +190,19 @@ class FsspecStore(Store):
         *,
         batch_size: int | None = None,
         retries: int | None = None,
+        unguarded_partial_writes: bool | None = None,
     ) -> FsspecStore:
         """A store for an fsspec URL such as ``"s3://bucket/data.zarr"`` or ``"memory://x"``.
 
         ``storage_options`` go to the filesystem (endpoint, credentials, anon, ...) except the
-        ``"zarr3"`` section: the store's ``retries`` and ``batch_size`` (also accepted as
-        keywords; the same one given both ways must agree). ``read_only=None`` means read-only
-        for http(s) URLs, writable otherwise.
+        ``"zarr3"`` section: the store's ``retries``, ``batch_size`` and
+        ``unguarded_partial_writes`` (also accepted as keywords; the same one given both ways
+        must agree). ``read_only=None`` means read-only for http(s) URLs, writable otherwise.
         """
         options, settings = split_storage_options(storage_options)
-        settings = settings.merged(retries=retries, batch_size=batch_size)
+        settings = settings.merged(
+            retries=retries, batch_size=batch_size, unguarded_partial_writes=unguarded_partial_writes
+        )
         protocol = _url_protocol(url)
         tuned = tuned_options(protocol, options, settings.batch_size or DEFAULT_BATCH_SIZE)
         try:
@@ -188,7 +215,14 @@ class FsspecStore(Store):
             raise StoreArgumentError(f"cannot open an fsspec filesystem for {url!r}: {e}") from e
         if read_only is None:
             read_only = _protocol(fs) in READ_ONLY_PROTOCOLS
-        store = cls(fs, path, read_only=read_only, batch_size=settings.batch_size, retries=settings.retries)
+        store = cls(
+            fs,
+            path,
+            read_only=read_only,
+            batch_size=settings.batch_size,
+            retries=settings.retries,
+            unguarded_partial_writes=bool(settings.unguarded_partial_writes),
+        )
         if tuned is not None:
             store._origin = _Origin(options, filesystem_retries_itself(protocol, options))
         return store
@@ -229,6 +263,16 @@ class FsspecStore(Store):
         """Object stores (async filesystems) ask the core to cache shard indexes: a request
         there costs a round trip."""
         return _is_async(self._fs)
+
+    @property
+    def supports_conditional_writes(self) -> bool:
+        """Local files (a directory lock) and S3 (ETags) have compare-and-swap writes."""
+        return self._local is not None or self._conditional is not None
+
+    @property
+    def refuses_unguarded_partial_writes(self) -> bool:
+        """No conditional writes and no opt-out: partial chunk writes raise WriteConflictError."""
+        return not self.supports_conditional_writes and not self.unguarded_partial_writes
 
     @property
     def _has_dirs(self) -> bool:
@@ -314,11 +358,15 @@ class FsspecStore(Store):
     # ---- reading ---------------------------------------------------------------------------
     def _fetch(self, requests: Sequence[tuple[str, int | None, int | None]]) -> list[object]:
         """``(path, start, end)`` requests, concurrent on async filesystems; each result is
-        bytes or the exception it raised. Transient failures are sent again (bounded)."""
+        bytes or the exception it raised. Transient failures are sent again (bounded). A
+        server that ignores ``Range`` (answers 200 with the whole value) is noticed by the length
+        of its answer and the range cut out of it here; on HTTP, where that can happen, a range
+        open to the end is asked as the whole value (its length proves nothing) and cut."""
         fs = self.fs
+        sent = [_as_sent(r) for r in requests] if _protocol(fs) in HTTP_PROTOCOLS else list(requests)
 
         def once(indices: list[int]) -> list[object]:
-            batch = [requests[i] for i in indices]
+            batch = [sent[i] for i in indices]
             if _is_async(fs):
                 return self._concurrently(
                     "reading", [functools.partial(fs._cat_file, p, start=s, end=e) for p, s, e in batch]
@@ -332,7 +380,29 @@ class FsspecStore(Store):
             )
             return self._call("reading", self.url, call)
 
-        return self._attempts(len(requests), once)
+        results = self._attempts(len(requests), once)
+        out = [_clip(r, s, res) for r, s, res in zip(requests, sent, results, strict=True)]
+        if _protocol(fs) in HTTP_PROTOCOLS:
+            self._settle_short_ranges(requests, out)
+        return out
+
+    def _settle_short_ranges(self, requests: Sequence[tuple[str, int | None, int | None]], out: list) -> None:
+        """HTTP: a range ``[start, end)`` with ``start > 0`` answered with fewer bytes than it
+        spans is either the value's tail (the range ran past the end) or, from a server that
+        ignores ``Range``, the whole (smaller) value; the values' sizes (one batch, only for
+        such answers) tell which, and a whole value is cut."""
+        short = [
+            i
+            for i, (_, start, end) in enumerate(requests)
+            if not _is_error(out[i]) and start and start > 0 and end is not None and len(out[i]) < end - start
+        ]
+        if not short:
+            return
+        sizes = self._sizes([requests[i][0] for i in short])
+        for i, size in zip(short, sizes, strict=True):
+            _, start, end = requests[i]
+            if not _is_error(size) and size == len(out[i]) and size != start + len(out[i]):
+                out[i] = out[i][start:end]
 
     def _sizes(self, paths: Sequence[str]) -> list[object]:
         """The size of each value (or the exception asking for it raised), concurrently."""
@@ -366,6 +436,8 @@ class FsspecStore(Store):
         refuses (416, no suffix support, an empty value) is asked again by the values' sizes,
         all in one more batch; no other failure costs an extra request.
         """
+        if self._local is not None:
+            return self._local.get_partial_values(key_ranges)
         # a whole value is asked for as "from byte 0": one GET, where s3fs would first ask for
         # the size (HEAD) to decide on a multi-part download
         whole = 0 if _is_async(self._fs) else None
@@ -419,6 +491,8 @@ class FsspecStore(Store):
     def exists_many(self, keys: Sequence[str]) -> list[bool]:
         """Whether each key holds a value, in one batched call (a ranged GET of one byte each;
         an empty value answers 416, which also means it exists)."""
+        if self._local is not None:
+            return [self._local.exists(k) for k in keys]
         paths = [self._path(k) for k in keys]
         found = []
         for path, result in zip(paths, self._fetch([(p, 0, 1) for p in paths]), strict=True):
@@ -446,6 +520,9 @@ class FsspecStore(Store):
     def set(self, key: str, value: BytesLike) -> None:
         """Write ``value`` under ``key`` (one PUT on object stores)."""
         self.check_writable(key)
+        if self._local is not None:
+            self._local.set(key, value)
+            return
         self._write({self._path(key): self._payload(value)})
 
     def set_many(self, items: Mapping[str, BytesLike]) -> None:
@@ -454,6 +531,9 @@ class FsspecStore(Store):
         written."""
         for key in items:
             self.check_writable(key)
+        if self._local is not None:
+            self._local.set_many(items)
+            return
         data = {self._path(k): self._payload(v) for k, v in items.items()}
         if data:
             self._write(data)
@@ -508,6 +588,9 @@ class FsspecStore(Store):
     def erase(self, key: str) -> None:
         """Remove ``key`` (and, on filesystems with directories, parents left empty)."""
         self.check_writable(key)
+        if self._local is not None:
+            self._local.erase(key)
+            return
         self._erase_one(self._path(key))
 
     def _erase_one(self, path: str) -> None:
@@ -538,6 +621,9 @@ class FsspecStore(Store):
         keys = list(keys)
         for key in keys:
             self.check_writable(key)
+        if self._local is not None:
+            self._local.erase_many(keys)
+            return
         paths = [self._path(k) for k in keys]
         plain = [p for p in paths if not _GLOB.search(p)]
         if plain and not self._has_dirs:
@@ -553,6 +639,45 @@ class FsspecStore(Store):
                 plain = []
         for p in plain + [p for p in paths if _GLOB.search(p)]:
             self._erase_one(p)
+
+    def erase_prefix(self, prefix: str) -> None:
+        """Remove every key under ``prefix``."""
+        self.check_writable(prefix)
+        if self._local is not None:
+            self._local.erase_prefix(prefix)
+            return
+        super().erase_prefix(prefix)
+
+    # ---- conditional writes ----------------------------------------------------------------
+    def _run_conditional(self, action: str, key: str, op: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """One conditional operation on the filesystem's loop (transient failures retried: a
+        repeated swap that had in fact succeeded merely loses, and the caller re-merges)."""
+        if self._conditional is None:
+            raise self._no_conditional_writes(key)
+        fs, path = self.fs, self._path(key)
+        return self._call(action, self._key_url(path), lambda: fsspec.asyn.sync(fs.loop, op, fs, path, *args))
+
+    def get_versioned(self, key: str) -> tuple[bytes | None, Version | None]:
+        """``(value, version)``: the LocalStore's on ``file://``, the ETag on S3."""
+        if self._local is not None:
+            return self._local.get_versioned(key)
+        return self._run_conditional("reading", key, self._conditional.get)
+
+    def set_if(self, key: str, value: BytesLike, expected: Version | None) -> bool:
+        """Write only while the stored version is ``expected`` (S3: ``If-Match``/``If-None-Match``)."""
+        self.check_writable(key)
+        if self._local is not None:
+            return self._local.set_if(key, value, expected)
+        return self._run_conditional("writing", key, self._conditional.put, self._payload(value), expected)
+
+    def erase_if(self, key: str, expected: Version) -> bool:
+        """Remove only while the stored version is ``expected`` (S3: ``If-Match``)."""
+        self.check_writable(key)
+        if self._local is not None:
+            return self._local.erase_if(key, expected)
+        if expected is None:
+            return False
+        return self._run_conditional("erasing", key, self._conditional.delete, expected)
 
     # ---- listing ---------------------------------------------------------------------------
     def _missing_listing(self, path: str, error: BaseException) -> None:
@@ -576,10 +701,14 @@ class FsspecStore(Store):
 
     def list(self) -> Iterator[str]:
         """Every key under root (``fs.find``)."""
+        if self._local is not None:
+            return self._local.list()
         return iter(self._find(self.root))
 
     def list_prefix(self, prefix: str) -> Iterator[str]:
         """Every key starting with ``prefix``; lists only the directory that can match."""
+        if self._local is not None:
+            return self._local.list_prefix(prefix)
         validate_prefix(prefix)
         parent = prefix[:-1] if prefix.endswith("/") else prefix.rpartition("/")[0]
         path = self._path(parent) if parent else self.root
@@ -587,6 +716,8 @@ class FsspecStore(Store):
 
     def list_dir(self, prefix: str) -> Iterator[str]:
         """Names directly under ``prefix`` (``fs.ls``)."""
+        if self._local is not None:
+            return self._local.list_dir(prefix)
         prefix = dir_prefix(prefix)
         path = self._path(prefix[:-1]) if prefix else self.root
 
@@ -646,7 +777,30 @@ class FsspecStore(Store):
             self.batch_size,
             self.retries,
             self._origin,
+            self.unguarded_partial_writes,
         )
+
+
+def _as_sent(request: tuple[str, int | None, int | None]) -> tuple[str, int | None, int | None]:
+    """HTTP: a range from an offset to the end is asked as the whole value (see ``_clip``)."""
+    path, start, end = request
+    return (path, 0, None) if start is not None and start > 0 and end is None else request
+
+
+def _clip(request: tuple[str, int | None, int | None], sent: tuple, result: object) -> object:
+    """The bytes ``request`` asked for out of ``result``: a bounded or suffix range answered
+    with more bytes than it spans was answered with the whole value (a server that ignores
+    ``Range``), so the range is cut out of it; so is a range ``_as_sent`` asked whole."""
+    _, start, end = request
+    if _is_error(result) or start is None:
+        return result
+    if sent != request:
+        return result[start:]
+    if start < 0:
+        return result[start:] if len(result) > -start else result
+    if end is not None and len(result) > end - start:
+        return result[start:end]
+    return result
 
 
 def _protocol(fs: fsspec.AbstractFileSystem) -> str:

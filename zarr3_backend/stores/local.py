@@ -3,24 +3,50 @@
 Writes are atomic (temporary file in the same directory, then ``os.replace``), keys can never
 reach outside the root (validated, then the resolved path is checked), and batched calls run
 on the "io" thread pool.
+
+Temporary files are named after their writer (``.z3tmp-<host tag>.<owner token>.<random>``,
+see ``_owner``): the first write into a directory through a store object removes the ones
+whose writer, on this host, is certainly dead (killed mid-write), never a live writer's nor
+another host's. Conditional writes
+(``set_if``/``erase_if``) hold an exclusive ``flock`` on the key's directory around the check
+of the stored file's version and the rename. A version is ``(device, inode, mtime_ns, size,
+crc32c)``: the checksum, compared only when the rest matches, catches a freed inode reused
+within one coarse mtime tick for a value of the same size. Both need Linux (``/proc``, ``*at``
+calls); elsewhere the store has no conditional writes and leaves temporary files alone.
 """
 
 from __future__ import annotations
 
+import errno
+import functools
+import hashlib
 import os
 import secrets
 import shutil
 import stat
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
+from crc32c import crc32c
+
+from .._owner import current_owner, token_is_dead
 from .._threads import thread_map
 from ..byte_range import ByteRange
 from ..errors import InvalidKeyError, StoreError
-from .base import BytesLike, Store, dir_prefix, rebuild_store, validate_key, validate_prefix
+from .base import BytesLike, Store, Version, dir_prefix, rebuild_store, validate_key, validate_prefix
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock, so no conditional writes
+    fcntl = None
 
 #: Names of in-flight temporary files start with this; they are never listed as keys, and keys
 #: with a segment starting with it are refused.
 TEMP_PREFIX = ".z3tmp-"
+
+#: The store-wide lock file of file systems that cannot lock directories (never a key: it
+#: starts with TEMP_PREFIX, and it is not a temporary file name ``_temp_name`` makes).
+LOCK_NAME = TEMP_PREFIX + "lock"
 
 _MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
 _WRITE_RETRIES = 20  # each retry means a concurrent erase pruned the directory: progress
@@ -35,6 +61,37 @@ _DIR_FD = (
 
 #: O_PATH (Linux): the directory needs search permission only, as creating a file in it does
 _DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0)
+#: a directory opened to hold a flock on it (O_PATH descriptors cannot be locked)
+_LOCK_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+_UNCONDITIONAL = object()  # ``_write``'s ``expected`` for a plain ``set``
+
+
+@functools.cache
+def _host_tag(host: str) -> str:
+    """A short file-name-safe tag of a host name: the owner token names pid, start time and
+    boot but not the host, and a directory on a shared file system is written from many."""
+    return hashlib.blake2b(host.encode(), digest_size=4).hexdigest()
+
+
+def _temp_name() -> str:
+    """A new temporary file name carrying this writer's identity (see ``_dead_writers_temp``)."""
+    owner = current_owner()
+    return f"{TEMP_PREFIX}{_host_tag(owner.host)}.{owner.token()}.{secrets.token_hex(6)}"
+
+
+def _dead_writers_temp(name: str) -> bool:
+    """Whether ``name`` is a temporary file of a writer on this host that is certainly gone;
+    never for another host's writers or for names not made by ``_temp_name``."""
+    parts = name[len(TEMP_PREFIX) :].split(".")
+    if not name.startswith(TEMP_PREFIX) or len(parts) != 3:
+        return False
+    host, token, _ = parts
+    return host == _host_tag(current_owner().host) and token_is_dead(token)
+
+
+def _file_id(info: os.stat_result) -> tuple[int, int, int, int]:
+    """The cheap part of a stored file's version: a rename-into-place makes a new inode."""
+    return (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size)
 
 
 def _fd_path(fd: int) -> str:
@@ -116,6 +173,71 @@ class FileReader:
         self.close()
 
 
+def _is_version(dfd: int, name: str, expected: object) -> bool:
+    """Whether the file ``name`` in directory ``dfd`` is at version ``expected`` (None: missing);
+    its bytes are read (for the checksum) only when everything else already matches."""
+    try:
+        fd = os.open(name, os.O_RDONLY, dir_fd=dfd)
+    except _MISSING:
+        return expected is None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            return expected is None
+        if expected is None or _file_id(info) != expected[:4]:
+            return False
+        return crc32c(_pread_all(fd, 0, info.st_size)) == expected[4]
+    finally:
+        os.close(fd)
+
+
+#: flock failures meaning "this file system cannot lock a directory" (NFS emulates flock with
+#: POSIX locks, which need a descriptor open for writing): the store-wide lock file is used
+_NO_DIR_LOCK = frozenset({errno.EBADF, errno.ENOLCK, errno.EINVAL, errno.EOPNOTSUPP})
+#: POSIX locks belong to the process, not the descriptor: threads take this one first
+_PROCESS_LOCK = threading.Lock()
+
+
+class _DirLock:
+    """An exclusive ``flock`` on an open directory, released (and the descriptor closed) on
+    exit; held only around a version check and one rename or unlink. Where directories cannot
+    be locked, a POSIX lock on the store's lock file ``fallback`` (one for the whole store)."""
+
+    __slots__ = ("_fallback", "_fd", "_thread_lock")
+
+    def __init__(self, fd: int, fallback: str) -> None:
+        self._fd, self._fallback, self._thread_lock = fd, fallback, None
+
+    def __enter__(self) -> None:
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            return
+        except OSError as e:
+            os.close(self._fd)
+            self._fd = -1
+            if e.errno not in _NO_DIR_LOCK:
+                raise
+        except BaseException:
+            os.close(self._fd)
+            raise
+        _PROCESS_LOCK.acquire()
+        self._thread_lock = _PROCESS_LOCK
+        try:
+            self._fd = os.open(self._fallback, os.O_RDWR | os.O_CREAT, 0o666)
+            fcntl.lockf(self._fd, fcntl.LOCK_EX)
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)  # closing the only descriptor releases the lock
+            self._fd = -1
+        if self._thread_lock is not None:
+            self._thread_lock.release()
+            self._thread_lock = None
+
+
 class LocalStore(Store):
     """A store over a directory of the local file system.
 
@@ -123,10 +245,14 @@ class LocalStore(Store):
     the end of a value returns the bytes that exist (possibly ``b""``).
     """
 
+    #: ``flock`` on directory descriptors and ``*at`` calls (Linux): see the module docstring
+    supports_conditional_writes = _DIR_FD and fcntl is not None
+
     def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False) -> None:
         super().__init__(read_only=read_only)
         self.root = os.path.abspath(os.fspath(root))
         self._real_root = os.path.realpath(self.root)
+        self._swept: set[str] = set()  # directories already cleared of dead writers' temp files
 
     # ---- keys and paths --------------------------------------------------------------------
     def _key_path(self, key: str) -> str:
@@ -286,32 +412,58 @@ class LocalStore(Store):
         self.check_writable(key)
         self._write(key, self._key_path(key), value)
 
-    def _write(self, key: str, path: str, value: BytesLike) -> None:
+    def _write(self, key: str, path: str, value: BytesLike, expected: object = _UNCONDITIONAL) -> bool:
+        """Write a temporary file, then rename it over ``path``: unconditionally, or (``set_if``)
+        under the directory's lock only while the stored version is still ``expected``."""
         name = os.path.basename(path)
         try:
             dfd, tmp, fd = self._create_temp(key, path)
         except OSError as e:
             raise self._error("writing", key, e) from e
+        renamed = False
         try:
             try:
                 _write_all(fd, value)
             finally:
                 os.close(fd)
-            if dfd is not None:  # both names resolve in the directory that was checked
+            if expected is not _UNCONDITIONAL:
+                renamed = self._rename_if(dfd, tmp, name, expected)
+            elif dfd is not None:  # both names resolve in the directory that was checked
                 os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)  # replaces, as on POSIX
+                renamed = True
             else:
                 os.replace(tmp, path)
+                renamed = True
+            return renamed
         except BaseException as e:
-            try:
-                os.unlink(tmp, dir_fd=dfd)
-            except OSError:
-                pass
             if isinstance(e, OSError):
                 raise self._error("writing", key, e) from e
             raise
         finally:
+            if not renamed:
+                try:
+                    os.unlink(tmp, dir_fd=dfd)
+                except OSError:
+                    pass
             if dfd is not None:
                 os.close(dfd)
+
+    def _rename_if(self, dfd: int, tmp: str, name: str, expected: object) -> bool:
+        """Under the directory's lock: rename ``tmp`` to ``name`` if ``name``'s version is
+        ``expected``. The directory cannot vanish meanwhile: ``tmp`` keeps it non-empty."""
+        with self._locked(dfd):
+            if not _is_version(dfd, name, expected):
+                return False
+            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            return True
+
+    def _locked(self, dfd: int) -> _DirLock:
+        return _DirLock(os.open(".", _LOCK_FLAGS, dir_fd=dfd), os.path.join(self.root, LOCK_NAME))
+
+    def _check_conditional(self, key: str) -> None:
+        self.check_writable(key)
+        if not self.supports_conditional_writes:
+            raise self._no_conditional_writes(key)
 
     def _create_temp(self, key: str, path: str) -> tuple[int | None, str, int]:
         """``(directory fd, temporary name, open fd)``: a new empty temporary file beside
@@ -324,12 +476,14 @@ class LocalStore(Store):
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
         for attempt in range(_WRITE_RETRIES):
             last = attempt == _WRITE_RETRIES - 1
-            tmp = TEMP_PREFIX + secrets.token_hex(8)
+            tmp = _temp_name()
             dfd = None
             try:
                 if _DIR_FD:
                     dfd = os.open(parent, _DIR_FLAGS)
                     self._check_dir_fd(key, dfd, path)
+                    if parent not in self._swept:
+                        self._sweep(parent, dfd)
                 else:
                     self._check_inside(key, os.path.realpath(path))
                     tmp = os.path.join(parent, tmp)
@@ -354,6 +508,24 @@ class LocalStore(Store):
                     os.close(dfd)
                 raise
         raise AssertionError("unreachable")
+
+    def _sweep(self, directory: str, dfd: int) -> None:
+        """Remove the temporary files of dead writers from ``directory`` (checked, open as
+        ``dfd``): once per directory per store object, so a write costs no scan after the first."""
+        self._swept.add(directory)
+        try:
+            with os.scandir(directory) as it:
+                names = [
+                    e.name for e in it if e.name.startswith(TEMP_PREFIX) and e.is_file(follow_symlinks=False)
+                ]
+        except OSError:
+            return  # cleanup is best effort: the write itself decides success
+        for name in names:
+            if _dead_writers_temp(name):
+                try:
+                    os.unlink(name, dir_fd=dfd)
+                except OSError:
+                    pass
 
     def _make_dirs(self, key: str, parent: str) -> None:
         """Create the missing directories down to ``parent`` one level at a time, each in a
@@ -386,6 +558,58 @@ class LocalStore(Store):
             return
         if stat.S_ISLNK(info.st_mode):
             self._check_inside(key, os.path.realpath(path))
+
+    # ---- conditional writes ----------------------------------------------------------------
+    def get_versioned(self, key: str) -> tuple[bytes | None, Version | None]:
+        """``(value, (device, inode, mtime_ns, size, crc32c))`` of ``key``'s file, both from one
+        open file; ``(None, None)`` when missing."""
+        if not self.supports_conditional_writes:
+            raise self._no_conditional_writes(key)
+        fd = self._open_read(key, self._key_path(key))
+        if fd is None:
+            return None, None
+        try:
+            info = os.fstat(fd)
+            if stat.S_ISDIR(info.st_mode):
+                return None, None
+            data = _pread_all(fd, 0, info.st_size)
+            return data, (*_file_id(info), crc32c(data))
+        except OSError as e:
+            raise self._error("reading", key, e) from e
+        finally:
+            os.close(fd)
+
+    def set_if(self, key: str, value: BytesLike, expected: Version | None) -> bool:
+        """Write ``value`` as ``set`` does, renaming it into place (under the directory's lock)
+        only if the stored file is still version ``expected`` (None: still missing)."""
+        self._check_conditional(key)
+        return self._write(key, self._key_path(key), value, expected)
+
+    def erase_if(self, key: str, expected: Version) -> bool:
+        """Remove ``key``'s file (under the directory's lock) only if it is still ``expected``."""
+        self._check_conditional(key)
+        path = self._path(key)
+        if expected is None:
+            return False
+        try:
+            dfd = os.open(os.path.dirname(path), _DIR_FLAGS)
+        except _MISSING:
+            return False
+        except OSError as e:
+            raise self._error("erasing", key, e) from e
+        try:
+            self._check_inside(key, _fd_path(dfd))
+            name = os.path.basename(path)
+            with self._locked(dfd):
+                if not _is_version(dfd, name, expected):
+                    return False
+                os.unlink(name, dir_fd=dfd)
+        except OSError as e:
+            raise self._error("erasing", key, e) from e
+        finally:
+            os.close(dfd)
+        self._prune(os.path.dirname(path))
+        return True
 
     def set_many(self, items: Mapping[str, BytesLike]) -> None:
         """Write many values concurrently; every key is checked before anything is written."""
@@ -485,9 +709,12 @@ class LocalStore(Store):
             raise self._error("erasing prefix", prefix, e) from e
 
     # ---- listing ---------------------------------------------------------------------------
-    def _entries(self, directory: str) -> list[os.DirEntry[str]]:
-        """Entries of ``directory`` that may be keys or prefixes: no temp files, no symlinks
-        leading outside root."""
+    def _entries(self, directory: str) -> list[tuple[str, str, bool | None]]:
+        """``(name, path, is_dir)`` of the entries of ``directory`` that are keys or prefixes:
+        files and directories (``is_dir`` None: a symlinked directory, listed but not walked),
+        not temp files, not symlinks leading outside root. Entries that cannot be resolved
+        (symlink loops, dangling links) hold no value and are skipped, so one bad link never
+        makes the whole store unlistable."""
         try:
             with os.scandir(directory) as it:
                 entries = list(it)
@@ -495,19 +722,29 @@ class LocalStore(Store):
             return []
         except OSError as e:
             raise StoreError(f"listing {directory!r} in {self!r} failed: {e}") from e
-        return [
-            e
-            for e in entries
-            if not e.name.startswith(TEMP_PREFIX)
-            and (not e.is_symlink() or self._inside(os.path.realpath(e.path)))
-        ]
+        found = []
+        for e in entries:
+            if e.name.startswith(TEMP_PREFIX):
+                continue
+            try:
+                if e.is_symlink() and not self._inside(os.path.realpath(e.path, strict=True)):
+                    continue
+                if e.is_dir(follow_symlinks=False):
+                    found.append((e.name, e.path, True))
+                elif e.is_file():
+                    found.append((e.name, e.path, False))
+                elif e.is_symlink() and e.is_dir():  # a symlinked directory: a prefix, not walked
+                    found.append((e.name, e.path, None))
+            except OSError:  # ELOOP, a link dangling or removed meanwhile
+                continue
+        return found
 
     def _walk(self, directory: str, key_prefix: str) -> Iterator[str]:
-        for e in self._entries(directory):
-            if e.is_dir(follow_symlinks=False):
-                yield from self._walk(e.path, key_prefix + e.name + "/")
-            elif e.is_file():
-                yield key_prefix + e.name
+        for name, path, is_dir in self._entries(directory):
+            if is_dir:
+                yield from self._walk(path, key_prefix + name + "/")
+            elif is_dir is False:
+                yield key_prefix + name
 
     def list(self) -> Iterator[str]:
         """Every file below root as a key (symlinked directories are not followed)."""
@@ -524,18 +761,18 @@ class LocalStore(Store):
         return self._list_matching(directory, key_prefix, stem)
 
     def _list_matching(self, directory: str, key_prefix: str, stem: str) -> Iterator[str]:
-        for e in self._entries(directory):
-            if not e.name.startswith(stem):
+        for name, path, is_dir in self._entries(directory):
+            if not name.startswith(stem):
                 continue
-            if e.is_dir(follow_symlinks=False):
-                yield from self._walk(e.path, key_prefix + e.name + "/")
-            elif e.is_file():
-                yield key_prefix + e.name
+            if is_dir:
+                yield from self._walk(path, key_prefix + name + "/")
+            elif is_dir is False:
+                yield key_prefix + name
 
     def list_dir(self, prefix: str) -> Iterator[str]:
         """Names of the files and directories directly under ``prefix``."""
         directory, _ = self._dir(prefix)
-        return iter([e.name for e in self._entries(directory) if e.is_dir() or e.is_file()])
+        return iter([name for name, _, _ in self._entries(directory)])
 
     # ---- identity --------------------------------------------------------------------------
     def with_read_only(self, read_only: bool = True) -> LocalStore:

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 
 from ..byte_range import ByteRange
-from .base import BytesLike, Store, rebuild_store, validate_key, validate_prefix
+from .base import BytesLike, Store, Version, rebuild_store, validate_key, validate_prefix
 
 
 class MemoryStore(Store):
     """A store over a dict of ``bytes``; pickles with its contents.
 
     The dict passed in is used (not copied), so stores made by ``with_read_only`` share it.
-    A lock guards writes and listings, so threads may set and get concurrently.
+    A lock guards writes and listings, so threads may set and get concurrently. Every write
+    takes a new number from a counter: ``(value, number)`` is what ``get_versioned`` returns and
+    ``set_if``/``erase_if`` compare under the lock (values put in the dict directly, not through
+    the store, carry version 0).
     """
+
+    supports_conditional_writes = True
 
     def __init__(self, data: MutableMapping[str, bytes] | None = None, *, read_only: bool = False) -> None:
         super().__init__(read_only=read_only)
@@ -22,6 +28,8 @@ class MemoryStore(Store):
         for key in self._data:
             validate_key(key)
         self._lock = threading.Lock()
+        self._versions: dict[str, int] = {}  # key -> number of the write that stored it
+        self._clock = itertools.count(1)
 
     # ---- reading ---------------------------------------------------------------------------
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
@@ -44,7 +52,15 @@ class MemoryStore(Store):
         validate_key(key)
         data = bytes(value)
         with self._lock:
-            self._data[key] = data
+            self._put(key, data)
+
+    def _put(self, key: str, data: bytes) -> None:  # under the lock
+        self._data[key] = data
+        self._versions[key] = next(self._clock)
+
+    def _pop(self, key: str) -> None:  # under the lock
+        self._data.pop(key, None)
+        self._versions.pop(key, None)
 
     def set_many(self, items: Mapping[str, BytesLike]) -> None:
         """Store many values; every key is checked before anything is written."""
@@ -53,7 +69,8 @@ class MemoryStore(Store):
             validate_key(key)
         copies = {k: bytes(v) for k, v in items.items()}
         with self._lock:
-            self._data.update(copies)
+            for key, data in copies.items():
+                self._put(key, data)
 
     def move(self, src: str, dst: str) -> None:
         """Put ``src``'s value under ``dst`` and remove ``src``, in one step."""
@@ -69,7 +86,7 @@ class MemoryStore(Store):
         self.check_writable(key)
         validate_key(key)
         with self._lock:
-            self._data.pop(key, None)
+            self._pop(key)
 
     def erase_many(self, keys: Iterable[str]) -> None:
         """Remove many keys; every key is checked before anything is removed."""
@@ -79,7 +96,7 @@ class MemoryStore(Store):
             validate_key(key)
         with self._lock:
             for key in keys:
-                self._data.pop(key, None)
+                self._pop(key)
 
     def erase_prefix(self, prefix: str) -> None:
         """Remove every key that starts with ``prefix``."""
@@ -87,7 +104,39 @@ class MemoryStore(Store):
         validate_prefix(prefix)
         with self._lock:
             for key in [k for k in self._data if k.startswith(prefix)]:
-                del self._data[key]
+                self._pop(key)
+
+    # ---- conditional writes ----------------------------------------------------------------
+    def _version(self, key: str) -> int | None:  # under the lock
+        return self._versions.get(key, 0) if key in self._data else None
+
+    def get_versioned(self, key: str) -> tuple[bytes | None, Version | None]:
+        """``(value, write number)`` of ``key``; ``(None, None)`` when missing."""
+        validate_key(key)
+        with self._lock:
+            value = self._data.get(key)
+            return (None, None) if value is None else (bytes(value), self._version(key))
+
+    def set_if(self, key: str, value: BytesLike, expected: Version | None) -> bool:
+        """Store ``value`` only if ``key``'s write number is still ``expected`` (None: missing)."""
+        self.check_writable(key)
+        validate_key(key)
+        data = bytes(value)
+        with self._lock:
+            if self._version(key) != expected:
+                return False
+            self._put(key, data)
+            return True
+
+    def erase_if(self, key: str, expected: Version) -> bool:
+        """Remove ``key`` only if its write number is still ``expected``."""
+        self.check_writable(key)
+        validate_key(key)
+        with self._lock:
+            if expected is None or self._version(key) != expected:
+                return False
+            self._pop(key)
+            return True
 
     # ---- listing ---------------------------------------------------------------------------
     def list(self) -> Iterator[str]:
@@ -105,8 +154,11 @@ class MemoryStore(Store):
 
     # ---- identity --------------------------------------------------------------------------
     def with_read_only(self, read_only: bool = True) -> MemoryStore:
-        """A store on the same dict with another read-only flag."""
-        return MemoryStore(self._data, read_only=read_only)
+        """A store on the same dict (and the same lock and write numbers) with another flag."""
+        other = object.__new__(MemoryStore)  # not copy.copy: __reduce__ pickles a snapshot
+        other.__dict__.update(self.__dict__)
+        other.read_only = read_only
+        return other
 
     def __eq__(self, other: object) -> bool:
         """Equal when both are MemoryStores on the same dict with the same flag."""
