@@ -187,7 +187,7 @@ def test_kill_inside_the_commit_window(tmp_path, scenario, layout):
     """Killed after the manifest (readers still see the old state), after the first mark,
     part-way through the moves, and after the cleanup: refused (or old) until repaired, then
     exactly the new state."""
-    for kill_at in ["set:manifest.json:1", "set:zarr.json:1", "move::2", "erase_prefix:.z3-txn:1"]:
+    for kill_at in ["set:manifest.json:1", "set_if:zarr.json:1", "move::2", "erase_prefix:.z3-txn:1"]:
         root = tmp_path / kill_at.replace(":", "-")
         make_old(root, layout)
         assert run_child(root, scenario, layout, env={"KILL_AT": kill_at}) is None

@@ -585,6 +585,26 @@ class FsspecStore(Store):
 
         self._call("writing", where, with_parents)
 
+    def move(self, src: str, dst: str) -> None:
+        """A copy made by the backend (S3 CopyObject: no bytes through this process), then the
+        erase of ``src``; readers of ``dst`` see the old or the new object. A missing ``src``
+        does nothing (a re-run move)."""
+        self.check_writable(dst)
+        if self._local is not None:
+            self._local.move(src, dst)
+            return
+        source, target = self._path(src), self._path(dst)
+
+        def copy() -> bool:
+            try:
+                self.fs.copy(source, target)
+                return True
+            except _MISSING:
+                return False
+
+        if self._call("moving", self._key_url(target), copy):
+            self._erase_one(source)
+
     def erase(self, key: str) -> None:
         """Remove ``key`` (and, on filesystems with directories, parents left empty)."""
         self.check_writable(key)
