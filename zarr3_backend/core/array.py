@@ -26,6 +26,7 @@ from ..codecs import CodecChain
 from ..codecs.fill import is_fill
 from ..errors import CorruptionError, ReadOnlyError, ShapeError, WriteConflictError
 from ..stores.base import Store
+from . import rectilinear
 from .attributes import Attributes
 from .commit import Transaction
 from .metadata import ArrayMetadata, to_bytes
@@ -569,6 +570,9 @@ class Array:
         return adopted
 
     def __getitem__(self, selection: Any) -> Any:
+        if not self.metadata.chunk_grid.is_regular:
+            result = rectilinear.read(self, selection)
+            return result[()] if result.ndim == 0 else result
         kind = fancy_kind(selection, self.shape)
         if kind == "nd-array":
             flat, pos, index_shape = flatten_nd(selection)
@@ -831,6 +835,12 @@ class Array:
         )
 
     def __setitem__(self, selection: Any, value: Any) -> None:
+        if not self.metadata.chunk_grid.is_regular:  # chunk by chunk, committed as one write
+            self._check_writable()
+            with Transaction(self.store, guard=(self.path,)) as txn:
+                rectilinear.write(self._with_store(txn.staging), selection, value)
+                txn.commit()
+            return
         kind = fancy_kind(selection, self.shape)
         if kind == "nd-array":
             flat, pos, index_shape = flatten_nd(selection)
