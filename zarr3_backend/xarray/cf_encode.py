@@ -1,6 +1,8 @@
 """CF encoding of variables for Zarr: as xarray's zarr engine encodes them, with integer casts range-checked,
 and appends encoded exactly as the stored variable is."""
 
+from __future__ import annotations
+
 import warnings
 from collections.abc import Hashable, Mapping
 from typing import Any
@@ -17,7 +19,9 @@ from ..core.array import Array
 from ..core.group import Group
 from ..errors import (
     ArgumentError,
+    ArgumentTypeError,
     EncodedRangeError,
+    Zarr3Error,
 )
 from .datastore import Zarr3DataStore
 from .encoding import encode_attr_value, encode_fill_value_attr
@@ -127,10 +131,20 @@ def encode_variable(var: Variable, name: str) -> Variable:
             return out
         out = strings.EncodedStringCoder(allows_unicode=True).encode(out, name=name)
         return strings.ensure_fixed_length_bytes(out)
-    except EncodedRangeError:
+    except Zarr3Error:
         raise
     except (ValueError, TypeError) as e:
-        raise type(e)(f"variable {name!r}: {e}") from e
+        raise _named_error(e, f"variable {name!r}: {e}") from e
+
+
+def _named_error(e: Exception, message: str) -> Exception:
+    """xarray's plain ``ValueError``/``TypeError`` as our typed ones (still subclasses of
+    those), more specific classes (``OutOfBoundsDatetime``, ...) as themselves."""
+    if type(e) is ValueError:
+        return ArgumentError(message)
+    if type(e) is TypeError:
+        return ArgumentTypeError(message)
+    return type(e)(message)
 
 
 def encode_like_stored(var: Variable, stored: Variable, name: str) -> Variable:

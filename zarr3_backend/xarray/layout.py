@@ -1,5 +1,7 @@
 """The layout of a new array (data type, chunks, shards, codecs) from a CF-encoded variable and its encoding."""
 
+from __future__ import annotations
+
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,7 +38,7 @@ def _as_tuple(value: Any, ndim: int, key: str, name: str) -> tuple[int, ...] | N
         return (int(value),) * ndim
     try:
         out = tuple(int(v) for v in value)
-    except TypeError as e:
+    except (TypeError, ValueError) as e:
         raise ArgumentTypeError(
             f"encoding[{key!r}] for variable {name!r} must be an int or a tuple of ints, got {value!r}"
         ) from e

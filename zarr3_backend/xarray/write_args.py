@@ -1,5 +1,7 @@
 """The arguments of ``to_zarr``: the mode, the dataset and its variable names, checked before anything else."""
 
+from __future__ import annotations
+
 from collections.abc import Hashable, Mapping
 from typing import Any
 

@@ -2,6 +2,8 @@
 
 Pure: it reads what the store holds but writes nothing."""
 
+from __future__ import annotations
+
 import warnings
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field

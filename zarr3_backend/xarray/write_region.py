@@ -1,5 +1,7 @@
 """``region=``: resolve ``"auto"`` entries against the stored coordinates and check the rest."""
 
+from __future__ import annotations
+
 from collections.abc import Hashable, Mapping
 from typing import Any
 

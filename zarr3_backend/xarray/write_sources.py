@@ -1,5 +1,7 @@
 """Sources that mode="w" would erase: lazily read variables whose data lives in the target group."""
 
+from __future__ import annotations
+
 from typing import Any
 
 import dask.array as da
