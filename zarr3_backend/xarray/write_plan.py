@@ -27,6 +27,7 @@ from ..errors import (
     ArgumentError,
     MetadataError,
     NodeExistsError,
+    ShapeError,
     Zarr3Error,
     ZarrV2Error,
 )
@@ -44,6 +45,24 @@ def _array_dims(a: Array) -> tuple[str, ...]:
             return tuple(attr)
         raise ArgumentError(f"array {a.path!r} has no dimension names; cannot match it to dataset dimensions")
     return tuple(names)  # type: ignore[arg-type]
+
+
+def check_append_lengths(arrays: Mapping[str, Array], append_dim: Hashable) -> None:
+    """Refuse to append to a store whose arrays disagree on the length of ``append_dim``
+    (left by an interrupted append of an older version, or another writer): ``ShapeError``
+    naming every array along it and its length."""
+    lengths = {}
+    for name, a in arrays.items():
+        names = a.dimension_names or a.metadata.attributes.get("_ARRAY_DIMENSIONS") or ()
+        if append_dim in names and len(names) == a.ndim:
+            lengths[name] = a.shape[list(names).index(append_dim)]
+    if len(set(lengths.values())) > 1:
+        listed = ", ".join(f"{n!r}: {m}" for n, m in sorted(lengths.items()))
+        raise ShapeError(
+            f"the stored arrays disagree on the length of the append dimension {append_dim!r} ({listed}); "
+            "an earlier append did not complete. Nothing was written: repair the store (trim the "
+            "longer arrays, or rewrite it with mode='w') before appending"
+        )
 
 
 def _match_dims(
@@ -175,6 +194,7 @@ def plan_write(
                 f"stored variables {left_out} have dimension {append_dim!r} but are missing from the dataset to "
                 "append; appending without them would leave them shorter than the rest"
             )
+        check_append_lengths(arrays, append_dim)
         growing_new = [n for n in new_names if append_dim in variables[n].dims]
         if growing_new:
             raise ArgumentError(
