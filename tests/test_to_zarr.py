@@ -379,3 +379,39 @@ def test_bad_writer_arguments_are_typed_package_errors(tmp_path):
     with pytest.raises(ArgumentTypeError):
         z3.to_zarr(np.arange(3), tmp_path / "o.zarr", mode="w")
     assert not (tmp_path / "o.zarr").exists()
+
+
+def test_safe_chunks_false_rechunks_dask_blocks_that_split_a_shard(tmp_path):
+    # xarray writes these unchecked (two tasks may rewrite one shard); we rechunk: data intact
+    ds = xr.Dataset({"v": ("x", np.arange(12.0))}).chunk({"x": 3})
+    ds["v"].encoding = {"chunks": (2,), "shards": (4,)}
+    with pytest.raises(ChunkAlignmentError, match=r"named 'v' would overlap multiple Dask chunks"):
+        z3.to_zarr(ds, tmp_path / "a.zarr", mode="w")
+    z3.to_zarr(ds, tmp_path / "a.zarr", mode="w", safe_chunks=False)
+    back = xr.open_dataset(tmp_path / "a.zarr", engine="zarr3").load()
+    np.testing.assert_array_equal(back["v"].values, np.arange(12.0))
+    assert back["v"].encoding["shards"] == (4,)
+
+
+def test_a_variable_named_none_is_stored_as_xarray_stores_it(tmp_path):
+    ds = xr.Dataset({None: (("x",), np.arange(3))})
+    z3.to_zarr(ds, tmp_path / "n.zarr", mode="w")
+    assert (tmp_path / "n.zarr" / "__values__" / "zarr.json").is_file()
+    for engine in ("zarr3", "zarr"):
+        xr.testing.assert_identical(xr.open_dataset(tmp_path / "n.zarr", engine=engine).load(), ds)
+
+
+def test_stringdtype_nulls_are_written_as_empty_strings(tmp_path):
+    data = np.array(["ab", None, "c"], dtype=np.dtypes.StringDType(na_object=None))
+    z3.to_zarr(xr.Dataset({"s": ("t", data)}), tmp_path / "s.zarr", mode="w")
+    back = xr.open_dataset(tmp_path / "s.zarr", engine="zarr3").load()
+    assert back["s"].values.tolist() == ["ab", "", "c"]
+
+
+def test_fill_value_none_in_encoding_omits_the_cf_fill_value(tmp_path):
+    ds = xr.Dataset({"x": ("y", [np.pi, -np.pi])}, coords={"y": [0.0, 1.0]})
+    z3.to_zarr(
+        ds, tmp_path / "f.zarr", mode="w", encoding={"x": {"_FillValue": None}, "y": {"_FillValue": None}}
+    )
+    back = xr.open_dataset(tmp_path / "f.zarr", engine="zarr3")
+    assert "_FillValue" not in back["x"].encoding and "_FillValue" not in back["y"].encoding

@@ -127,14 +127,33 @@ def encode_variable(var: Variable, name: str) -> Variable:
     try:
         out = conventions.encode_cf_variable(var, name=name, coders=_CODERS)
         out = ensure_dtype_not_object(out, name=name)
-        if out.dtype.kind == "T":  # numpy's StringDType is stored as it is
-            return out
+        if out.dtype.kind == "T":  # numpy's StringDType is stored as it is, nulls as ""
+            return _without_string_nulls(out)
         out = strings.EncodedStringCoder(allows_unicode=True).encode(out, name=name)
         return strings.ensure_fixed_length_bytes(out)
     except Zarr3Error:
         raise
     except (ValueError, TypeError) as e:
         raise _named_error(e, f"variable {name!r}: {e}") from e
+
+
+def _fill_string_nulls(values: np.ndarray) -> np.ndarray:
+    """A StringDType array's null entries (its ``na_object``) as empty strings, as xarray
+    writes them; the result has a plain ``StringDType()``."""
+    out = np.asarray(values).astype(np.dtypes.StringDType(na_object=""))
+    return out.astype(np.dtypes.StringDType())
+
+
+def _without_string_nulls(var: Variable) -> Variable:
+    """``var`` with nulls written as "" when its StringDType has an ``na_object``."""
+    if not hasattr(var.dtype, "na_object"):  # numpy declares no capability flag for nulls
+        return var
+    data = var.data
+    if isinstance(data, da.Array):
+        data = data.map_blocks(_fill_string_nulls, dtype=np.dtypes.StringDType())
+    else:
+        data = _fill_string_nulls(data)
+    return var.copy(deep=False, data=data)
 
 
 def _named_error(e: Exception, message: str) -> Exception:

@@ -36,13 +36,12 @@ def _as_tuple(value: Any, ndim: int, key: str, name: str) -> tuple[int, ...] | N
         return None
     if isinstance(value, int | np.integer):
         return (int(value),) * ndim
-    try:
-        out = tuple(int(v) for v in value)
-    except (TypeError, ValueError) as e:
+    items = list(value) if isinstance(value, list | tuple | np.ndarray) else None
+    if items is None or not all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in items):
         raise ArgumentTypeError(
             f"encoding[{key!r}] for variable {name!r} must be an int or a tuple of ints, got {value!r}"
-        ) from e
-    return out
+        )
+    return tuple(int(v) for v in items)
 
 
 def _default_chunks(var: Variable, shards: tuple[int, ...] | None) -> tuple[int, ...] | None:
@@ -116,6 +115,8 @@ def creation_kwargs(
     from reading a store are dropped, as xarray does).
     """
     encoding = {k: v for k, v in var.encoding.items() if k not in _SAFE_TO_DROP}
+    if "_FillValue" in encoding and encoding["_FillValue"] is None:
+        del encoding["_FillValue"]  # "no CF _FillValue": CF encoding has already honoured it
     invalid = sorted(set(encoding) - _VALID_ENCODING)
     if invalid and user_encoding:
         raise ArgumentError(f"unexpected encoding parameters for variable {name!r}: {invalid}")

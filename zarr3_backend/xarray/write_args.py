@@ -6,6 +6,7 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 import xarray as xr
+from xarray.backends.common import NONE_VAR_NAME
 
 from ..core.api import open_group
 from ..core.group import Group
@@ -36,14 +37,28 @@ def choose_mode(mode: str | None, append_dim: Hashable | None, region: Any) -> s
     return mode
 
 
-def validate_names(ds: xr.Dataset) -> None:
+def validate_names(ds: xr.Dataset) -> xr.Dataset:
+    """Check variable names as xarray's writers do (a non-empty string, or ``None``, which is
+    stored as xarray stores it, ``__values__``) and that each can name a Zarr array."""
     for name in ds.variables:
-        if not isinstance(name, str) or not name:
-            raise ArgumentError(
-                f"variable names must be non-empty strings to be stored in Zarr, got {name!r}"
+        if isinstance(name, str):
+            if not name:
+                raise ArgumentError(
+                    f"Invalid name {name!r} for DataArray or Dataset key: string must be length 1 or "
+                    "greater for serialization to Zarr"
+                )
+            if "/" in name or name in (".", ".."):
+                raise ArgumentError(
+                    f"variable name {name!r} cannot be a Zarr array name (no '/', '.' or '..')"
+                )
+        elif name is not None:
+            raise ArgumentTypeError(
+                f"Invalid name {name!r} for DataArray or Dataset key: must be either a string or None "
+                "for serialization to Zarr"
             )
-        if "/" in name or name in (".", ".."):
-            raise ArgumentError(f"variable name {name!r} cannot be a Zarr array name (no '/', '.' or '..')")
+    if None in ds.variables:
+        ds = ds.rename({None: NONE_VAR_NAME})
+    return ds
 
 
 def as_dataset(obj: xr.Dataset | xr.DataArray) -> xr.Dataset:
@@ -52,6 +67,13 @@ def as_dataset(obj: xr.Dataset | xr.DataArray) -> xr.Dataset:
     if not isinstance(obj, xr.Dataset):
         raise ArgumentTypeError(f"to_zarr writes an xarray Dataset or DataArray, got {type(obj).__name__}")
     return obj
+
+
+class UnknownVariableError(ArgumentError, KeyError):
+    """An argument names a variable the dataset does not have (a ``KeyError`` as in xarray)."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
 
 
 def check_zarr_format(zarr_format: int | None) -> None:
@@ -63,11 +85,17 @@ def check_zarr_format(zarr_format: int | None) -> None:
 def checked_encoding(
     encoding: Mapping[str, Mapping[str, Any]] | None, ds: xr.Dataset
 ) -> dict[str, Mapping[str, Any]]:
-    """The ``encoding`` argument as a dict, refusing variables the dataset does not have."""
+    """The ``encoding`` argument as a dict of dicts, refusing variables the dataset does not
+    have (``UnknownVariableError``, a ``KeyError`` as in xarray) and entries that are no dicts."""
     encoding = dict(encoding or {})
     unknown = [k for k in encoding if k not in ds.variables]
     if unknown:
-        raise ArgumentError(f"encoding given for variables {unknown} that are not in the dataset")
+        raise UnknownVariableError(f"encoding given for variables {unknown} that are not in the dataset")
+    for name, enc in encoding.items():
+        if not isinstance(enc, Mapping):
+            raise ArgumentError(
+                f"encoding[{name!r}] must be castable to a dictionary of encoding keys, got {enc!r}"
+            )
     return encoding
 
 

@@ -25,6 +25,7 @@ from ..dask.alignment import check_deferred_edges, check_region_edges
 from ..dask.write import plan_chunks
 from ..errors import (
     ArgumentError,
+    ChunkAlignmentError,
     MetadataError,
     NodeExistsError,
     ShapeError,
@@ -244,6 +245,7 @@ def plan_write(
             safe_chunks=safe_chunks,
             align_chunks=align_chunks,
             unit_source=_unit_source(write, encoding.get(name, {}), new=name not in existing_names),
+            from_dask=_layout_from_dask(write, encoding.get(name, {}), new=name not in existing_names),
         )
         plan.writes.append(write)
     return plan
@@ -282,6 +284,31 @@ def _unit_source(write: VariableWrite, user_encoding: Mapping[str, Any], *, new:
     return "chosen by default"
 
 
+def _layout_from_dask(write: VariableWrite, user_encoding: Mapping[str, Any], *, new: bool) -> bool:
+    """Whether a new array's chunk shape was taken from its dask chunks (none was given)."""
+    enc = user_encoding or write.variable.encoding
+    return (
+        new and enc.get("chunks") is None and enc.get("codecs") is None and write.variable.chunks is not None
+    )
+
+
+def _xarray_lead(write: VariableWrite, from_dask: bool) -> str:
+    """The first sentence xarray's zarr engine gives for the same misalignment (its tests and
+    users match on it); ours follows with the details."""
+    name = write.name
+    if from_dask:
+        return (
+            "Zarr requires uniform chunk sizes except for final chunk. "
+            f"Variable named {name!r} has incompatible dask chunks {write.variable.chunks}."
+        )
+    key = "shards" if write.target.shards is not None else "chunks"
+    shape = write.target.shards if key == "shards" else write.target.chunks
+    return (
+        f"Specified Zarr {key} encoding[{key!r}]={tuple(shape)} for variable named {name!r} "
+        "would overlap multiple Dask chunks."
+    )
+
+
 def _check_ownership(
     write: VariableWrite,
     *,
@@ -290,6 +317,7 @@ def _check_ownership(
     safe_chunks: bool,
     align_chunks: bool,
     unit_source: str,
+    from_dask: bool,
 ) -> None:
     """Prove, before anything is written, that this write owns every shard it touches.
 
@@ -301,15 +329,18 @@ def _check_ownership(
     sharded = target.shards is not None
     lazy = isinstance(write.variable.data, da.Array)
     if lazy:
-        plan_chunks(
-            write.variable.data,
-            target,
-            write.region,
-            align_chunks=align_chunks,
-            name=write.name,
-            dims=dims,
-            unit_source=unit_source,
-        )
+        try:
+            plan_chunks(
+                write.variable.data,
+                target,
+                write.region,
+                align_chunks=align_chunks,
+                name=write.name,
+                dims=dims,
+                unit_source=unit_source,
+            )
+        except ChunkAlignmentError as e:
+            raise ChunkAlignmentError(f"{_xarray_lead(write, from_dask)} {e}") from e
     if not safe_chunks:
         return
     if region:

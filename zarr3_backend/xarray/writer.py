@@ -68,7 +68,8 @@ def to_zarr(
     ``region`` write (numpy or dask, any mode) must own whole shards, and so must the dask part
     of a ``compute=False`` write (an append starting inside a partly filled shard is refused:
     another pending append could rewrite that shard); ``safe_chunks=False`` lifts these two
-    checks when no other write of the arrays runs at the same time. Integer-encoded values
+    checks when no other write of the arrays runs at the same time, and rechunks dask data that
+    would split a shard as ``align_chunks=True`` does (xarray's engine writes it unchecked). Integer-encoded values
     (packing, times) that overflow their dtype raise ``EncodedRangeError``. mode="w" refuses
     dask data read from the group it erases. ``progress=True`` shows a progress bar
     (distributed's when a Client is active). Returns the written Group, or with
@@ -77,7 +78,7 @@ def to_zarr(
     ds = as_dataset(dataset)
     mode = choose_mode(mode, append_dim, region)
     check_zarr_format(zarr_format)
-    validate_names(ds)
+    ds = validate_names(ds)
     encoding = checked_encoding(encoding, ds)
     zstore = make_store(store if store is not None else {}, mode="a", storage_options=storage_options)
     path = normalize_path(group)
@@ -102,7 +103,7 @@ def to_zarr(
         append_dim=append_dim,
         region=reg,
         safe_chunks=safe_chunks,
-        align_chunks=align_chunks,
+        align_chunks=align_chunks or not safe_chunks,
         write_empty_chunks=write_empty_chunks,
         compute=compute,
     )
@@ -122,6 +123,6 @@ def to_zarr(
         Committer(zstore),
         consolidate=consolidate,
         compute=compute,
-        align_chunks=align_chunks,
+        align_chunks=align_chunks or not safe_chunks,
         run=run,
     )
