@@ -66,6 +66,17 @@ def _finish(*_: Any) -> None:
     return None
 
 
+def combine(writes: list[Any]) -> Delayed:
+    """One Delayed that runs every pending write of ``writes`` (dask stores or Delayeds)."""
+    finish = delayed(_finish, pure=False)(*writes)
+    return FusingDelayed(finish.key, finish.dask)
+
+
+def consolidate_root(store: Store) -> None:
+    """Write the consolidated metadata of the whole store into its root group."""
+    consolidate_metadata(store, "")
+
+
 def execute(
     plan: WritePlan,
     data_store: Store,
@@ -110,13 +121,12 @@ def execute(
     def commit() -> Group:
         committer.commit(plan.documents(), plan.erase_prefixes)
         if plan.changes_metadata and consolidate:
-            consolidate_metadata(committer.store, "")
+            consolidate_root(committer.store)
         return open_group(committer.store, path=plan.path, mode="r+")
 
     if not compute:
         commit()
-        finish = delayed(_finish, pure=False)(*lazy)
-        return FusingDelayed(finish.key, finish.dask)
+        return combine(lazy)
     if lazy:
         run(*lazy)
     return commit()

@@ -16,7 +16,8 @@ returns a Delayed that writes the dask data).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import xarray as xr
@@ -26,6 +27,7 @@ from ..core.group import Group
 from ..core.paths import normalize_path
 from ..dask.progress import compute_with_progress
 from ..stores import make_store
+from ..stores.base import Store
 from .write_args import (
     as_dataset,
     check_zarr_format,
@@ -35,15 +37,15 @@ from .write_args import (
     validate_names,
 )
 from .write_exec import Committer, execute, root_is_consolidated
-from .write_plan import plan_write, refuse_clashes
+from .write_plan import WritePlan, plan_write, refuse_clashes
 from .write_region import resolve_region
 from .write_sources import detach_from_target
 
-__all__ = ["to_zarr"]
+__all__ = ["WriteOptions", "prepare", "to_zarr"]
 
 
 def to_zarr(
-    dataset: xr.Dataset | xr.DataArray,
+    dataset: xr.Dataset | xr.DataArray | xr.DataTree,
     store: Any = None,
     mode: str | None = None,
     group: str | None = None,
@@ -75,23 +77,92 @@ def to_zarr(
     (distributed's when a Client is active). Returns the written Group, or with
     ``compute=False`` a Delayed that writes the dask data.
     """
+    if isinstance(dataset, xr.DataTree):
+        from .write_tree import write_tree  # a tree is written node by node through prepare()
+
+        return write_tree(
+            dataset,
+            store,
+            mode,
+            group,
+            encoding,
+            compute=compute,
+            consolidated=consolidated,
+            append_dim=append_dim,
+            region=region,
+            safe_chunks=safe_chunks,
+            align_chunks=align_chunks,
+            storage_options=storage_options,
+            zarr_format=zarr_format,
+            write_empty_chunks=write_empty_chunks,
+            chunkmanager_store_kwargs=chunkmanager_store_kwargs,
+            progress=progress,
+        )
     ds = as_dataset(dataset)
     mode = choose_mode(mode, append_dim, region)
     check_zarr_format(zarr_format)
-    ds = validate_names(ds)
-    encoding = checked_encoding(encoding, ds)
     zstore = make_store(store if store is not None else {}, mode="a", storage_options=storage_options)
     path = normalize_path(group)
+    options = WriteOptions(mode, append_dim, region, safe_chunks, align_chunks, write_empty_chunks, compute)
+    plan = prepare(ds, zstore, path, encoding, options)
+    consolidate = (
+        bool(consolidated) or (consolidated is None and mode != "r+") or root_is_consolidated(zstore)
+    )
 
+    # ---- nothing has been written up to here ----
+    return execute(
+        plan,
+        zstore,
+        Committer(zstore),
+        consolidate=consolidate,
+        compute=compute,
+        align_chunks=options.aligns,
+        run=runner(progress, chunkmanager_store_kwargs),
+    )
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """The arguments of ``to_zarr`` that say how each group is written."""
+
+    mode: str
+    append_dim: Hashable | None
+    region: Any
+    safe_chunks: bool
+    align_chunks: bool
+    write_empty_chunks: bool | None
+    compute: bool
+
+    @property
+    def aligns(self) -> bool:
+        """Whether dask blocks that split a shard are rechunked (else refused)."""
+        return self.align_chunks or not self.safe_chunks
+
+
+def prepare(
+    ds: xr.Dataset,
+    zstore: Store,
+    path: str,
+    encoding: Mapping[str, Mapping[str, Any]] | None,
+    options: WriteOptions,
+    *,
+    erased_path: str | None = None,
+) -> WritePlan:
+    """Validate the write of ``ds`` to group ``path`` and plan it; writes nothing.
+
+    ``erased_path``: the group mode="w" erases (``path`` unless a whole tree is written).
+    """
+    ds = validate_names(ds)
+    encoding = checked_encoding(encoding, ds)
+    mode, append_dim = options.mode, options.append_dim
     existing = open_existing(zstore, path, mode)
     arrays = dict(existing.arrays()) if existing is not None else {}
     if mode == "w":
-        ds = detach_from_target(ds, zstore, path)
+        ds = detach_from_target(ds, zstore, path if erased_path is None else erased_path)
     reg: dict[str, slice] = {}
-    if region is not None:
-        ds, reg = resolve_region(ds, region, mode, append_dim, existing, arrays)
+    if options.region is not None:
+        ds, reg = resolve_region(ds, options.region, mode, append_dim, existing, arrays)
         encoding = {k: v for k, v in encoding.items() if k in ds.variables}
-
     plan = plan_write(
         ds,
         store=zstore,
@@ -102,27 +173,20 @@ def to_zarr(
         encoding=encoding,
         append_dim=append_dim,
         region=reg,
-        safe_chunks=safe_chunks,
-        align_chunks=align_chunks or not safe_chunks,
-        write_empty_chunks=write_empty_chunks,
-        compute=compute,
+        safe_chunks=options.safe_chunks,
+        align_chunks=options.aligns,
+        write_empty_chunks=options.write_empty_chunks,
+        compute=options.compute,
     )
     if mode != "w":
         refuse_clashes(zstore, path, plan, arrays)
-    consolidate = (
-        bool(consolidated) or (consolidated is None and mode != "r+") or root_is_consolidated(zstore)
-    )
+    return plan
 
-    # ---- nothing has been written up to here ----
+
+def runner(progress: bool, chunkmanager_store_kwargs: dict[str, Any] | None) -> Callable[..., None]:
+    """The function that computes the dask writes (with a progress bar when asked)."""
+
     def run(*writes: Any) -> None:
         compute_with_progress(*writes, progress=progress, **(chunkmanager_store_kwargs or {}))
 
-    return execute(
-        plan,
-        zstore,
-        Committer(zstore),
-        consolidate=consolidate,
-        compute=compute,
-        align_chunks=align_chunks or not safe_chunks,
-        run=run,
-    )
+    return run
