@@ -120,3 +120,36 @@ def test_zero_dimensional_string_coordinate_round_trips(tmp_path, engine):
     assert str(back["expver"].values) == "0001"
     assert back["v"].item() == 1.5
     assert "expver" in back.coords
+
+
+ZERO_D = {
+    "string": np.array("0001"),
+    "unicode string": np.array("ÄÖü"),
+    "bytes": np.array(b"ab"),
+    "float": np.array(1.5),
+    "float nan": np.array(np.nan),
+    "int": np.array(-7, dtype="int16"),
+    "datetime": np.array(np.datetime64("2000-01-02T03:04:05", "ns")),
+    "timedelta": np.array(np.timedelta64(90, "s")),
+    "bool": np.array(True),
+    "complex": np.array(1 + 2j),
+}
+
+
+@pytest.mark.parametrize("engine", ["zarr3", "zarr"])
+@pytest.mark.parametrize("kind", sorted(ZERO_D))
+def test_zero_dimensional_variables_of_every_kind_round_trip(tmp_path, kind, engine):
+    value = ZERO_D[kind]
+    ds = xr.Dataset({"v": ((), value), "data": ("x", [1.0, 2.0])}, coords={"c": ((), value)})
+    path = tmp_path / "z.zarr"
+    z3.to_zarr(ds, path, mode="w")
+    back = xr.open_dataset(path, engine=engine).load()
+    for name in ("v", "c"):
+        assert back[name].ndim == 0
+        text = {"U", "T"}
+        assert back[name].dtype.kind == value.dtype.kind or {back[name].dtype.kind, value.dtype.kind} <= text
+        if value.dtype.kind == "f" and np.isnan(value):
+            assert np.isnan(back[name].values)
+        else:
+            assert back[name].values[()] == value[()], (name, back[name].values)
+    assert "c" in back.coords
