@@ -12,7 +12,7 @@ import xarray as xr
 from store_doubles import RecordingStore
 
 import zarr3_backend as z3
-from zarr3_backend.errors import ArgumentError, MetadataError, NodeExistsError
+from zarr3_backend.errors import ArgumentError, ArgumentTypeError, NodeExistsError
 
 
 def three_levels(times: int = 2, start: str = "2000-01-01") -> xr.DataTree:
@@ -73,7 +73,7 @@ def test_a_failing_tree_write_leaves_the_old_store_as_it_was(tmp_path):
     before = _files(path)
     bad = three_levels()
     bad["obs/station"].attrs["bad"] = object()  # only the deepest node is bad
-    with pytest.raises(MetadataError):
+    with pytest.raises(ArgumentTypeError, match="station"):
         z3.to_zarr(bad, path, mode="w")
     assert _files(path) == before
 

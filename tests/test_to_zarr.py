@@ -15,7 +15,7 @@ from store_doubles import RecordingStore
 
 import zarr3_backend as z3
 from zarr3_backend.codecs import GzipCodec
-from zarr3_backend.errors import ChunkAlignmentError, MetadataError, NodeExistsError
+from zarr3_backend.errors import ArgumentTypeError, ChunkAlignmentError, NodeExistsError
 from zarr3_backend.stores import LocalStore, MemoryStore
 
 
@@ -176,11 +176,11 @@ def test_attributes_that_cannot_be_stored_are_refused_before_any_write():
     store = MemoryStore()
     ds = climate()
     ds.t2m.attrs["bad"] = {1, 2}
-    with pytest.raises(MetadataError, match=r"variable 't2m'.*bad"):
+    with pytest.raises(ArgumentTypeError, match=r"variable 't2m'.*bad"):
         z3.to_zarr(ds, store)
     ds = climate()
     ds.attrs["bad"] = {3}
-    with pytest.raises(MetadataError, match=r"dataset attributes.*bad"):
+    with pytest.raises(ArgumentTypeError, match=r"dataset attributes.*bad"):
         z3.to_zarr(ds.chunk({"time": 4}), store)
     assert list(store.list()) == []
 

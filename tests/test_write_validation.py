@@ -38,8 +38,8 @@ def _with(**variables) -> xr.Dataset:
 
 
 BAD_INPUTS = {
-    "dataset attribute": (lambda: _old().assign_attrs(bad=object()), {}, MetadataError),
-    "variable attribute": (lambda: _with(t=_old().t.assign_attrs(bad={1, 2})), {}, MetadataError),
+    "dataset attribute": (lambda: _old().assign_attrs(bad=object()), {}, ArgumentTypeError),
+    "variable attribute": (lambda: _with(t=_old().t.assign_attrs(bad={1, 2})), {}, ArgumentTypeError),
     "variable name with a slash": (lambda: _old().rename({"t": "a/b"}), {}, ArgumentError),
     "variable name '..'": (lambda: _old().rename({"t": ".."}), {}, ArgumentError),
     "mixed object dtype": (

@@ -5,6 +5,11 @@
 (``TestZarrDirectoryStore``), with save = ``zarr3_backend.to_zarr`` and open =
 ``xr.open_dataset(engine="zarr3")``. Every test that passes on xarray's engine with
 ``zarr_format=3`` must pass here; the deselected ones, each with its reason, are in ``DESELECTED``.
+
+Many of those tests also call ``Dataset.to_zarr`` themselves and read back with xarray's own
+engine (``xr.open_zarr``); ``TestZarr3ConformanceWriter`` runs the suite again with those calls
+routed to our writer too, so it checks that xarray reads what we write. Its deselections
+(``DESELECTED_WRITER``) are where our writer refuses on purpose what xarray's accepts.
 """
 
 from __future__ import annotations
@@ -65,5 +70,41 @@ class TestZarr3Conformance(ZarrBase):
             yield ds
 
 
+@pytest.mark.slow
+class TestZarr3ConformanceWriter(TestZarr3Conformance):
+    """The same tests with their own ``Dataset.to_zarr``/``DataArray.to_zarr`` calls routed to
+    ``zarr3_backend.to_zarr``."""
+
+    @pytest.fixture(autouse=True)
+    def _our_writer(self, monkeypatch):
+        def to_zarr(obj, store=None, chunk_store=None, mode=None, synchronizer=None, group=None, **kwargs):
+            assert chunk_store is None and synchronizer is None, "not arguments of zarr_format=3 writes"
+            kwargs.pop("zarr_version", None)  # xarray's deprecated spelling of zarr_format
+            return z3.to_zarr(obj, store, mode=mode, group=group, **kwargs)
+
+        monkeypatch.setattr(xr.Dataset, "to_zarr", to_zarr)
+        monkeypatch.setattr(xr.DataArray, "to_zarr", to_zarr)
+
+
+#: Where our writer refuses, on purpose, what xarray's writes.
+DESELECTED_WRITER: dict[str, str] = {
+    "test_append_with_append_dim_no_overwrite": (
+        "mode='a' with append_dim overwrites a changed non-append coordinate in xarray; ours refuses "
+        "it (ArgumentError 'coordinate ... differs'), since the stored data is indexed by it"
+    ),
+    "test_write_region_mode": (
+        "writes a numpy region (x=0:5) that cuts a stored chunk; ours refuses region writes that "
+        "share a chunk or shard with a neighbouring region unless safe_chunks=False "
+        "(a concurrent writer of the neighbour would lose rows), xarray writes them unchecked"
+    ),
+    "test_write_region_errors": "as test_write_region_mode: region x=0:2 cuts a chunk of 5",
+    "test_append_string_length_mismatch_raises": (
+        "text is stored as variable-length strings (vlen-utf8), so appending longer strings works "
+        "(as in test_append_string_length_mismatch_works); xarray stores fixed-width text"
+    ),
+}
+
 for _name in DESELECTED:  # not collected at all (a None attribute is no test)
     setattr(TestZarr3Conformance, _name, None)
+for _name in DESELECTED_WRITER:
+    setattr(TestZarr3ConformanceWriter, _name, None)

@@ -220,5 +220,6 @@ def _check_append_dtype(name: str, stored: Variable, new: Variable) -> None:
     )
     if not easy and new.dtype != stored.dtype:
         raise ArgumentError(
-            f"variable {name!r}: the store holds dtype {stored.dtype} but the data to write has dtype {new.dtype}"
+            f"Mismatched dtypes for variable {name!r} between the store and the dataset to write: "
+            f"the store holds dtype {stored.dtype} but the data to write has dtype {new.dtype}"
         )

@@ -98,12 +98,22 @@ def _codec_name(codec: Any) -> str | None:
     return getattr(codec, "name", None)
 
 
+def _as_codec(value: Any) -> Any:
+    """A codec given in ``encoding``: ours, its JSON form, a numcodecs object (``coerce_codec``)
+    or a zarr-python codec object, which users of xarray's engine pass and which becomes its
+    ``zarr.json`` form. By hand: the library never imports zarr-python, so its classes cannot
+    be named; they are known by their module."""
+    if type(value).__module__.split(".")[0] == "zarr":
+        return value.to_dict()
+    return coerce_codec(value)
+
+
 def _codec_list(value: Any) -> list:
     if value is None:
         return []
     if isinstance(value, list | tuple):
-        return [coerce_codec(c) for c in value]
-    return [coerce_codec(value)]
+        return [_as_codec(c) for c in value]
+    return [_as_codec(value)]
 
 
 def creation_kwargs(
@@ -161,7 +171,7 @@ def creation_kwargs(
             and not user_encoding
             and _codec_name(serializer) not in _TEXT_SERIALIZERS
         ):
-            kwargs["serializer"] = coerce_codec(serializer)
+            kwargs["serializer"] = _as_codec(serializer)
     if encoding.get("chunk_key_encoding") is not None:
         kwargs["chunk_key_encoding"] = encoding["chunk_key_encoding"]
     fill = encoding.get("fill_value")

@@ -25,8 +25,8 @@ from ..dask.alignment import check_deferred_edges, check_region_edges
 from ..dask.write import plan_chunks
 from ..errors import (
     ArgumentError,
+    ArgumentTypeError,
     ChunkAlignmentError,
-    MetadataError,
     NodeExistsError,
     ShapeError,
     Zarr3Error,
@@ -77,8 +77,8 @@ def _match_dims(
     if var.dims != stored_dims:
         if set(var.dims) != set(stored_dims):
             raise ArgumentError(
-                f"variable {name!r} is stored with dimensions {stored_dims} but the dataset has {var.dims}; "
-                "to_zarr cannot change a variable's dimensions"
+                f"variable {name!r} already exists with different dimension names {stored_dims} != "
+                f"{var.dims}, but changing variable dimensions is not supported by to_zarr()"
             )
         var = var.transpose(*stored_dims)
     want, got = {}, {}
@@ -91,8 +91,8 @@ def _match_dims(
         want[dim], got[dim] = n, m
     if want != got:
         raise ArgumentError(
-            f"variable {name!r} is stored with dimension sizes {want} but the dataset has {got}; only "
-            "append_dim may change a size (use region= to write part of a stored variable)"
+            f"variable {name!r} already exists with different dimension sizes: {want} (stored) != {got} "
+            "(dataset); only append_dim may change a size (use region= to write part of a stored variable)"
         )
     return var
 
@@ -170,8 +170,8 @@ def plan_write(
 
     if mode == "r+" and new_names:
         raise ArgumentError(
-            f"the dataset has variables {new_names} that the store does not; mode='r+' only writes "
-            "existing variables (use mode='a' to add variables)"
+            f"dataset contains non-pre-existing variables {new_names}, which is not allowed with "
+            "mode='r+' (it only writes variables the store has); use mode='a' to add variables"
         )
     if region and new_names:
         raise ArgumentError(f"a region write needs every variable in the store already; missing: {new_names}")
@@ -185,7 +185,8 @@ def plan_write(
         stored_dims = {d for a in arrays.values() for d in (a.dimension_names or ())}
         if append_dim not in stored_dims:
             raise ArgumentError(
-                f"append_dim={append_dim!r} is not a dimension of the stored dataset {sorted(stored_dims)}"
+                f"append_dim={append_dim!r} does not match any existing dataset dimensions "
+                f"{sorted(stored_dims)}"
             )
         left_out = [
             n for n, a in arrays.items() if append_dim in (a.dimension_names or ()) and n not in variables
@@ -257,16 +258,23 @@ def _group_metadata(plan: WritePlan, group: Group | None) -> GroupMetadata | Non
     old = group.metadata if group is not None else GroupMetadata()
     if plan.attrs is None or (plan.attrs == dict(old.attributes) and not plan.create_group):
         return None
+    check_attributes(plan.attrs, "dataset attributes")
+    return GroupMetadata(
+        attributes=plan.attrs,
+        consolidated_metadata=old.consolidated_metadata,
+        extra_fields=old.extra_fields,
+    )
+
+
+def check_attributes(attrs: Mapping[str, Any], label: str) -> None:
+    """Refuse attributes ``zarr.json`` cannot hold with ``ArgumentTypeError`` (a ``TypeError``,
+    led by xarray's sentence for it), before anything is written."""
     try:
-        meta = GroupMetadata(
-            attributes=plan.attrs,
-            consolidated_metadata=old.consolidated_metadata,
-            extra_fields=old.extra_fields,
-        )
-        to_bytes(meta)
+        to_bytes(GroupMetadata(attributes=dict(attrs)))
     except (Zarr3Error, TypeError, ValueError) as e:
-        raise MetadataError(f"dataset attributes cannot be stored in zarr.json: {e}") from e
-    return meta
+        raise ArgumentTypeError(
+            f"Invalid attribute in Dataset.attrs. {label} cannot be stored in zarr.json: {e}"
+        ) from e
 
 
 def _unit_source(write: VariableWrite, user_encoding: Mapping[str, Any], *, new: bool) -> str:
@@ -367,10 +375,10 @@ def _plan_new(
     )
     wec = kwargs.pop("write_empty_chunks")
     apath = join_path(path, name)
+    attributes = stored_attributes(encoded)
+    check_attributes(attributes, f"variable {name!r}: attributes")
     try:
-        meta = array_metadata(
-            **kwargs, dimension_names=encoded.dims, attributes=stored_attributes(encoded), path=apath
-        )
+        meta = array_metadata(**kwargs, dimension_names=encoded.dims, attributes=attributes, path=apath)
         to_bytes(meta)  # the document written after the data must be writable: check it now
     except Zarr3Error as e:
         origin = layout_origin(encoded, kwargs, user_encoding)

@@ -12,6 +12,7 @@ from dask.delayed import Delayed
 from ..core.api import open_group
 from ..core.group import Group
 from ..core.paths import join_path, normalize_path
+from ..errors import Zarr3Error
 from ..stores import make_store
 from .write_args import UnknownVariableError, check_zarr_format, choose_mode
 from .write_exec import Committer, combine, consolidate_root, execute, root_is_consolidated
@@ -69,7 +70,10 @@ def write_tree(
             compute,
         )
         path = root if at_root else join_path(root, normalize_path(rel))
-        plan = prepare(ds, zstore, path, encoding.get(node.path), options, erased_path=root)
+        try:
+            plan = prepare(ds, zstore, path, encoding.get(node.path), options, erased_path=root)
+        except Zarr3Error as e:
+            raise type(e)(f"DataTree node {node.path!r}: {e}") from e
         if mode == "w" and not at_root:
             plan.erase_prefixes.clear()  # erased with the root
         plans.append(plan)
