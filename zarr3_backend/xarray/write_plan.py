@@ -161,7 +161,13 @@ def plan_write(
     align_chunks: bool,
     write_empty_chunks: bool | None,
     compute: bool = True,
+    erases: bool = True,
 ) -> WritePlan:
+    """Validate the write of ``ds`` to the group at ``path`` and plan it (reads, never writes).
+
+    ``erases``: with mode="w", whether this write erases its group (not when an enclosing
+    group, such as a tree's root, is erased by another plan).
+    """
     variables, attrs = conventions.encode_dataset_coordinates(ds)
     for k, enc in encoding.items():
         variables[k].encoding = dict(enc)
@@ -210,7 +216,7 @@ def plan_write(
     plan = WritePlan(
         path=path,
         attrs={k: encode_attr_value(v) for k, v in attrs.items()} if mode != "r+" else None,
-        erase_prefixes=[path] if mode == "w" else [],
+        erase_prefixes=[path] if mode == "w" and erases else [],
         create_group=mode == "w" or group is None,
     )
     plan.group_metadata = _group_metadata(plan, None if mode == "w" else group)

@@ -74,8 +74,6 @@ def write_tree(
             plan = prepare(ds, zstore, path, encoding.get(node.path), options, erased_path=root)
         except Zarr3Error as e:
             raise type(e)(f"DataTree node {node.path!r}: {e}") from e
-        if mode == "w" and not at_root:
-            plan.erase_prefixes.clear()  # erased with the root
         plans.append(plan)
     consolidate = (
         bool(consolidated) or (consolidated is None and mode != "r+") or root_is_consolidated(zstore)

@@ -177,6 +177,7 @@ def prepare(
         align_chunks=options.aligns,
         write_empty_chunks=options.write_empty_chunks,
         compute=options.compute,
+        erases=erased_path is None or erased_path == path,
     )
     if mode != "w":
         refuse_clashes(zstore, path, plan, arrays)
