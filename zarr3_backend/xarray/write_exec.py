@@ -93,6 +93,20 @@ def execute(
     Returns the written group, or with ``compute=False`` a Delayed writing the dask data (the
     documents are committed now, as xarray does).
     """
+    lazy = write_data(plan, data_store, committer, align_chunks=align_chunks)
+    if compute and lazy:
+        run(*lazy)
+    commit(plan, committer)
+    if plan.changes_metadata and consolidate:
+        consolidate_root(committer.store)
+    if not compute:
+        return combine(lazy)
+    return open_group(committer.store, path=plan.path, mode="r+")
+
+
+def write_data(plan: WritePlan, data_store: Store, committer: Committer, *, align_chunks: bool) -> list[Any]:
+    """The first half of ``execute``: erase what the plan drops (when the committer erases
+    before the data), create a new group, write numpy data; returns the dask writes, not run."""
     if plan.erase_prefixes and committer.erases_before_data:
         committer.erase(plan.erase_prefixes)
     elif plan.create_group:
@@ -117,16 +131,9 @@ def execute(
             )
         else:
             target.set_region(w.region, np.asarray(w.variable.values))
+    return lazy
 
-    def commit() -> Group:
-        committer.commit(plan.documents(), plan.erase_prefixes)
-        if plan.changes_metadata and consolidate:
-            consolidate_root(committer.store)
-        return open_group(committer.store, path=plan.path, mode="r+")
 
-    if not compute:
-        commit()
-        return combine(lazy)
-    if lazy:
-        run(*lazy)
-    return commit()
+def commit(plan: WritePlan, committer: Committer) -> None:
+    """The second half of ``execute``: commit the plan's documents (and erasures)."""
+    committer.commit(plan.documents(), plan.erase_prefixes)

@@ -15,7 +15,7 @@ from ..core.paths import join_path, normalize_path
 from ..errors import Zarr3Error
 from ..stores import make_store
 from .write_args import UnknownVariableError, check_zarr_format, choose_mode
-from .write_exec import Committer, combine, consolidate_root, execute, root_is_consolidated
+from .write_exec import Committer, combine, commit, consolidate_root, root_is_consolidated, write_data
 from .writer import WriteOptions, prepare, runner
 
 
@@ -81,14 +81,14 @@ def write_tree(
 
     # ---- nothing has been written up to here ----
     committer = Committer(zstore)
-    run = runner(progress, chunkmanager_store_kwargs)
     aligns = align_chunks or not safe_chunks
-    pending = [
-        execute(plan, zstore, committer, consolidate=False, compute=compute, align_chunks=aligns, run=run)
-        for plan in plans
-    ]
+    lazy = [w for plan in plans for w in write_data(plan, zstore, committer, align_chunks=aligns)]
+    if compute and lazy:  # one computation: work shared by several nodes runs once
+        runner(progress, chunkmanager_store_kwargs)(*lazy)
+    for plan in plans:
+        commit(plan, committer)
     if consolidate:
         consolidate_root(zstore)
     if not compute:
-        return combine(pending)
+        return combine(lazy)
     return open_group(zstore, path=root, mode="r+")

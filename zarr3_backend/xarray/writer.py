@@ -62,6 +62,7 @@ def to_zarr(
     write_empty_chunks: bool | None = None,
     chunkmanager_store_kwargs: dict[str, Any] | None = None,
     progress: bool = False,
+    write_inherited_coords: bool = False,
 ) -> Group | Delayed:
     """Write ``dataset`` to a Zarr v3 store, as ``xarray.Dataset.to_zarr`` would.
 
@@ -76,6 +77,10 @@ def to_zarr(
     dask data read from the group it erases. ``progress=True`` shows a progress bar
     (distributed's when a Client is active). Returns the written Group, or with
     ``compute=False`` a Delayed that writes the dask data.
+
+    An ``xr.DataTree`` is written node by node as ``DataTree.to_zarr`` does (``encoding`` keyed
+    by node path; ``write_inherited_coords`` as there), every node validated before the first
+    write and the store consolidated once.
     """
     if isinstance(dataset, xr.DataTree):
         from .write_tree import write_tree  # a tree is written node by node through prepare()
@@ -97,6 +102,7 @@ def to_zarr(
             write_empty_chunks=write_empty_chunks,
             chunkmanager_store_kwargs=chunkmanager_store_kwargs,
             progress=progress,
+            write_inherited_coords=write_inherited_coords,
         )
     ds = as_dataset(dataset)
     mode = choose_mode(mode, append_dim, region)
