@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import dask
 import numcodecs
 import numpy as np
 import pandas as pd
@@ -415,3 +416,38 @@ def test_fill_value_none_in_encoding_omits_the_cf_fill_value(tmp_path):
     )
     back = xr.open_dataset(tmp_path / "f.zarr", engine="zarr3")
     assert "_FillValue" not in back["x"].encoding and "_FillValue" not in back["y"].encoding
+
+
+def test_execution_writes_data_first_and_every_document_through_one_commit():
+    from zarr3_backend.xarray.write_exec import Committer, execute
+    from zarr3_backend.xarray.writer import WriteOptions, prepare
+
+    class RecordingCommitter(Committer):
+        def commit(self, documents, erase_prefixes):
+            calls.append((len(store.writes), sorted(documents), list(erase_prefixes)))
+            super().commit(documents, erase_prefixes)
+
+    calls: list = []
+    store = RecordingStore()
+    z3.to_zarr(climate(), store, mode="w", group="g")
+    store.writes.clear()
+    options = WriteOptions("w", None, None, True, False, None, True)
+    plan = prepare(climate().chunk({"time": 4}), store, "g", None, options)
+    assert store.writes == []  # planning writes nothing
+    assert plan.erase_prefixes == ["g"]
+    execute(
+        plan,
+        store,
+        RecordingCommitter(store),
+        consolidate=False,
+        compute=True,
+        align_chunks=False,
+        run=dask.compute,
+    )
+    [(before, documents, erased)] = calls
+    assert erased == ["g"]
+    assert "g/zarr.json" in documents and "g/t2m/zarr.json" in documents
+    data = [k for k in store.writes[:before] if not k.endswith("zarr.json")]
+    assert data and sorted(store.writes[before:]) == documents  # the commit is the last write
+    # before the commit only the erase's empty group document was written
+    assert [k for k in store.writes[:before] if k.endswith("zarr.json")] == ["g/zarr.json"]
