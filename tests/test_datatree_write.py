@@ -159,15 +159,6 @@ class _OurTreeWriter:
         monkeypatch.setattr(xr.DataTree, "to_zarr", to_zarr)
 
 
-#: xarray's DataTree tests left out, and why.
-DESELECTED = {
-    # a 0-d dask array written by one node and used by another's (d1 and d1 + 1) is computed
-    # twice: the blockwise fusion of our write graphs (dask/write.py FusingDelayed) duplicates
-    # a shared 0-d block (n-d blocks are shared correctly); the tree's writes do run in one
-    # computation. Known issue, reported.
-    "test_to_zarr_no_redundant_computation": "0-d shared dask blocks computed twice",
-}
-
 # xarray's own DataTree zarr tests (TestZarrDatatreeIO, from the installed wheel), read back with
 # xarray's zarr engine, written by ours: its test functions in a class parametrized for
 # zarr_format=3 only (zarr3_backend writes v3 only; xarray's class also runs zarr_format=2).
@@ -175,10 +166,6 @@ TestXarrayDatatreeTestsOnOurWriter = pytest.mark.parametrize("zarr_format", [3])
     type(
         "TestXarrayDatatreeTestsOnOurWriter",
         (_OurTreeWriter,),
-        {
-            k: v
-            for k, v in vars(TestZarrDatatreeIO).items()
-            if not k.startswith("__") and k != "pytestmark" and k not in DESELECTED
-        },
+        {k: v for k, v in vars(TestZarrDatatreeIO).items() if not k.startswith("__") and k != "pytestmark"},
     )
 )
