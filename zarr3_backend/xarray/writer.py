@@ -1,17 +1,19 @@
-"""``to_zarr``: write an xarray Dataset to Zarr v3 with the meaning of ``Dataset.to_zarr``.
+"""``to_zarr``: write an xarray Dataset (or DataTree) to Zarr v3 with the meaning of xarray's.
 
 The flow, one module per step: arguments (``write_args``) -> regions (``write_region``) -> CF
 encoding (``cf_encode``) -> layout of new arrays (``layout``) -> a write plan (``write_plan``:
-pure, it only reads what is stored) -> execution and commit (``write_exec``).
+pure, it only reads what is stored) -> execution and commit (``write_exec``). ``prepare`` is
+everything up to the plan; a DataTree (``write_tree``) prepares every node before writing any.
 
-Everything is validated before the first byte is written: names, modes, encodings, CF encoding
-of every variable (appends reuse the stored units, calendar, dtype and packing, and refuse
-values those cannot represent), dimension sizes, non-append coordinates, region bounds and the
-ownership of every shard by exactly one writer (only the integer range of dask data waits for
-its task, which checks it before writing its shard). Then the writes go in this order: data,
-each array's ``zarr.json``, the group's attributes, consolidated metadata, so a reader never
-sees metadata that points at data not yet there (``compute=False`` writes the metadata now and
-returns a Delayed that writes the dask data).
+Everything is validated before the first byte is written: names, modes, encodings, attributes,
+CF encoding of every variable (appends reuse the stored units, calendar, dtype and packing, and
+refuse values those cannot represent), dimension sizes, append lengths, non-append
+coordinates, region bounds and the ownership of every shard by exactly one writer (only the
+integer range of dask data waits for its task, which checks it before writing its shard). Then:
+what mode="w" erases (today before the data, see ``Committer.erases_before_data``), the data,
+then every ``zarr.json`` (arrays, then the group's) in one ``Committer.commit``, then the
+consolidated metadata, so a reader never sees metadata that points at data not yet there
+(``compute=False`` commits the metadata now and returns a Delayed that writes the dask data).
 """
 
 from __future__ import annotations
