@@ -146,7 +146,7 @@ def _fill_string_nulls(values: np.ndarray) -> np.ndarray:
 
 def _without_string_nulls(var: Variable) -> Variable:
     """``var`` with nulls written as "" when its StringDType has an ``na_object``."""
-    if not hasattr(var.dtype, "na_object"):  # numpy declares no capability flag for nulls
+    if var.dtype == np.dtypes.StringDType():  # no na_object: no nulls to write
         return var
     data = var.data
     if isinstance(data, da.Array):
