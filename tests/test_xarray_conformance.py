@@ -10,7 +10,8 @@ Many of those tests also call ``Dataset.to_zarr`` themselves and read back with 
 engine (``xr.open_zarr``); ``TestZarr3ConformanceWriter`` runs the suite again with those calls
 routed to our writer too, so it checks that xarray reads what we write. Its deselections
 (``DESELECTED_WRITER``) are where our writer refuses on purpose what xarray's accepts.
-``TestZarr3ConformanceReadWrite`` also routes those reads to ``engine="zarr3"``.
+``TestZarr3ConformanceReadWrite`` also routes those reads to ``engine="zarr3"``, and
+``TestZarr3RegionAuto`` runs xarray's ``region="auto"`` tests that way.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ zarr = pytest.importorskip("zarr")  # the wheel's tests need zarr-python to impo
 with warnings.catch_warnings():  # the wheel's marks are registered by xarray's repository conftest
     warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
     from xarray.tests.conftest import time_unit, use_dask  # fixtures the tests ask for
-    from xarray.tests.test_backends import ZarrBase, create_tmp_file
+    from xarray.tests.test_backends import TestZarrRegionAuto, ZarrBase, create_tmp_file, tmp_store
 
-__all__ = ["time_unit", "use_dask"]  # imported to register them as fixtures of this module
+__all__ = ["time_unit", "tmp_store", "use_dask"]  # imported to register them as fixtures of this module
 
 #: xarray's tests that cannot run on our engine, and why. Keyed by test name (all parameters).
 DESELECTED: dict[str, str] = {
@@ -71,9 +72,8 @@ class TestZarr3Conformance(ZarrBase):
             yield ds
 
 
-@pytest.mark.slow
-class TestZarr3ConformanceWriter(TestZarr3Conformance):
-    """The same tests with their own ``Dataset.to_zarr``/``DataArray.to_zarr`` calls routed to
+class _OurWriter:
+    """Routes the tests' own ``Dataset.to_zarr``/``DataArray.to_zarr`` calls to
     ``zarr3_backend.to_zarr``."""
 
     @pytest.fixture(autouse=True)
@@ -85,6 +85,46 @@ class TestZarr3ConformanceWriter(TestZarr3Conformance):
 
         monkeypatch.setattr(xr.Dataset, "to_zarr", to_zarr)
         monkeypatch.setattr(xr.DataArray, "to_zarr", to_zarr)
+
+
+_DEFAULT = object()
+
+
+class _OurReader:
+    """Routes the tests' reads through xarray's engine (``xr.open_zarr``,
+    ``xr.open_dataset(engine="zarr")``) to ``engine="zarr3"``."""
+
+    @pytest.fixture(autouse=True)
+    def _our_reader(self, monkeypatch):
+        real_open = xr.open_dataset
+
+        def open_zarr(store, group=None, synchronizer=None, chunks=_DEFAULT, **kwargs):
+            # xarray's open_zarr: dask chunks by default (preferred ones; "auto" when asked)
+            for name in ("overwrite_encoded_chunks", "chunk_store", "zarr_version", "zarr_format"):
+                kwargs.pop(name, None)
+            chunks = {} if chunks is _DEFAULT else chunks
+            return real_open(store, engine="zarr3", group=group, chunks=chunks, **kwargs)
+
+        def open_dataset(*args, engine=None, **kwargs):
+            return real_open(*args, engine="zarr3" if engine == "zarr" else engine, **kwargs)
+
+        monkeypatch.setattr(xr, "open_zarr", open_zarr)
+        monkeypatch.setattr(xr, "open_dataset", open_dataset)
+
+
+@pytest.mark.slow
+class TestZarr3ConformanceWriter(_OurWriter, TestZarr3Conformance):
+    """The same tests, their own ``to_zarr`` calls written by us (read back by xarray's engine)."""
+
+
+@pytest.mark.slow
+class TestZarr3ConformanceReadWrite(_OurReader, TestZarr3ConformanceWriter):
+    """The same tests, their own writes and reads through our writer and engine."""
+
+
+@pytest.mark.slow
+class TestZarr3RegionAuto(_OurReader, _OurWriter, TestZarrRegionAuto):
+    """xarray's ``region="auto"`` tests, written and read by ours."""
 
 
 #: Where our writer refuses, on purpose, what xarray's writes.
@@ -105,32 +145,6 @@ DESELECTED_WRITER: dict[str, str] = {
     ),
 }
 
-_DEFAULT = object()
-
-
-@pytest.mark.slow
-class TestZarr3ConformanceReadWrite(TestZarr3ConformanceWriter):
-    """The same tests with their reads through xarray's engine (``xr.open_zarr``,
-    ``xr.open_dataset(engine="zarr")``) routed to ``engine="zarr3"`` too."""
-
-    @pytest.fixture(autouse=True)
-    def _our_reader(self, monkeypatch):
-        real_open = xr.open_dataset
-
-        def open_zarr(store, group=None, synchronizer=None, chunks=_DEFAULT, **kwargs):
-            # xarray's open_zarr: dask chunks by default (preferred ones; "auto" when asked)
-            for name in ("overwrite_encoded_chunks", "chunk_store", "zarr_version", "zarr_format"):
-                kwargs.pop(name, None)
-            chunks = {} if chunks is _DEFAULT else chunks
-            return real_open(store, engine="zarr3", group=group, chunks=chunks, **kwargs)
-
-        def open_dataset(*args, engine=None, **kwargs):
-            return real_open(*args, engine="zarr3" if engine == "zarr" else engine, **kwargs)
-
-        monkeypatch.setattr(xr, "open_zarr", open_zarr)
-        monkeypatch.setattr(xr, "open_dataset", open_dataset)
-
-
 #: Where our reader differs, on purpose or for want of a typed error, from xarray's.
 DESELECTED_READ_WRITE: dict[str, str] = {
     **DESELECTED_WRITER,
@@ -144,9 +158,24 @@ DESELECTED_READ_WRITE: dict[str, str] = {
     ),
 }
 
+#: xarray's region tests where ours refuses, on purpose, what xarray's writes.
+DESELECTED_REGION: dict[str, str] = dict.fromkeys(
+    [
+        "test_zarr_region_auto",
+        "test_zarr_region_index_write",
+        "test_zarr_region",
+        "test_zarr_safe_chunk_region",
+    ],
+    "numpy or dask regions that cut a stored chunk at their edge: xarray writes them in mode='a' "
+    "(and in r+ for numpy data); ours refuses them in every mode unless safe_chunks=False, since a "
+    "concurrent writer of the neighbouring region would lose rows (see test_to_zarr_region.py)",
+)
+
 for _name in DESELECTED:  # not collected at all (a None attribute is no test)
     setattr(TestZarr3Conformance, _name, None)
 for _name in DESELECTED_WRITER:
     setattr(TestZarr3ConformanceWriter, _name, None)
 for _name in DESELECTED_READ_WRITE:
     setattr(TestZarr3ConformanceReadWrite, _name, None)
+for _name in DESELECTED_REGION:
+    setattr(TestZarr3RegionAuto, _name, None)
