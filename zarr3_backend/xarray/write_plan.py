@@ -106,7 +106,7 @@ class VariableWrite:
     variable: Variable
     target: Array
     region: tuple[slice, ...]
-    metadata_pending: bool  # zarr.json (new array, or new shape) is written after the data
+    document: bytes | None  # the zarr.json committed after the data (new array or shape), or None
 
 
 @dataclass
@@ -123,11 +123,7 @@ class WritePlan:
     def documents(self) -> dict[str, bytes]:
         """The metadata documents committed after the data: each grown or new array's
         ``zarr.json``, then the group's."""
-        docs = {
-            metadata_key(w.target.path): to_bytes(w.target.metadata)
-            for w in self.writes
-            if w.metadata_pending
-        }
+        docs = {metadata_key(w.target.path): w.document for w in self.writes if w.document is not None}
         if self.group_metadata is not None:
             docs[metadata_key(self.path)] = to_bytes(self.group_metadata)
         return docs
@@ -135,7 +131,7 @@ class WritePlan:
     @property
     def changes_metadata(self) -> bool:
         """Whether the commit changes any document (then consolidated metadata is refreshed)."""
-        return self.attrs is not None or any(w.metadata_pending for w in self.writes)
+        return self.attrs is not None or any(w.document is not None for w in self.writes)
 
 
 def _region_tuple(dims: tuple[str, ...], region: Mapping[str, slice]) -> tuple[slice, ...]:
@@ -385,12 +381,14 @@ def _plan_new(
     check_attributes(attributes, f"variable {name!r}: attributes")
     try:
         meta = array_metadata(**kwargs, dimension_names=encoded.dims, attributes=attributes, path=apath)
-        to_bytes(meta)  # the document written after the data must be writable: check it now
+        document = to_bytes(meta)  # written after the data, so built (and checked) now
     except Zarr3Error as e:
         origin = layout_origin(encoded, kwargs, user_encoding)
         raise type(e)(f"variable {name!r}: {e}{origin}") from e
     target = Array(store, apath, meta, write_empty_chunks=wec)
-    return VariableWrite(name, encoded, target, _concrete((slice(None),) * encoded.ndim, target.shape), True)
+    return VariableWrite(
+        name, encoded, target, _concrete((slice(None),) * encoded.ndim, target.shape), document
+    )
 
 
 def _plan_existing(
@@ -421,15 +419,16 @@ def _plan_existing(
     encoded = _match_dims(name, encode_like_stored(var, stored, name), dims, a.shape, region, append_dim)
     wec = a.write_empty_chunks if write_empty_chunks is None else write_empty_chunks
     reg = _region_tuple(dims, region)
-    meta, pending = a.metadata, False
+    meta, document = a.metadata, None
     if has_append:
         axis = dims.index(append_dim)
         old = a.shape[axis]
         shape = tuple(old + encoded.shape[axis] if i == axis else n for i, n in enumerate(a.shape))
-        meta, pending = a.metadata.evolve(shape=shape), True  # the new shape is stored after the data
+        meta = a.metadata.evolve(shape=shape)
+        document = to_bytes(meta)  # the new shape is stored after the data
         reg = tuple(slice(old, shape[axis]) if i == axis else s for i, s in enumerate(reg))
     target = Array(store, a.path, meta, write_empty_chunks=wec)
-    return VariableWrite(name, encoded, target, _concrete(reg, target.shape), pending)
+    return VariableWrite(name, encoded, target, _concrete(reg, target.shape), document)
 
 
 def _check_same_coordinate(
