@@ -145,8 +145,9 @@ def test_tree_under_a_group(tmp_path):
 
 with warnings.catch_warnings():  # the wheel's marks are registered by xarray's repository conftest
     warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
+    from xarray.tests import test_backends_datatree as xarray_tree_tests  # its Test* classes unimported
     from xarray.tests.conftest import create_test_datatree, simple_datatree
-    from xarray.tests.test_backends_datatree import TestZarrDatatreeIO, unaligned_datatree_zarr_factory
+    from xarray.tests.test_backends_datatree import unaligned_datatree_zarr_factory
 
 __all__ = ["create_test_datatree", "simple_datatree", "unaligned_datatree_zarr_factory"]  # fixtures
 
@@ -169,6 +170,10 @@ TestXarrayDatatreeTestsOnOurWriter = pytest.mark.parametrize("zarr_format", [3])
     type(
         "TestXarrayDatatreeTestsOnOurWriter",
         (_OurTreeWriter,),
-        {k: v for k, v in vars(TestZarrDatatreeIO).items() if not k.startswith("__") and k != "pytestmark"},
+        {
+            k: v
+            for k, v in vars(xarray_tree_tests.TestZarrDatatreeIO).items()
+            if not k.startswith("__") and k != "pytestmark"
+        },
     )
 )

@@ -28,8 +28,9 @@ zarr = pytest.importorskip("zarr")  # the wheel's tests need zarr-python to impo
 
 with warnings.catch_warnings():  # the wheel's marks are registered by xarray's repository conftest
     warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
+    from xarray.tests import test_backends as xarray_backend_tests  # Test* classes: not imported,
     from xarray.tests.conftest import time_unit, use_dask  # fixtures the tests ask for
-    from xarray.tests.test_backends import TestZarrRegionAuto, ZarrBase, create_tmp_file, tmp_store
+    from xarray.tests.test_backends import ZarrBase, create_tmp_file, tmp_store  # so not collected here
 
 __all__ = ["time_unit", "tmp_store", "use_dask"]  # imported to register them as fixtures of this module
 
@@ -123,7 +124,7 @@ class TestZarr3ConformanceReadWrite(_OurReader, TestZarr3ConformanceWriter):
 
 
 @pytest.mark.slow
-class TestZarr3RegionAuto(_OurReader, _OurWriter, TestZarrRegionAuto):
+class TestZarr3RegionAuto(_OurReader, _OurWriter, xarray_backend_tests.TestZarrRegionAuto):
     """xarray's ``region="auto"`` tests, written and read by ours."""
 
 
