@@ -325,3 +325,20 @@ def test_to_zarr_compute_false_is_fused_too(tmp_path):
     np.testing.assert_array_equal(
         xr.open_dataset(str(tmp_path / "s.zarr"), engine="zarr3")["v"].values, data + 0.5
     )
+
+
+def test_a_0d_block_shared_by_two_writes_is_computed_once():
+    calls = []
+
+    def expensive(x):
+        calls.append(1)
+        return x + 1
+
+    shared = da.map_blocks(expensive, da.random.random((), chunks=()), meta=np.array((), np.float64))
+    g = z3.open_group({}, mode="w")
+    a = g.create_array("a", shape=(), dtype="f8")
+    b = g.create_array("b", shape=(), dtype="f8")
+    writes = [store(shared, a, (), compute=False), store(shared + 1, b, (), compute=False)]
+    dask.compute(*writes)
+    assert len(calls) == 1
+    assert b[()] == a[()] + 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import dask
 import numcodecs
 import numpy as np
 import pandas as pd
@@ -15,7 +16,7 @@ from store_doubles import RecordingStore
 
 import zarr3_backend as z3
 from zarr3_backend.codecs import GzipCodec
-from zarr3_backend.errors import ChunkAlignmentError, MetadataError, NodeExistsError
+from zarr3_backend.errors import ArgumentTypeError, ChunkAlignmentError, NodeExistsError
 from zarr3_backend.stores import LocalStore, MemoryStore
 
 
@@ -176,11 +177,11 @@ def test_attributes_that_cannot_be_stored_are_refused_before_any_write():
     store = MemoryStore()
     ds = climate()
     ds.t2m.attrs["bad"] = {1, 2}
-    with pytest.raises(MetadataError, match=r"variable 't2m'.*bad"):
+    with pytest.raises(ArgumentTypeError, match=r"variable 't2m'.*bad"):
         z3.to_zarr(ds, store)
     ds = climate()
     ds.attrs["bad"] = {3}
-    with pytest.raises(MetadataError, match=r"dataset attributes.*bad"):
+    with pytest.raises(ArgumentTypeError, match=r"dataset attributes.*bad"):
         z3.to_zarr(ds.chunk({"time": 4}), store)
     assert list(store.list()) == []
 
@@ -379,3 +380,74 @@ def test_bad_writer_arguments_are_typed_package_errors(tmp_path):
     with pytest.raises(ArgumentTypeError):
         z3.to_zarr(np.arange(3), tmp_path / "o.zarr", mode="w")
     assert not (tmp_path / "o.zarr").exists()
+
+
+def test_safe_chunks_false_rechunks_dask_blocks_that_split_a_shard(tmp_path):
+    # xarray writes these unchecked (two tasks may rewrite one shard); we rechunk: data intact
+    ds = xr.Dataset({"v": ("x", np.arange(12.0))}).chunk({"x": 3})
+    ds["v"].encoding = {"chunks": (2,), "shards": (4,)}
+    with pytest.raises(ChunkAlignmentError, match=r"named 'v' would overlap multiple Dask chunks"):
+        z3.to_zarr(ds, tmp_path / "a.zarr", mode="w")
+    z3.to_zarr(ds, tmp_path / "a.zarr", mode="w", safe_chunks=False)
+    back = xr.open_dataset(tmp_path / "a.zarr", engine="zarr3").load()
+    np.testing.assert_array_equal(back["v"].values, np.arange(12.0))
+    assert back["v"].encoding["shards"] == (4,)
+
+
+def test_a_variable_named_none_is_stored_as_xarray_stores_it(tmp_path):
+    ds = xr.Dataset({None: (("x",), np.arange(3))})
+    z3.to_zarr(ds, tmp_path / "n.zarr", mode="w")
+    assert (tmp_path / "n.zarr" / "__values__" / "zarr.json").is_file()
+    for engine in ("zarr3", "zarr"):
+        xr.testing.assert_identical(xr.open_dataset(tmp_path / "n.zarr", engine=engine).load(), ds)
+
+
+def test_stringdtype_nulls_are_written_as_empty_strings(tmp_path):
+    data = np.array(["ab", None, "c"], dtype=np.dtypes.StringDType(na_object=None))
+    z3.to_zarr(xr.Dataset({"s": ("t", data)}), tmp_path / "s.zarr", mode="w")
+    back = xr.open_dataset(tmp_path / "s.zarr", engine="zarr3").load()
+    assert back["s"].values.tolist() == ["ab", "", "c"]
+
+
+def test_fill_value_none_in_encoding_omits_the_cf_fill_value(tmp_path):
+    ds = xr.Dataset({"x": ("y", [np.pi, -np.pi])}, coords={"y": [0.0, 1.0]})
+    z3.to_zarr(
+        ds, tmp_path / "f.zarr", mode="w", encoding={"x": {"_FillValue": None}, "y": {"_FillValue": None}}
+    )
+    back = xr.open_dataset(tmp_path / "f.zarr", engine="zarr3")
+    assert "_FillValue" not in back["x"].encoding and "_FillValue" not in back["y"].encoding
+
+
+def test_execution_writes_data_first_and_every_document_through_one_commit():
+    from zarr3_backend.xarray.write_exec import Committer, execute
+    from zarr3_backend.xarray.writer import WriteOptions, prepare
+
+    class RecordingCommitter(Committer):
+        def commit(self, documents, erase_prefixes):
+            calls.append((len(store.writes), sorted(documents), list(erase_prefixes)))
+            super().commit(documents, erase_prefixes)
+
+    calls: list = []
+    store = RecordingStore()
+    z3.to_zarr(climate(), store, mode="w", group="g")
+    store.writes.clear()
+    options = WriteOptions("w", None, None, True, False, None, True)
+    plan = prepare(climate().chunk({"time": 4}), store, "g", None, options)
+    assert store.writes == []  # planning writes nothing
+    assert plan.erase_prefixes == ["g"]
+    execute(
+        plan,
+        store,
+        RecordingCommitter(store),
+        consolidate=False,
+        compute=True,
+        align_chunks=False,
+        run=dask.compute,
+    )
+    [(before, documents, erased)] = calls
+    assert erased == ["g"]
+    assert "g/zarr.json" in documents and "g/t2m/zarr.json" in documents
+    data = [k for k in store.writes[:before] if not k.endswith("zarr.json")]
+    assert data and sorted(store.writes[before:]) == documents  # the commit is the last write
+    # before the commit no array document is written (the erase may leave an empty group's)
+    assert [k for k in store.writes[:before] if k.endswith("zarr.json") and k != "g/zarr.json"] == []

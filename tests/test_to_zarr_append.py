@@ -12,7 +12,7 @@ import pytest
 import xarray as xr
 
 import zarr3_backend as z3
-from zarr3_backend.errors import ChunkAlignmentError, DataTypeError, EncodedRangeError
+from zarr3_backend.errors import ChunkAlignmentError, DataTypeError, EncodedRangeError, ShapeError
 from zarr3_backend.stores import LocalStore, MemoryStore
 
 
@@ -300,3 +300,27 @@ def test_nan_into_an_integer_without_fill_value_raises():
     with pytest.raises(EncodedRangeError, match=r"'n'.*1 values are NaN"):
         z3.to_zarr(ds, store, encoding={"n": {"dtype": "int8"}})
     assert not [k for k in store.list() if k.startswith("n/")]
+
+
+def test_append_refuses_a_store_whose_arrays_disagree_on_the_append_length():
+    # a store left by an interrupted append of another writer: t2m grew, time and station_count did not
+    store = MemoryStore()
+    z3.to_zarr(hourly("2024-01-01", 4), store, mode="w")
+    t2m = z3.open_array(store, "t2m", mode="r+")
+    t2m.resize((6, 4, 6))
+    before = snapshot(store)
+    with pytest.raises(ShapeError) as err:
+        z3.to_zarr(hourly("2024-01-01T04", 2), store, append_dim="time")
+    message = str(err.value)
+    for name, length in (("t2m", 6), ("time", 4), ("station_count", 4)):
+        assert f"{name!r}: {length}" in message
+    assert "orography" not in message  # it has no time axis
+    assert snapshot(store) == before
+
+
+def test_append_to_a_consistent_store_passes_the_length_check():
+    store = MemoryStore()
+    z3.to_zarr(hourly("2024-01-01", 4), store, mode="w")
+    z3.to_zarr(hourly("2024-01-01T04", 2, seed=1), store, append_dim="time")
+    back = xr.open_dataset(store, engine="zarr3")
+    assert {back[n].sizes["time"] for n in ("t2m", "station_count", "time")} == {6}

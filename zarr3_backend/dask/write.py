@@ -136,8 +136,8 @@ class WriteDelayed(FusingDelayed):
 
     __slots__ = ("_target",)
 
-    def __init__(self, key: Any, dsk: Any, target: Array) -> None:
-        super().__init__(key, dsk)
+    def __init__(self, key: Any, dsk: Any, target: Array, layer: str | None = None) -> None:
+        super().__init__(key, dsk, layer=layer)
         self._target = target
 
     def compute(self, **kwargs: Any) -> Any:
@@ -199,6 +199,17 @@ def _write_graph(darr: da.Array, a: Array, starts: tuple[int, ...], token: str) 
     layers[tree.name] = tree
     deps[tree.name] = {name}
     return WriteDelayed(tree.root, HighLevelGraph(layers, deps), a)
+
+
+def _scalar_write(darr: da.Array, a: Array, region: tuple[slice, ...], token: str) -> WriteDelayed:
+    """The write of a 0-d dask array: one blockwise task (not a Delayed taking the array, which
+    would give each write its own copy of the array's graph to compute)."""
+    target = dask.delayed(a, name="zarr3-target-" + token, pure=True)
+    written = da.map_blocks(
+        _write_whole, darr, target, region, name=WRITE_PREFIX + token, meta=np.empty((), dtype=np.int64)
+    )
+    (key,) = flatten([written.__dask_keys__()])
+    return WriteDelayed(key, written.dask, a, layer=written.name)
 
 
 def plan_chunks(
@@ -284,9 +295,7 @@ def store(
     if darr.size == 0:
         d = _as_write(dask.delayed(sum_counts, pure=False)([], dask_key_name=DONE_PREFIX + token), a)
     elif darr.ndim == 0:
-        d = _as_write(
-            dask.delayed(_write_whole, pure=False)(darr, a, reg, dask_key_name=WRITE_PREFIX + token), a
-        )
+        d = _scalar_write(darr, a, reg, token)
     else:
         d = _write_graph(darr, a, starts, token)
     if not compute:

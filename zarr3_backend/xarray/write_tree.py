@@ -1,0 +1,94 @@
+"""``to_zarr`` of an ``xr.DataTree``: every node planned (validated) first, then written group by
+group, root first, and the store consolidated once at the end."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+import xarray as xr
+from dask.delayed import Delayed
+
+from ..core.api import open_group
+from ..core.group import Group
+from ..core.paths import join_path, normalize_path
+from ..errors import Zarr3Error
+from ..stores import make_store
+from .write_args import UnknownVariableError, check_zarr_format, choose_mode
+from .write_exec import Committer, combine, commit, consolidate_root, root_is_consolidated, write_data
+from .writer import WriteOptions, prepare, runner
+
+
+def write_tree(
+    tree: xr.DataTree,
+    store: Any = None,
+    mode: str | None = None,
+    group: str | None = None,
+    encoding: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
+    *,
+    compute: bool = True,
+    consolidated: bool | None = None,
+    append_dim: Hashable | None = None,
+    region: Any = None,
+    safe_chunks: bool = True,
+    align_chunks: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    zarr_format: int | None = None,
+    write_empty_chunks: bool | None = None,
+    chunkmanager_store_kwargs: dict[str, Any] | None = None,
+    progress: bool = False,
+    write_inherited_coords: bool = False,
+) -> Group | Delayed:
+    """Write every node of ``tree`` as a group under ``group``, as ``DataTree.to_zarr`` does.
+
+    ``encoding`` is keyed by node path (``"/"``, ``"/a/b"``). Every mode of ``to_zarr`` works
+    node by node: mode="w" erases the tree's root group once, after every node validated;
+    ``append_dim`` grows the nodes that have it (others are written as with mode="a").
+    Consolidated metadata is written once, at the store's root, after the last node.
+    """
+    mode = choose_mode(mode, append_dim, region)
+    check_zarr_format(zarr_format)
+    encoding = dict(encoding or {})
+    unknown = set(encoding) - set(tree.groups)
+    if unknown:
+        raise UnknownVariableError(f"unexpected encoding group name(s) provided: {sorted(unknown)}")
+    zstore = make_store(store if store is not None else {}, mode="a", storage_options=storage_options)
+    root = normalize_path(group)
+
+    plans = []
+    for rel, node in tree.subtree_with_keys:
+        at_root = node is tree
+        ds = node.to_dataset(inherit=write_inherited_coords or at_root)
+        grows = append_dim is not None and append_dim in ds.dims
+        options = WriteOptions(
+            "a" if append_dim is not None and not grows else mode,
+            append_dim if grows else None,
+            region,
+            safe_chunks,
+            align_chunks,
+            write_empty_chunks,
+            compute,
+        )
+        path = root if at_root else join_path(root, normalize_path(rel))
+        try:
+            plan = prepare(ds, zstore, path, encoding.get(node.path), options, erased_path=root)
+        except Zarr3Error as e:
+            raise type(e)(f"DataTree node {node.path!r}: {e}") from e
+        plans.append(plan)
+    consolidate = (
+        bool(consolidated) or (consolidated is None and mode != "r+") or root_is_consolidated(zstore)
+    )
+
+    # ---- nothing has been written up to here ----
+    committer = Committer(zstore)
+    aligns = align_chunks or not safe_chunks
+    lazy = [w for plan in plans for w in write_data(plan, zstore, committer, align_chunks=aligns)]
+    if compute and lazy:  # one computation: work shared by several nodes runs once
+        runner(progress, chunkmanager_store_kwargs)(*lazy)
+    for plan in plans:
+        commit(plan, committer)
+    if consolidate:
+        consolidate_root(zstore)
+    if not compute:
+        return combine(lazy)
+    return open_group(zstore, path=root, mode="r+")
