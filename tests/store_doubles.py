@@ -23,3 +23,7 @@ class RecordingStore(MemoryStore):
     def move(self, src, dst):
         self.writes.append(dst)
         super().move(src, dst)
+
+    def set_if(self, key, value, expected):
+        self.writes.append(key)
+        return super().set_if(key, value, expected)

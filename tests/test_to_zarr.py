@@ -418,36 +418,33 @@ def test_fill_value_none_in_encoding_omits_the_cf_fill_value(tmp_path):
     assert "_FillValue" not in back["x"].encoding and "_FillValue" not in back["y"].encoding
 
 
-def test_execution_writes_data_first_and_every_document_through_one_commit():
-    from zarr3_backend.xarray.write_exec import Committer, execute
+def test_execution_stages_the_data_then_commits_everything_at_once():
+    """mode="w" over an existing group: nothing of the old group changes until every value is
+    staged and the manifest written; then the marks, the erases, the values put in place and
+    the documents (the root's consolidated metadata last)."""
+    from zarr3_backend.xarray.write_exec import execute
     from zarr3_backend.xarray.writer import WriteOptions, prepare
 
-    class RecordingCommitter(Committer):
-        def commit(self, documents, erase_prefixes):
-            calls.append((len(store.writes), sorted(documents), list(erase_prefixes)))
-            super().commit(documents, erase_prefixes)
-
-    calls: list = []
     store = RecordingStore()
     z3.to_zarr(climate(), store, mode="w", group="g")
+    old = dict(store._data)
     store.writes.clear()
     options = WriteOptions("w", None, None, True, False, None, True)
     plan = prepare(climate().chunk({"time": 4}), store, "g", None, options)
     assert store.writes == []  # planning writes nothing
     assert plan.erase_prefixes == ["g"]
-    execute(
-        plan,
-        store,
-        RecordingCommitter(store),
-        consolidate=False,
-        compute=True,
-        align_chunks=False,
-        run=dask.compute,
-    )
-    [(before, documents, erased)] = calls
-    assert erased == ["g"]
-    assert "g/zarr.json" in documents and "g/t2m/zarr.json" in documents
-    data = [k for k in store.writes[:before] if not k.endswith("zarr.json")]
-    assert data and sorted(store.writes[before:]) == documents  # the commit is the last write
-    # before the commit no array document is written (the erase may leave an empty group's)
-    assert [k for k in store.writes[:before] if k.endswith("zarr.json") and k != "g/zarr.json"] == []
+    execute([plan], store, path="g", consolidate=True, compute=True, align_chunks=False, run=dask.compute)
+    writes = store.writes
+    manifest = next(i for i, k in enumerate(writes) if k.endswith("/manifest.json"))
+    staged = [i for i, k in enumerate(writes) if k.startswith(".z3-txn/") and "/data/" in k]
+    assert staged and max(staged) < manifest
+    assert all(k.startswith(".z3-txn/") for k in writes[:manifest])  # the old group untouched
+    placed = [i for i, k in enumerate(writes) if k.startswith("g/t2m/c/")]
+    docs = [i for i, k in enumerate(writes) if k == "g/t2m/zarr.json"]
+    assert placed and docs and max(placed) < docs[-1] < len(writes) - 1
+    assert writes[-1] == "zarr.json"  # the root (with consolidated metadata) is written last
+    assert not [k for k in store._data if k.startswith(".z3-txn/")]
+    assert set(old) - set(store._data) <= {k for k in old if "/c/" in k}  # only replaced chunks went
+    xr.testing.assert_identical(xr.open_dataset(store, group="g", engine="zarr3").load(), climate())
+
+

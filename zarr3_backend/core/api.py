@@ -73,7 +73,7 @@ def _as_shape(name: str, value: Any, ndim: int | None = None) -> tuple[int, ...]
     return shape
 
 
-def _ensure_parents(store: Store, path: str) -> dict[str, bytes]:
+def missing_parent_documents(store: Store, path: str) -> dict[str, bytes]:
     """zarr.json documents for missing ancestor groups; refuses an array ancestor."""
     ancestors = ancestor_paths(path)
     docs = store.get_many([metadata_key(a) for a in ancestors]) if ancestors else []
@@ -117,7 +117,7 @@ def _write_new_node(store: Store, path: str, doc: bytes, overwrite: bool) -> Non
     missing parent groups, then the document itself. Replacing a node is one transaction: a
     reader (or a crash) never finds it half erased."""
     store.check_writable()
-    parents = _ensure_parents(store, path)
+    parents = missing_parent_documents(store, path)
     if _clear_for_create(store, path, overwrite):
         documents = {**parents, metadata_key(path): doc}
         with Transaction(

@@ -650,7 +650,7 @@ class Array:
             ) from e
 
     def _write(self, indexer: Any, value: Any) -> None:
-        if _spans_units(indexer):
+        if _spans_units(indexer) and not self.store.commits_externally:
             self._write_atomically(indexer, value)
         else:
             self._write_units(indexer, value)

@@ -180,6 +180,10 @@ class StagingStore(Store):
         self.supports_conditional_writes = base.supports_conditional_writes
         self.refuses_unguarded_partial_writes = base.refuses_unguarded_partial_writes
 
+    #: Writes through a staging store become visible at its transaction's commit: an Array on
+    #: it writes straight through, with no transaction of its own.
+    commits_externally = True
+
     def __reduce__(self) -> tuple:
         return (StagingStore, (self.base, self.txn_id))
 
@@ -431,7 +435,7 @@ def _apply(
     for key in guarded:
         if key == root:
             continue
-        if key not in docs and any(key.startswith(p) for p in erased_prefixes):
+        if key not in docs and key not in staged_set and any(key.startswith(p) for p in erased_prefixes):
             store.erase(key)  # a node the write removes: its document goes last, marked until then
         else:
             _write_final(store, key, docs.pop(key, None), txn_id)

@@ -1,56 +1,34 @@
-"""Executing a write plan: the data through the data store, then the documents in one commit step.
+"""Executing write plans: the data through a transaction's staging, then one commit.
 
-Every store write of ``to_zarr`` happens here. The order is: what mode="w" erases (today, before
-the data: see ``Committer.erases_before_data``), a new group's ``zarr.json`` and its missing
-parents, the data (numpy now, dask as tasks), then ``Committer.commit`` with every metadata
-document, then the consolidated metadata.
+Every store write of ``to_zarr`` happens here, inside one :class:`~zarr3_backend.core.commit.Transaction`
+per call (one for a whole DataTree): numpy data and dask tasks write through its staging store,
+and the commit then erases what mode="w" replaces, puts the data in place and writes every
+``zarr.json`` (and the consolidated metadata) in one marked window. A killed or failed write
+leaves the old state (or, once its manifest is written, a state the next write finishes).
+``compute=False`` commits the metadata (and numpy data) now and returns a Delayed that writes the
+dask data straight to the store, as xarray's initialise-then-fill pattern needs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import dask.array as da
 import numpy as np
 from dask.delayed import Delayed, delayed
 
-from ..core.api import consolidate_metadata, create_group, open_group
+from ..core.api import missing_parent_documents, open_group
 from ..core.array import Array
+from ..core.commit import Transaction
 from ..core.group import Group
+from ..core.metadata import GroupMetadata, to_bytes
+from ..core.paths import metadata_key
 from ..dask.write import FusingDelayed
 from ..dask.write import store as dask_store
 from ..errors import GroupNotFoundError, Zarr3Error
 from ..stores.base import Store
 from .write_plan import WritePlan
-
-
-class Committer:
-    """The last step of a write: store the metadata documents and drop what the plan erases.
-
-    This one writes straight to the store. Its data goes to final keys before the commit, so
-    it must erase before the data (``erases_before_data``); a committer that stages the data
-    can erase at commit instead.
-    """
-
-    #: Whether ``erase`` runs before the data is written (else ``commit`` does the erasing).
-    erases_before_data: bool = True
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def erase(self, prefixes: list[str]) -> None:
-        """Erase the groups at ``prefixes`` (and everything under them), leaving empty groups."""
-        for prefix in prefixes:
-            create_group(self.store, prefix, overwrite=True)
-
-    def commit(self, documents: dict[str, bytes], erase_prefixes: list[str]) -> None:
-        """Store ``documents`` (key -> ``zarr.json`` bytes) in one batch; ``erase_prefixes``
-        were erased before the data (``erases_before_data``)."""
-        if not self.erases_before_data:
-            self.erase(erase_prefixes)
-        if documents:
-            self.store.set_many(documents)
 
 
 def root_is_consolidated(store: Store) -> bool:
@@ -72,51 +50,55 @@ def combine(writes: list[Any]) -> Delayed:
     return FusingDelayed(finish.key, finish.dask)
 
 
-def consolidate_root(store: Store) -> None:
-    """Write the consolidated metadata of the whole store into its root group."""
-    consolidate_metadata(store, "")
-
-
 def execute(
-    plan: WritePlan,
-    data_store: Store,
-    committer: Committer,
+    plans: Sequence[WritePlan],
+    store: Store,
     *,
+    path: str,
     consolidate: bool,
     compute: bool,
     align_chunks: bool,
     run: Callable[..., Any],
 ) -> Group | Delayed:
-    """Write ``plan``'s data through ``data_store`` and commit its documents with ``committer``
-    (consolidating the root after when ``consolidate``). ``run`` computes the dask writes.
-
-    Returns the written group, or with ``compute=False`` a Delayed writing the dask data (the
-    documents are committed now, as xarray does).
-    """
-    lazy = write_data(plan, data_store, committer, align_chunks=align_chunks)
-    if compute and lazy:
-        run(*lazy)
-    commit(plan, committer)
-    if plan.changes_metadata and consolidate:
-        consolidate_root(committer.store)
+    """Write ``plans`` (one per group) in one transaction on ``store``; consolidate the root's
+    metadata in the same commit when ``consolidate`` and a document changes. ``run`` computes
+    the dask writes. Returns the group at ``path``, or with ``compute=False`` a Delayed writing
+    the dask data (everything else is committed now, as xarray does)."""
+    documents: dict[str, bytes] = {}
+    guard: list[str] = []
+    erase: list[str] = []
+    for plan in plans:
+        if plan.create_group:  # a new (or replaced) group, and any missing parents
+            documents.update(missing_parent_documents(store, plan.path))
+            documents[metadata_key(plan.path)] = to_bytes(GroupMetadata())
+        documents.update(plan.documents())
+        guard += [plan.path, *(w.target.path for w in plan.writes)]
+        erase += plan.erase_prefixes
+    changes = any(plan.changes_metadata for plan in plans)
+    with Transaction(store, guard=guard, documents=documents, erase_prefixes=erase) as txn:
+        lazy = []
+        for plan in plans:
+            lazy += write_data(
+                plan, txn.staging, store if not compute else txn.staging, align_chunks=align_chunks
+            )
+        if compute and lazy:
+            run(*lazy)
+        txn.commit(consolidate=consolidate and changes)
     if not compute:
         return combine(lazy)
-    return open_group(committer.store, path=plan.path, mode="r+")
+    return open_group(store, path=path, mode="r+")
 
 
-def write_data(plan: WritePlan, data_store: Store, committer: Committer, *, align_chunks: bool) -> list[Any]:
-    """The first half of ``execute``: erase what the plan drops (when the committer erases
-    before the data), create a new group, write numpy data; returns the dask writes, not run."""
-    if plan.erase_prefixes and committer.erases_before_data:
-        committer.erase(plan.erase_prefixes)
-    elif plan.create_group:
-        create_group(data_store, plan.path)  # with its missing parents
+def write_data(plan: WritePlan, data_store: Store, lazy_store: Store, *, align_chunks: bool) -> list[Any]:
+    """Write the numpy data through ``data_store``; returns the dask writes (through
+    ``lazy_store``), not run."""
     lazy = []
     for w in plan.writes:
-        target = Array(
-            data_store, w.target.path, w.target.metadata, write_empty_chunks=w.target.write_empty_chunks
-        )
         data = w.variable.data
+        target_store = lazy_store if isinstance(data, da.Array) else data_store
+        target = Array(
+            target_store, w.target.path, w.target.metadata, write_empty_chunks=w.target.write_empty_chunks
+        )
         if isinstance(data, da.Array):
             lazy.append(
                 dask_store(
@@ -132,8 +114,3 @@ def write_data(plan: WritePlan, data_store: Store, committer: Committer, *, alig
         else:
             target.set_region(w.region, np.asarray(w.variable.values))
     return lazy
-
-
-def commit(plan: WritePlan, committer: Committer) -> None:
-    """The second half of ``execute``: commit the plan's documents (and erasures)."""
-    committer.commit(plan.documents(), plan.erase_prefixes)

@@ -9,13 +9,12 @@ from typing import Any
 import xarray as xr
 from dask.delayed import Delayed
 
-from ..core.api import open_group
 from ..core.group import Group
 from ..core.paths import join_path, normalize_path
 from ..errors import Zarr3Error
 from ..stores import make_store
 from .write_args import UnknownVariableError, check_zarr_format, choose_mode
-from .write_exec import Committer, combine, commit, consolidate_root, root_is_consolidated, write_data
+from .write_exec import execute, root_is_consolidated
 from .writer import WriteOptions, prepare, runner
 
 
@@ -80,15 +79,12 @@ def write_tree(
     )
 
     # ---- nothing has been written up to here ----
-    committer = Committer(zstore)
-    aligns = align_chunks or not safe_chunks
-    lazy = [w for plan in plans for w in write_data(plan, zstore, committer, align_chunks=aligns)]
-    if compute and lazy:  # one computation: work shared by several nodes runs once
-        runner(progress, chunkmanager_store_kwargs)(*lazy)
-    for plan in plans:
-        commit(plan, committer)
-    if consolidate:
-        consolidate_root(zstore)
-    if not compute:
-        return combine(lazy)
-    return open_group(zstore, path=root, mode="r+")
+    return execute(  # one transaction for the whole tree; one computation for all its dask data
+        plans,
+        zstore,
+        path=root,
+        consolidate=consolidate,
+        compute=compute,
+        align_chunks=align_chunks or not safe_chunks,
+        run=runner(progress, chunkmanager_store_kwargs),
+    )

@@ -9,11 +9,11 @@ Everything is validated before the first byte is written: names, modes, encoding
 CF encoding of every variable (appends reuse the stored units, calendar, dtype and packing, and
 refuse values those cannot represent), dimension sizes, append lengths, non-append
 coordinates, region bounds and the ownership of every shard by exactly one writer (only the
-integer range of dask data waits for its task, which checks it before writing its shard). Then:
-what mode="w" erases (today before the data, see ``Committer.erases_before_data``), the data,
-then every ``zarr.json`` (arrays, then the group's) in one ``Committer.commit``, then the
-consolidated metadata, so a reader never sees metadata that points at data not yet there
-(``compute=False`` commits the metadata now and returns a Delayed that writes the dask data).
+integer range of dask data waits for its task, which checks it before writing its shard; a
+failure there aborts the transaction, so the old store is still whole). Then one transaction:
+the data staged, then a commit that erases what mode="w" replaces, puts the data in place and
+writes every ``zarr.json`` and the consolidated metadata (``compute=False`` commits the metadata
+now and returns a Delayed that writes the dask data).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from .write_args import (
     open_existing,
     validate_names,
 )
-from .write_exec import Committer, execute, root_is_consolidated
+from .write_exec import execute, root_is_consolidated
 from .write_plan import WritePlan, plan_write, refuse_clashes
 from .write_region import resolve_region
 from .write_sources import detach_from_target
@@ -119,9 +119,9 @@ def to_zarr(
 
     # ---- nothing has been written up to here ----
     return execute(
-        plan,
+        [plan],
         zstore,
-        Committer(zstore),
+        path=path,
         consolidate=consolidate,
         compute=compute,
         align_chunks=options.aligns,
