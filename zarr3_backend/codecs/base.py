@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..byte_range import ByteRange
-from ..errors import CodecError
+from ..errors import CodecError, ResourceLimitError
 
 #: Reads several byte ranges of one stored value in one batched call; ``None`` when missing.
 RangeReader = Callable[[Sequence[ByteRange | None]], list[bytes | None]]
@@ -36,8 +36,14 @@ class ChunkSpec:
         return math.prod(self.shape) * self.dtype.itemsize
 
     def fill_array(self) -> np.ndarray:
-        """A new chunk filled with the fill value."""
-        return np.full(self.shape, self.fill_value, dtype=self.dtype)
+        """A new chunk filled with the fill value; ``ResourceLimitError`` when a chunk of this
+        shape does not fit in memory (a huge ``chunk_shape``)."""
+        try:
+            return np.full(self.shape, self.fill_value, dtype=self.dtype)
+        except MemoryError:  # numpy fails cleanly on one allocation too large to make
+            raise ResourceLimitError(
+                f"a chunk of shape {list(self.shape)} of {self.dtype} ({self.nbytes} bytes) does not fit in memory"
+            ) from None
 
 
 class Codec(ABC):
@@ -119,6 +125,12 @@ class BytesBytesCodec(Codec):
 
     def encoded_size(self, size: int) -> int | None:
         """Encoded size for an input of ``size`` bytes when it is fixed, else ``None``."""
+        return None
+
+    def decoded_size(self, data: Buffer) -> int | None:
+        """The size ``data`` decodes to when its own header declares it (compressor frames),
+        checked against what ``len(data)`` bytes can hold; ``None`` when nothing declares it.
+        Callers compare it with the size they expect before allocating for the output."""
         return None
 
 

@@ -184,6 +184,10 @@ class BloscCodec(BytesBytesCodec):
             return b""  # c-blosc reports decompressing an empty frame as an error
         return self._decompress(view, None)
 
+    def decoded_size(self, data: Buffer) -> int:
+        """The decompressed size the frame header declares (at most 2**31 by the format)."""
+        return _frame_nbytes(as_bytes_view(data))
+
     def decode_into(self, data: Buffer, spec: ChunkSpec, dest: memoryview) -> memoryview:
         """Decompress straight into ``dest`` (writable, exactly the decompressed size): no
         intermediate bytes object. Returns ``dest``."""

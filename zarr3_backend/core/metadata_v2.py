@@ -23,6 +23,7 @@ import numpy as np
 from ..codecs.numcodecs_adapter import NUMCODECS_KINDS
 from ..errors import DataTypeError, MetadataError, Zarr3Error
 from .dtypes import data_type_from_numpy, parse_data_type
+from .metadata import check_json_depth
 from .paths import join_path
 
 ARRAY_KEY, GROUP_KEY, ATTRS_KEY, CONSOLIDATED_KEY = ".zarray", ".zgroup", ".zattrs", ".zmetadata"
@@ -81,7 +82,7 @@ def _data_type(dtype: Any, filters: list, path: str) -> tuple[Any, dict[str, Any
         ) from None
     if npdt.kind == "O":
         codec_id = filters[0].get("id") if filters and isinstance(filters[0], Mapping) else None
-        if codec_id not in _OBJECT_CODECS:
+        if not isinstance(codec_id, str) or codec_id not in _OBJECT_CODECS:
             raise _fail(
                 path,
                 ARRAY_KEY,
@@ -291,6 +292,8 @@ def group_document(zgroup: Any, zattrs: Any = None, path: str = "") -> dict[str,
 def node_document(docs: Mapping[str, Any], path: str = "") -> dict[str, Any] | None:
     """The v3 document of one node from its v2 documents (``{".zarray": ..., ".zattrs": ...}``,
     parsed), or ``None`` when it has neither ``.zarray`` nor ``.zgroup``."""
+    for name, doc in docs.items():
+        check_json_depth(doc, _where(path, str(name)))
     if docs.get(ARRAY_KEY) is not None:
         return array_document(docs[ARRAY_KEY], docs.get(ATTRS_KEY), path)
     if docs.get(GROUP_KEY) is not None:
@@ -337,6 +340,7 @@ def consolidated_documents(zmetadata: Any, path: str = "") -> dict[str, dict[str
             CONSOLIDATED_KEY,
             f"field 'zarr_consolidated_format' must be 1, got {zmetadata.get('zarr_consolidated_format')!r}",
         )
+    check_json_depth(zmetadata, _where(path, CONSOLIDATED_KEY))
     by_node: dict[str, dict[str, Any]] = {}
     for key, doc in zmetadata["metadata"].items():
         if not isinstance(key, str):
