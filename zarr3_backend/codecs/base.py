@@ -113,6 +113,11 @@ class ArrayBytesCodec(Codec):
         """Exact encoded size for ``spec`` when it is fixed (needed for the shard index)."""
         return None
 
+    def max_encoded_size(self, spec: ChunkSpec) -> int | None:
+        """An upper bound on the encoded size of a chunk of ``spec``, ``None`` when there is none
+        (variable-length items): what a shard index entry may claim for such a chunk."""
+        return self.encoded_size(spec)
+
 
 class BytesBytesCodec(Codec):
     """bytes -> bytes: compressors and checksums."""
@@ -126,6 +131,11 @@ class BytesBytesCodec(Codec):
     def encoded_size(self, size: int) -> int | None:
         """Encoded size for an input of ``size`` bytes when it is fixed, else ``None``."""
         return None
+
+    def max_encoded_size(self, size: int) -> int | None:
+        """An upper bound on the encoded size of ``size`` input bytes (a compressor's worst
+        case), ``None`` when the codec has none."""
+        return self.encoded_size(size)
 
     def decoded_size(self, data: Buffer) -> int | None:
         """The size ``data`` decodes to when its own header declares it (compressor frames),

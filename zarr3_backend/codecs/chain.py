@@ -137,6 +137,15 @@ class CodecChain:
             size = c.encoded_size(size)
         return size
 
+    def max_encoded_size(self) -> int | None:
+        """Upper bound on the size of every encoded chunk when the codecs declare one, else ``None``."""
+        size = self.array_bytes.max_encoded_size(self.specs[-1])
+        for c in self.bytes_bytes:
+            if size is None:
+                return None
+            size = c.max_encoded_size(size)
+        return size
+
     @property
     def is_partial_decodable(self) -> bool:
         """True when the array->bytes codec can read sub-regions (sharding) directly."""

@@ -64,6 +64,11 @@ class ZstdCodec(BytesBytesCodec):
                 return b""  # numcodecs refuses frames of empty content, which zstd itself writes
             raise CorruptionError(f"codec 'zstd': invalid zstd frame: {e}") from e
 
+    def max_encoded_size(self, size: int) -> int:
+        """``ZSTD_COMPRESSBOUND`` (zstd.h) plus the optional 4-byte checksum and a margin."""
+        small = (_MAX_BLOCK - size) >> 11 if size < _MAX_BLOCK else 0
+        return size + (size >> 8) + small + 4 + 64
+
     def decoded_size(self, data: Buffer) -> int | None:
         """The Frame_Content_Size the frame declares, if any; ``CorruptionError`` when it is more
         than the frame's bytes can hold (``MAX_RATIO``): a bad header allocates nothing."""
