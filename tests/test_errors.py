@@ -645,3 +645,22 @@ def test_truncated_shard_names_the_key(store, cut):
     for selection in (slice(None), slice(2, 3)):
         with zraises(errors.CorruptionError, match=r"shard 's/c/0'"):
             b[selection]
+
+
+def test_v2_dtype_of_absurd_item_size_is_refused():
+    """The default fill value alone would allocate one 2 GiB element."""
+    s = z3.MemoryStore()
+    s.set(".zgroup", b'{"zarr_format": 2}')
+    zarray = {
+        "zarr_format": 2,
+        "shape": [4],
+        "chunks": [2],
+        "dtype": "|V2147483647",
+        "compressor": None,
+        "fill_value": None,
+        "order": "C",
+        "filters": None,
+    }
+    s.set("x/.zarray", json.dumps(zarray).encode())
+    with zraises(errors.DataTypeError, match=r"x/.zarray: field 'dtype'.*2147483647-byte elements"):
+        z3.open_array(s, "x")

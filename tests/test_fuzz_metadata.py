@@ -238,8 +238,92 @@ def _set(obj: Any, path: tuple, value: Any) -> Any:
     return obj
 
 
+_SIZES = [0, 1, 2, 3, 5, 2**31 - 1, 2**31, 2**32 + 1, 2**40, 2**53 + 1, 2**62, 2**63 - 1, 2**63, -1]
+_FILLS: list[Any] = [
+    0,
+    1,
+    -1,
+    255,
+    256,
+    2**63,
+    2**64,
+    -(2**63) - 1,
+    0.5,
+    1e300,
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "nan",
+    "0x7fc00000",
+    "0x7ff8000000000000",
+    "0x0",
+    "0xZZ",
+    [1.0, 2.0],
+    [1.0],
+    ["NaN", "NaN"],
+    [0, 0, 0],
+    "",
+    "abc",
+    "\u00e9",
+    True,
+    False,
+    None,
+    {},
+    [],
+]
+
+
+def _targeted(doc: dict[str, Any], rng: random.Random) -> None:
+    """One mutation of a v3 array document that keeps the rest of it valid (reaches deeper)."""
+    grid = (
+        doc.get("chunk_grid", {}).get("configuration", {}) if isinstance(doc.get("chunk_grid"), dict) else {}
+    )
+    codecs = doc.get("codecs") if isinstance(doc.get("codecs"), list) else []
+    shard = next((c for c in codecs if isinstance(c, dict) and c.get("name") == "sharding_indexed"), None)
+    choice = rng.randrange(9)
+    if choice == 0 and isinstance(doc.get("shape"), list) and doc["shape"]:
+        doc["shape"][rng.randrange(len(doc["shape"]))] = rng.choice(_SIZES)
+    elif choice == 1 and isinstance(grid.get("chunk_shape"), list) and grid["chunk_shape"]:
+        grid["chunk_shape"][rng.randrange(len(grid["chunk_shape"]))] = rng.choice(_SIZES)
+    elif choice == 2 and shard is not None:
+        inner = shard["configuration"]["chunk_shape"]
+        inner[rng.randrange(len(inner))] = rng.choice(_SIZES)
+    elif choice == 3:
+        doc["fill_value"] = copy.deepcopy(rng.choice(_FILLS))
+    elif choice == 4:
+        doc["data_type"] = rng.choice(list(_DTYPES))  # the stored chunks now have the wrong size
+    elif choice == 5:
+        for c in codecs:
+            if isinstance(c, dict) and isinstance(c.get("configuration"), dict) and c["configuration"]:
+                key = rng.choice(list(c["configuration"]))
+                c["configuration"][key] = copy.deepcopy(rng.choice(_SCALARS + _SIZES))
+                break
+    elif choice == 6:
+        doc["chunk_key_encoding"] = copy.deepcopy(
+            rng.choice(
+                [
+                    {"name": "default", "configuration": {"separator": rng.choice(["/", ".", "-", "", 1])}},
+                    {"name": "v2", "configuration": {"separator": rng.choice(["/", ".", "\\"])}},
+                    {"name": "v2"},
+                    "default",
+                    {"name": "default", "configuration": {"separator": "/", "x": 1}},
+                ]
+            )
+        )
+    elif choice == 7:
+        doc["dimension_names"] = copy.deepcopy(rng.choice([["y"], ["y", 1], [None, None], "yx", ["a", "a"]]))
+    elif shard is not None:
+        config = shard["configuration"]
+        config[rng.choice(["index_codecs", "codecs", "index_location"])] = copy.deepcopy(
+            rng.choice([[], ["bytes"], [_BYTES_CODEC, {"name": "zstd"}], "middle", [{"name": "crc32c"}]])
+        )
+
+
 def _mutate(doc: Any, rng: random.Random) -> Any:
     doc = copy.deepcopy(doc)
+    if isinstance(doc, dict) and doc.get("node_type") == "array" and rng.random() < 0.5:
+        _targeted(doc, rng)
+        return doc
     for _ in range(rng.choice([1, 1, 1, 2, 3])):
         paths = _paths(doc)
         path = rng.choice(paths[1:] if len(paths) > 1 else paths)
@@ -352,7 +436,15 @@ def make_cases(seed: int, n: int, v2: bool) -> list[dict[str, Any]]:
             key = keys[0] if target < 0.6 else rng.choice(keys)
             docs[key] = _mutate(docs[key], rng)
             files.update({k: _text(d, rng, _DEPTHS_V2) for k, d in docs.items()})
-            cases.append({"files": files, "latin1": list(chunks), "path": "a", "xr": rng.random() < 0.1})
+            cases.append(
+                {
+                    "files": files,
+                    "latin1": list(chunks),
+                    "path": "a",
+                    "xr": rng.random() < 0.1,
+                    "local": rng.random() < 0.15,
+                }
+            )
             continue
         slot = rng.randrange(12)
         if slot not in seeds:
@@ -366,14 +458,22 @@ def make_cases(seed: int, n: int, v2: bool) -> list[dict[str, Any]]:
         else:
             files["a/zarr.json"] = json.dumps(doc)
             files["zarr.json"] = _text(_mutate(_group_doc(rng, doc), rng), rng)
-        cases.append({"files": files, "latin1": list(chunks), "path": "a", "xr": rng.random() < 0.1})
+        cases.append(
+            {
+                "files": files,
+                "latin1": list(chunks),
+                "path": "a",
+                "xr": rng.random() < 0.1,
+                "local": rng.random() < 0.15,
+            }
+        )
     return cases
 
 
 # --- the child process ------------------------------------------------------------------------
 _CHILD = textwrap.dedent(
     """
-    import faulthandler, json, resource, sys, traceback, warnings
+    import faulthandler, json, resource, shutil, sys, traceback, warnings
     resource.setrlimit(resource.RLIMIT_AS, ({cap}, {cap}))
     warnings.simplefilter("ignore")
     import numpy as np
@@ -382,11 +482,20 @@ _CHILD = textwrap.dedent(
     from tests.test_fuzz_metadata import make_cases
 
     def exercise(store, path, use_xr):
-        node = z3.open_node(store, path="")
         try:
+            group = z3.open_group(store, mode="r")
+            group.members(max_depth=None)
+            list(group.arrays())
+            dict(group.attrs)
+            group.tree()
+        except Zarr3Error:
+            pass
+        try:
+            z3.open_node(store, path=path)
             arr = z3.open_array(store, path=path, mode="r+")
         except Zarr3Error:
             return
+        repr(arr), arr.nchunks, arr.chunks, arr.shards, arr.fill_value, dict(arr.attrs)
         sel = tuple(slice(0, 2) for _ in arr.shape)
         arr[sel]
         arr[...] if arr.size <= 10_000 and arr.nbytes <= 2**24 else None
@@ -394,36 +503,57 @@ _CHILD = textwrap.dedent(
             arr.oindex[tuple([0] for _ in arr.shape)]
         if arr.metadata.chunk_spec.nbytes <= 2**24:
             arr[tuple(0 for _ in arr.shape)] = arr[tuple(0 for _ in arr.shape)]
+        if arr.size and arr.ndim:
+            arr.vindex[tuple(np.array([0, s - 1]) for s in arr.shape)]
+        arr.attrs["fuzz"] = 1
         if use_xr:
             import xarray as xr
-            ds = xr.open_dataset(store, engine="zarr3", consolidated=None)
-            ds.isel({{d: slice(0, 2) for d in ds.dims}}).load()
+            try:
+                ds = xr.open_dataset(store, engine="zarr3", consolidated=None)
+                ds.isel({{d: slice(0, 2) for d in ds.dims}}).load()
+            finally:
+                tree = xr.open_datatree(store, engine="zarr3")
+                tree.isel({{d: slice(0, 2) for d in tree.dims}}).load()
 
     failures = []
+    opened = 0
     cases = make_cases({seed}, {n}, {v2})
     for i, case in enumerate(cases):
         faulthandler.dump_traceback_later({timeout}, exit=True)
         print(json.dumps(case)[:4000], file=open({current!r}, "w"))
-        store = z3.MemoryStore()
+        if case["local"]:
+            shutil.rmtree({local!r}, ignore_errors=True)
+            store = z3.LocalStore({local!r})
+        else:
+            store = z3.MemoryStore()
         for k, v in case["files"].items():
             store.set(k, v.encode("latin1") if k in case["latin1"] else v.encode("utf-8", "surrogatepass"))
         for stage in ("open",):
             try:
                 exercise(store, case["path"], case["xr"])
+                opened += 1
             except Zarr3Error:
                 pass
             except BaseException as e:
                 failures.append({{"case": i, "error": repr(e)[:500], "trace": traceback.format_exc()[-3000:],
                                   "files": {{k: v[:2000] for k, v in case["files"].items() if k.endswith(("json", "zarray", "zattrs", "zgroup", "zmetadata"))}}}})
         faulthandler.cancel_dump_traceback_later()
-    print(json.dumps(failures))
+    print(json.dumps({{"failures": failures, "completed": opened}}))
     """
 )
 
 
 def run_fuzz(tmp_path: Path, seed: int, n: int, v2: bool) -> None:
     current = tmp_path / "current_case.json"
-    code = _CHILD.format(cap=MEMORY_CAP, seed=seed, n=n, v2=v2, timeout=DOC_TIMEOUT, current=str(current))
+    code = _CHILD.format(
+        cap=MEMORY_CAP,
+        seed=seed,
+        n=n,
+        v2=v2,
+        timeout=DOC_TIMEOUT,
+        current=str(current),
+        local=str(tmp_path / "store"),
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600
@@ -434,7 +564,10 @@ def run_fuzz(tmp_path: Path, seed: int, n: int, v2: bool) -> None:
             f"fuzz child died (exit {proc.returncode}; a hang or a crash) on document:\n{last}\n"
             f"stderr:\n{proc.stderr[-6000:]}"
         )
-    failures = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    failures = result["failures"]
+    # the fuzzer reaches past parsing: a fair share of documents open, read and write
+    assert result["completed"] >= n // 10, result["completed"]
     if failures:
         kinds: dict[str, dict] = {}  # one example per distinct (error type, raising line)
         for f in failures:

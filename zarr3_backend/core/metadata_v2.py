@@ -32,6 +32,10 @@ NODE_KEYS = (ARRAY_KEY, GROUP_KEY, ATTRS_KEY)
 #: Extra field of a translated document: ``{"must_understand": false, "fill_value": <v2 JSON>}``.
 V2_MARKER = "zarr3_backend_zarr_v2"
 
+#: Largest element of a v2 ``dtype`` accepted, in bytes (a 4 Mi-character ``<U`` string): the
+#: fill value and every chunk hold elements of this size, allocated before any data is read.
+MAX_ITEMSIZE = 2**24
+
 #: numcodecs ids of v2 object codecs this package decodes -> (v3 data type, v3 array -> bytes codec)
 _OBJECT_CODECS = {"vlen-utf8": ("string", "vlen-utf8"), "vlen-bytes": ("variable_length_bytes", "vlen-bytes")}
 
@@ -80,6 +84,13 @@ def _data_type(dtype: Any, filters: list, path: str) -> tuple[Any, dict[str, Any
         raise _fail(
             path, ARRAY_KEY, f"field 'dtype': {dtype!r} is not a data type ({e})", DataTypeError
         ) from None
+    if npdt.itemsize > MAX_ITEMSIZE:
+        raise _fail(
+            path,
+            ARRAY_KEY,
+            f"field 'dtype': {dtype!r} has {npdt.itemsize}-byte elements, more than {MAX_ITEMSIZE}",
+            DataTypeError,
+        )
     if npdt.kind == "O":
         codec_id = filters[0].get("id") if filters and isinstance(filters[0], Mapping) else None
         if not isinstance(codec_id, str) or codec_id not in _OBJECT_CODECS:
