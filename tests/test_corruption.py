@@ -58,6 +58,37 @@ LAYOUTS = {
     "shard-zstd-crc-index": (_shard([BYTES, ZSTD], [BYTES, CRC]), "float32", "index"),
     "shard-crc-inner": (_shard([BYTES, CRC], [BYTES]), "float32", "none"),  # an offset may move
     "shard-none": (_shard([BYTES], [BYTES], "start"), "float32", "none"),
+    "shard-nested-crc": (
+        _shard(
+            [
+                {
+                    "name": "sharding_indexed",
+                    "configuration": {
+                        "chunk_shape": [2],
+                        "codecs": [BYTES, CRC],
+                        "index_codecs": [BYTES, CRC],
+                    },
+                }
+            ],
+            [BYTES, CRC],
+        ),
+        "float32",
+        "all",
+    ),
+    "shard-nested-none": (
+        _shard(
+            [
+                {
+                    "name": "sharding_indexed",
+                    "configuration": {"chunk_shape": [2], "codecs": [BYTES, ZSTD], "index_codecs": [BYTES]},
+                }
+            ],
+            [BYTES],
+            "start",
+        ),
+        "float32",
+        "none",
+    ),
     "vlen": ([VLEN], "string", "none"),
     "vlen-crc32c": ([VLEN, CRC], "string", "all"),
     "shard-vlen-crc-both": (_shard([VLEN, CRC], [BYTES, CRC]), "string", "all"),

@@ -664,3 +664,10 @@ def test_v2_dtype_of_absurd_item_size_is_refused():
     s.set("x/.zarray", json.dumps(zarray).encode())
     with zraises(errors.DataTypeError, match=r"x/.zarray: field 'dtype'.*2147483647-byte elements"):
         z3.open_array(s, "x")
+
+
+@pytest.mark.parametrize("kind", ["oindex", "vindex"])
+def test_ragged_index_list_is_a_selection_error(store, kind):
+    a = z3.create_array(store, "r", shape=(6, 4), dtype="f4", chunks=(3, 2))
+    with zraises(errors.SelectionError, match="not a rectangular array"):
+        getattr(a, kind)[[[0, 1], [0]]]
