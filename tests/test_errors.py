@@ -671,3 +671,25 @@ def test_ragged_index_list_is_a_selection_error(store, kind):
     a = z3.create_array(store, "r", shape=(6, 4), dtype="f4", chunks=(3, 2))
     with zraises(errors.SelectionError, match="not a rectangular array"):
         getattr(a, kind)[[[0, 1], [0]]]
+
+
+def test_whole_shard_too_large_for_memory_is_a_resource_limit():
+    """transpose before sharding: a read decodes whole shards (here 4 TiB, nearly all fill)."""
+    from zarr3_backend.codecs.sharding import EMPTY, encode_index
+
+    s = z3.MemoryStore()
+    n, inner = 2**20, 2**10
+    shard = {"name": "sharding_indexed", "configuration": {"chunk_shape": [inner, inner]}}
+    codecs = [{"name": "transpose", "configuration": {"order": [1, 0]}}, shard]
+    a = z3.create_array(s, "t", shape=(n, n), dtype="f4", chunks=(n, n), codecs=codecs)
+    layout = a._chain.array_bytes.layout(a._chain.specs[-1])
+    s.set("t/c/0/0", encode_index(np.full((*layout.grid, 2), EMPTY, dtype=np.uint64), layout.index))
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)  # a 4 TiB allocation must fail, also
+    resource.setrlimit(resource.RLIMIT_AS, (2**42 if hard == resource.RLIM_INFINITY else hard, hard))
+    try:  # where memory is overcommitted without limit
+        with zraises(errors.ResourceLimitError, match=r"chunk of shape \[1048576, 1048576\]"):
+            a[0, 0]
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))

@@ -35,6 +35,15 @@ class ChunkSpec:
     def nbytes(self) -> int:
         return math.prod(self.shape) * self.dtype.itemsize
 
+    def empty_array(self) -> np.ndarray:
+        """A new, uninitialised chunk; ``ResourceLimitError`` when it does not fit in memory."""
+        try:
+            return np.empty(self.shape, dtype=self.dtype)
+        except MemoryError:  # numpy fails cleanly on one allocation too large to make
+            raise ResourceLimitError(
+                f"a chunk of shape {list(self.shape)} of {self.dtype} ({self.nbytes} bytes) does not fit in memory"
+            ) from None
+
     def fill_array(self) -> np.ndarray:
         """A new chunk filled with the fill value; ``ResourceLimitError`` when a chunk of this
         shape does not fit in memory (a huge ``chunk_shape``)."""

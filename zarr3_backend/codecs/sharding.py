@@ -537,7 +537,7 @@ class ShardingCodec(ArrayBytesCodec):
     def decode(self, data: Buffer, spec: ChunkSpec) -> np.ndarray:
         """The whole shard that ``data`` encodes (fill value where inner chunks are empty)."""
         layout = self.layout(spec)
-        out = np.empty(layout.shard_shape, dtype=spec.dtype)
+        out = spec.empty_array()
         self.decode_into(data, (slice(None),) * len(layout.shard_shape), spec, out)
         return out
 
