@@ -693,3 +693,27 @@ def test_whole_shard_too_large_for_memory_is_a_resource_limit():
             a[0, 0]
     finally:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def test_v2_blosc_header_declaring_a_huge_chunk_allocates_nothing():
+    import numcodecs
+
+    s = z3.MemoryStore()
+    s.set(".zgroup", b'{"zarr_format": 2}')
+    compressor = {"id": "blosc", "cname": "lz4", "clevel": 1, "shuffle": 1}
+    zarray = {
+        "zarr_format": 2,
+        "shape": [4],
+        "chunks": [4],
+        "dtype": "<f4",
+        "compressor": compressor,
+        "fill_value": 0,
+        "order": "C",
+        "filters": None,
+    }
+    s.set("x/.zarray", json.dumps(zarray).encode())
+    frame = bytearray(numcodecs.Blosc("lz4").encode(np.arange(4, dtype="f4").tobytes()))
+    frame[4:8] = (2**30).to_bytes(4, "little")  # numcodecs would allocate 1 GiB for the output
+    s.set("x/0", bytes(frame))
+    with zraises(errors.CorruptionError, match=r"chunk 'x/0'.*declares 1073741824 bytes, more than the 16"):
+        z3.open_array(s, "x")[:]
