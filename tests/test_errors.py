@@ -14,6 +14,7 @@ import pytest
 
 import zarr3_backend as z3
 from zarr3_backend import errors
+from zarr3_backend.byte_range import ByteRange
 from zarr3_backend.codecs import BloscCodec, ChunkSpec
 from zarr3_backend.stores import StoreArgumentError
 
@@ -717,3 +718,11 @@ def test_v2_blosc_header_declaring_a_huge_chunk_allocates_nothing():
     s.set("x/0", bytes(frame))
     with zraises(errors.CorruptionError, match=r"chunk 'x/0'.*declares 1073741824 bytes, more than the 16"):
         z3.open_array(s, "x")[:]
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: ByteRange(-1, 4), lambda: ByteRange(0, -4), lambda: ByteRange.suffix(0)]
+)
+def test_bad_byte_ranges_are_argument_errors(make):
+    with zraises(errors.ArgumentError, match="byte range|suffix length"):
+        make()
