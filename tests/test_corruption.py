@@ -239,3 +239,35 @@ def test_unguarded_layouts_can_decode_to_other_values():
     assert counts["different"] > 0 and counts["checksum"] == 0
     counts = _check_flips(z3.MemoryStore(), "shard-crc-index", list(range(64)))
     assert counts["different"] > 0
+
+
+def _garbage(rng: np.random.Generator, good: bytes) -> list[bytes]:
+    """Values that are not the stored one: random bytes of many lengths, constant fills, the
+    good value with random tails, and spliced halves."""
+    out = [b"", b"\x00", b"\xff" * 4, b"\x00" * len(good), b"\xff" * len(good), good + good, good * 3]
+    for _ in range(60):
+        out.append(rng.integers(0, 256, int(rng.integers(0, 2 * len(good) + 8)), dtype=np.uint8).tobytes())
+    for _ in range(20):
+        cut = int(rng.integers(0, len(good)))
+        out.append(good[:cut] + rng.integers(0, 256, int(rng.integers(0, 64)), dtype=np.uint8).tobytes())
+        out.append(good[cut:] + good[:cut])
+    return out
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_garbage_values_are_typed_errors_or_reads(layout):
+    """Whatever bytes sit under the key, reads and writes end in success or a Zarr3Error (and
+    where crc32c guards the whole value, never in a successful read of other values)."""
+    store = z3.MemoryStore()
+    _, good = _make(store, layout)
+    _, dtype, guard = LAYOUTS[layout]
+    expected = _values(dtype)
+    for value in _garbage(np.random.default_rng(7), good):
+        store.set(KEY, value)
+        a = z3.open_array(store, "a", mode="r+")
+        got: list[np.ndarray] = []
+        err = _outcome(lambda a=a, got=got: got.append(a[...]))
+        if err is None and guard == "all":
+            assert np.array_equal(got[0], expected), f"{layout}: {value!r} read as other values"
+        _outcome(lambda a=a: a[5:7])
+        _outcome(lambda a=a: a.__setitem__(slice(1, 2), expected[:1]))
