@@ -75,16 +75,22 @@ MAX_SIZE = 2**63 - 1
 
 # --- JSON documents ---------------------------------------------------------------------------
 def check_json_depth(doc: Any, key: str) -> Any:
-    """``doc`` (parsed JSON) after refusing nesting deeper than ``MAX_JSON_DEPTH`` with a
-    ``MetadataError`` naming ``key``. Iterative: the check itself never recurses."""
-    stack = [(doc, 1)] if isinstance(doc, dict | list) else []
-    while stack:
-        node, depth = stack.pop()
+    """``doc`` (parsed JSON: plain dicts and lists) after refusing nesting deeper than
+    ``MAX_JSON_DEPTH`` with a ``MetadataError`` naming ``key``. Level by level, never recursive."""
+    level = [doc] if type(doc) in _CONTAINERS else []
+    depth = 0
+    while level:
+        depth += 1
         if depth > MAX_JSON_DEPTH:
             raise MetadataError(f"{key}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+        below: list[Any] = []
+        for node in level:
+            below += [v for v in (node.values() if type(node) is dict else node) if type(v) in _CONTAINERS]
+        level = below
     return doc
+
+
+_CONTAINERS = (dict, list)
 
 
 def load_json(data: bytes | bytearray | memoryview | str, key: str) -> Any:
@@ -97,6 +103,8 @@ def load_json(data: bytes | bytearray | memoryview | str, key: str) -> Any:
         raise MetadataError(f"{key}: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
     except (UnicodeDecodeError, ValueError) as e:
         raise MetadataError(f"{key}: invalid JSON: {e}") from e
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:  # cannot nest deeper: skip the walk
+        return doc
     return check_json_depth(doc, key)
 
 
