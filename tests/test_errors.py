@@ -14,6 +14,7 @@ import pytest
 
 import zarr3_backend as z3
 from zarr3_backend import errors
+from zarr3_backend.byte_range import ByteRange
 from zarr3_backend.codecs import BloscCodec, ChunkSpec
 from zarr3_backend.stores import StoreArgumentError
 
@@ -437,3 +438,291 @@ def test_partial_write_over_a_corrupt_chunk_writes_nothing(tmp_path):
     with pytest.raises(errors.ChecksumError, match="x/c/3"):
         a[1:7] = -1  # partial writes of chunks 0 and 3 need their old values; chunk 3 is corrupt
     assert {k: s.get(k) for k in s.list()} == before
+
+
+# --- issue 13: bad input never escapes the hierarchy (each case once raised an untyped error) ---
+def _array_doc(store, path: str = "x") -> dict:
+    return json.loads(bytes(store.get(f"{path}/zarr.json")))
+
+
+def _deep(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("depth", [129, 5_000, 200_000])
+def test_deeply_nested_zarr_json_is_a_metadata_error(store, depth):
+    text = json.dumps({**_array_doc(store), "attributes": {"a": "DEEP"}}).replace('"DEEP"', _deep(depth))
+    store.set("x/zarr.json", text.encode())
+    with zraises(errors.MetadataError, match=r"x/zarr.json: JSON nested deeper than 128"):
+        z3.open_array(store, "x")
+
+
+@pytest.mark.parametrize("key", [".zarray", ".zattrs", ".zmetadata", "zarr.json"])
+def test_load_json_bounds_nesting_of_every_document(key):
+    """The one parser for stored JSON (core/group.py's v2 reads are to use it too)."""
+    from zarr3_backend.core.metadata import load_json
+
+    with zraises(errors.MetadataError, match=re.escape(key) + ".*nested deeper"):
+        load_json(_deep(200_000), key)
+    with zraises(errors.MetadataError, match=re.escape(key) + ".*nested deeper"):
+        load_json(_deep(129).encode(), key)
+    assert load_json(_deep(128), key) is not None
+
+
+@pytest.mark.parametrize("doc", [".zarray", ".zattrs", ".zmetadata"])
+def test_deeply_nested_v2_documents_are_metadata_errors(doc):
+    """Nesting that json parses (500 levels) but the package must not recurse into."""
+    s = z3.MemoryStore()
+    zarray = {
+        "zarr_format": 2,
+        "shape": [4],
+        "chunks": [2],
+        "dtype": "<i4",
+        "compressor": None,
+        "fill_value": 0,
+        "order": "C",
+        "filters": None,
+    }
+    docs = {".zgroup": {"zarr_format": 2}, "x/.zarray": zarray, "x/.zattrs": {"a": "DEEP"}}
+    if doc == ".zmetadata":
+        docs[".zmetadata"] = {
+            "zarr_consolidated_format": 1,
+            "metadata": {"x/.zarray": zarray, "x/.zattrs": "DEEP"},
+        }
+    elif doc == ".zarray":
+        zarray["fill_value"] = "DEEP"
+    for key, value in docs.items():
+        s.set(key, json.dumps(value).replace('"DEEP"', _deep(500)).encode())
+    if doc != ".zattrs":
+        docs["x/.zattrs"] = {}
+        s.set("x/.zattrs", b"{}")
+    opener = z3.open_group if doc == ".zmetadata" else z3.open_array
+    with zraises(errors.MetadataError, match=re.escape(doc) + ".*nested deeper"):
+        node = opener(s, "" if doc == ".zmetadata" else "x", mode="r")
+        if doc == ".zmetadata":
+            node["x"]
+
+
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        ("shape", [2**63], r"field 'shape'.*2\*\*63-1"),
+        ("shape", [2**62, 4], r"field 'shape'.*2\*\*63-1"),
+        ("chunk_shape", [2**61], r"chunk_shape.*2\*\*63-1 bytes"),
+    ],
+)
+def test_sizes_past_int64_are_refused(store, field, value, match):
+    doc = _array_doc(store)
+    if field == "shape":
+        doc["shape"] = value
+        doc["chunk_grid"]["configuration"]["chunk_shape"] = [2] * len(value)
+    else:
+        doc["chunk_grid"]["configuration"]["chunk_shape"] = value
+    store.set("x/zarr.json", json.dumps(doc).encode())
+    with zraises(errors.MetadataError, match=match):
+        z3.open_array(store, "x")
+
+
+@pytest.mark.parametrize(
+    "codec, match",
+    [
+        (
+            {
+                "name": "blosc",
+                "configuration": {"cname": "lz4", "clevel": 1, "shuffle": "shuffle", "typesize": 2**40},
+            },
+            "'typesize' must be an integer from 1 to",
+        ),
+        (
+            {
+                "name": "blosc",
+                "configuration": {"cname": "lz4", "clevel": 1, "shuffle": "shuffle", "blocksize": 2**62},
+            },
+            "'blocksize' must be an integer from 0 to",
+        ),
+    ],
+)
+def test_blosc_sizes_are_bounded(store, codec, match):
+    doc = _array_doc(store)
+    doc["codecs"] = [doc["codecs"][0], codec]
+    store.set("x/zarr.json", json.dumps(doc).encode())
+    with zraises(errors.CodecError, match=match):
+        z3.open_array(store, "x")
+
+
+def test_shard_index_of_absurd_size_is_refused():
+    s = z3.MemoryStore()
+    with zraises(errors.CodecError, match=r"inner chunks, an index of more than"):
+        z3.create_array(s, "x", shape=(2**40,), dtype="u1", chunks=(1,), shards=(2**40,))
+    assert list(s.list()) == []
+
+
+@pytest.mark.parametrize("compressor", ["blosc", "zstd"])
+def test_huge_chunk_shape_with_a_tiny_stored_chunk_allocates_nothing(store, compressor):
+    """The frame's declared size is compared with the chunk's before the chunk is allocated."""
+    codecs = BLOSC if compressor == "blosc" else ZSTD_CRC[:1]
+    a = z3.create_array(store, "y", shape=(4,), dtype="f8", chunks=(4,), compressors=codecs)
+    a[:] = 1.0
+    doc = _array_doc(store, "y")
+    doc["chunk_grid"]["configuration"]["chunk_shape"] = [2**40]  # 8 TiB per chunk
+    store.set("y/zarr.json", json.dumps(doc).encode())
+    b = z3.open_array(store, "y")
+    with zraises(
+        errors.CorruptionError, match=r"chunk 'y/c/0'.*decompresses to 32 bytes, expected 8796093022208"
+    ):
+        b[:2]
+
+
+def test_zstd_frame_declaring_more_than_it_can_hold():
+    from zarr3_backend.codecs import ChunkSpec as Spec
+    from zarr3_backend.codecs.zstd import ZstdCodec
+
+    # magic, descriptor (single segment, 8-byte content size), content size 2**50, one raw block
+    frame = b"\x28\xb5\x2f\xfd" + bytes([0xE0]) + (2**50).to_bytes(8, "little") + b"\x01\x00\x00"
+    spec = Spec((4,), np.dtype("u1"), np.uint8(0))
+    with zraises(errors.CorruptionError, match="declares 1125899906842624 bytes"):
+        ZstdCodec().decode(frame, spec)
+
+
+def test_fill_chunk_of_absurd_size_is_a_resource_limit(store):
+    z3.create_array(store, "f", shape=(4,), dtype="f4", chunks=(4,), compressors=None)
+    doc = _array_doc(store, "f")
+    doc["chunk_grid"]["configuration"]["chunk_shape"] = [2**50]  # 4 PiB of float32 per chunk
+    store.set("f/zarr.json", json.dumps(doc).encode())
+    a = z3.open_array(store, "f", mode="r+")
+    with zraises(errors.ResourceLimitError, match=r"chunk of shape \[1125899906842624\]"):
+        a[0] = 1.0
+
+
+@pytest.mark.parametrize("codec", ["vlen-utf8", "vlen-bytes"])
+def test_vlen_item_count_is_checked_before_allocating(codec):
+    s = z3.MemoryStore()
+    dtype = "str" if codec == "vlen-utf8" else "bytes"
+    a = z3.create_array(s, "v", shape=(2,), dtype=dtype, chunks=(2,), compressors=None)
+    a[:] = np.array(["ab", "cd"] if dtype == "str" else [b"ab", b"cd"], dtype=object)
+    data = bytearray(s.get("v/c/0"))
+    data[:4] = (2**32 - 1).to_bytes(4, "little")  # numcodecs would allocate 32 GiB of items
+    s.set("v/c/0", bytes(data))
+    with zraises(errors.CorruptionError, match=r"'v/c/0'.*header says 4294967295 items.*holds 2"):
+        a[:]
+    data[:4] = (2).to_bytes(4, "little")
+    data[4:8] = (2**31).to_bytes(4, "little")  # an item length past the bytes present
+    s.set("v/c/0", bytes(data))
+    with zraises(errors.CorruptionError, match="'v/c/0'"):
+        a[:]
+
+
+def _set_index_entry(store, key: str, layout, entry: int, offset: int, nbytes: int) -> None:
+    """Rewrite one (offset, nbytes) entry of a shard's end index, with a valid crc32c."""
+    from zarr3_backend.codecs.sharding import decode_index, encode_index
+
+    data = bytes(store.get(key))
+    index = decode_index(data[-layout.index_size :], layout.index).copy()
+    index.reshape(-1, 2)[entry] = (offset, nbytes)
+    store.set(key, data[: -layout.index_size] + encode_index(index, layout.index))
+
+
+@pytest.mark.parametrize("compressors", [None, ZSTD_CRC[:1]], ids=["raw", "zstd"])
+@pytest.mark.parametrize("nbytes", [2**62, 2**63 + 3])
+def test_shard_index_entry_past_any_shard_is_refused_before_reading(store, compressors, nbytes):
+    a = z3.create_array(store, "s", shape=(8,), dtype="f4", chunks=(2,), shards=(8,), compressors=compressors)
+    a[:] = np.arange(8)
+    layout = a._chain.array_bytes.layout(a._chain.specs[-1])
+    _set_index_entry(store, "s/c/0", layout, 1, 0, nbytes)
+    b = z3.open_array(store, "s")
+    with zraises(errors.CorruptionError, match=r"shard 's/c/0'.*inner chunk \(1,\).*past the end"):
+        b[2:3]  # a partial read: the shard's size is not known
+    with zraises(errors.CorruptionError, match=r"shard 's/c/0'.*inner chunk \(1,\)"):
+        b[:]  # the whole shard
+
+
+@pytest.mark.parametrize("cut", [1, 10, 40])
+def test_truncated_shard_names_the_key(store, cut):
+    a = z3.create_array(store, "s", shape=(8,), dtype="f4", chunks=(2,), shards=(8,), compressors=ZSTD_CRC)
+    a[:] = np.arange(8)
+    data = bytes(store.get("s/c/0"))
+    store.set("s/c/0", data[: len(data) - cut])
+    b = z3.open_array(store, "s")
+    for selection in (slice(None), slice(2, 3)):
+        with zraises(errors.CorruptionError, match=r"shard 's/c/0'"):
+            b[selection]
+
+
+def test_v2_dtype_of_absurd_item_size_is_refused():
+    """The default fill value alone would allocate one 2 GiB element."""
+    s = z3.MemoryStore()
+    s.set(".zgroup", b'{"zarr_format": 2}')
+    zarray = {
+        "zarr_format": 2,
+        "shape": [4],
+        "chunks": [2],
+        "dtype": "|V2147483647",
+        "compressor": None,
+        "fill_value": None,
+        "order": "C",
+        "filters": None,
+    }
+    s.set("x/.zarray", json.dumps(zarray).encode())
+    with zraises(errors.DataTypeError, match=r"x/.zarray: field 'dtype'.*2147483647-byte elements"):
+        z3.open_array(s, "x")
+
+
+@pytest.mark.parametrize("kind", ["oindex", "vindex"])
+def test_ragged_index_list_is_a_selection_error(store, kind):
+    a = z3.create_array(store, "r", shape=(6, 4), dtype="f4", chunks=(3, 2))
+    with zraises(errors.SelectionError, match="not a rectangular array"):
+        getattr(a, kind)[[[0, 1], [0]]]
+
+
+def test_whole_shard_too_large_for_memory_is_a_resource_limit():
+    """transpose before sharding: a read decodes whole shards (here 4 TiB, nearly all fill)."""
+    from zarr3_backend.codecs.sharding import EMPTY, encode_index
+
+    s = z3.MemoryStore()
+    n, inner = 2**20, 2**10
+    shard = {"name": "sharding_indexed", "configuration": {"chunk_shape": [inner, inner]}}
+    codecs = [{"name": "transpose", "configuration": {"order": [1, 0]}}, shard]
+    a = z3.create_array(s, "t", shape=(n, n), dtype="f4", chunks=(n, n), codecs=codecs)
+    layout = a._chain.array_bytes.layout(a._chain.specs[-1])
+    s.set("t/c/0/0", encode_index(np.full((*layout.grid, 2), EMPTY, dtype=np.uint64), layout.index))
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)  # a 4 TiB allocation must fail, also
+    resource.setrlimit(resource.RLIMIT_AS, (2**42 if hard == resource.RLIM_INFINITY else hard, hard))
+    try:  # where memory is overcommitted without limit
+        with zraises(errors.ResourceLimitError, match=r"chunk of shape \[1048576, 1048576\]"):
+            a[0, 0]
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def test_v2_blosc_header_declaring_a_huge_chunk_allocates_nothing():
+    import numcodecs
+
+    s = z3.MemoryStore()
+    s.set(".zgroup", b'{"zarr_format": 2}')
+    compressor = {"id": "blosc", "cname": "lz4", "clevel": 1, "shuffle": 1}
+    zarray = {
+        "zarr_format": 2,
+        "shape": [4],
+        "chunks": [4],
+        "dtype": "<f4",
+        "compressor": compressor,
+        "fill_value": 0,
+        "order": "C",
+        "filters": None,
+    }
+    s.set("x/.zarray", json.dumps(zarray).encode())
+    frame = bytearray(numcodecs.Blosc("lz4").encode(np.arange(4, dtype="f4").tobytes()))
+    frame[4:8] = (2**30).to_bytes(4, "little")  # numcodecs would allocate 1 GiB for the output
+    s.set("x/0", bytes(frame))
+    with zraises(errors.CorruptionError, match=r"chunk 'x/0'.*declares 1073741824 bytes, more than the 16"):
+        z3.open_array(s, "x")[:]
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: ByteRange(-1, 4), lambda: ByteRange(0, -4), lambda: ByteRange.suffix(0)]
+)
+def test_bad_byte_ranges_are_argument_errors(make):
+    with zraises(errors.ArgumentError, match="byte range|suffix length"):
+        make()

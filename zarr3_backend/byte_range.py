@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import ArgumentError
+
 
 @dataclass(frozen=True, slots=True)
 class ByteRange:
@@ -19,13 +21,13 @@ class ByteRange:
 
     def __post_init__(self) -> None:
         if self.length is not None and (self.length < 0 or self.offset < 0):
-            raise ValueError(f"invalid byte range offset={self.offset} length={self.length}")
+            raise ArgumentError(f"invalid byte range offset={self.offset} length={self.length}")
 
     @classmethod
     def suffix(cls, n: int) -> ByteRange:
         """The last ``n`` bytes."""
         if n <= 0:
-            raise ValueError(f"suffix length must be positive, got {n}")
+            raise ArgumentError(f"suffix length must be positive, got {n}")
         return cls(-n, None)
 
     @property

@@ -139,6 +139,14 @@ def _mask_to_indices(mask: np.ndarray, axis: int, size: int) -> np.ndarray:
     return np.flatnonzero(mask).astype(np.intp, copy=False)
 
 
+def _as_index_array(entry: Any, axis: int) -> np.ndarray:
+    """``np.asarray(entry)``; a ragged list (numpy refuses it) is a ``SelectionError``."""
+    try:
+        return np.asarray(entry)
+    except ValueError as e:
+        raise SelectionError(f"axis {axis}: index {entry!r} is not a rectangular array: {e}") from None
+
+
 def _normalize_entry(entry: Any, axis: int, size: int) -> int | slice | np.ndarray:
     """One axis of a selection: a non-negative int, a normalised slice or an ``intp`` array."""
     if isinstance(entry, slice):
@@ -146,7 +154,7 @@ def _normalize_entry(entry: Any, axis: int, size: int) -> int | slice | np.ndarr
     if isinstance(entry, bool | np.bool_):
         raise SelectionError(f"axis {axis}: boolean scalar index {entry!r} is not supported")
     if isinstance(entry, np.ndarray | list | tuple | range):
-        arr = np.asarray(entry)
+        arr = _as_index_array(entry, axis)
         if arr.ndim == 0 and arr.dtype.kind in "iu":
             return _normalize_int(int(arr), axis, size)
         if arr.dtype.kind == "b":
@@ -508,7 +516,7 @@ def vectorized_indexer(selection: Any, shape: Sequence[int], chunk_shape: Sequen
     shape_t, chunks_t = _check_grid(shape, chunk_shape)
     ndim = len(shape_t)
     sel = selection if isinstance(selection, tuple) else (selection,)
-    if len(sel) == 1 and isinstance(sel[0], np.ndarray | list) and np.asarray(sel[0]).dtype == bool:
+    if len(sel) == 1 and isinstance(sel[0], np.ndarray | list) and _as_index_array(sel[0], 0).dtype == bool:
         mask = np.asarray(sel[0])
         if mask.shape != shape_t:
             raise SelectionError(

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..byte_range import ByteRange
-from ..errors import CodecError
+from ..errors import CodecError, ResourceLimitError
 
 #: Reads several byte ranges of one stored value in one batched call; ``None`` when missing.
 RangeReader = Callable[[Sequence[ByteRange | None]], list[bytes | None]]
@@ -35,9 +35,24 @@ class ChunkSpec:
     def nbytes(self) -> int:
         return math.prod(self.shape) * self.dtype.itemsize
 
+    def empty_array(self) -> np.ndarray:
+        """A new, uninitialised chunk; ``ResourceLimitError`` when it does not fit in memory."""
+        try:
+            return np.empty(self.shape, dtype=self.dtype)
+        except MemoryError:  # numpy fails cleanly on one allocation too large to make
+            raise ResourceLimitError(
+                f"a chunk of shape {list(self.shape)} of {self.dtype} ({self.nbytes} bytes) does not fit in memory"
+            ) from None
+
     def fill_array(self) -> np.ndarray:
-        """A new chunk filled with the fill value."""
-        return np.full(self.shape, self.fill_value, dtype=self.dtype)
+        """A new chunk filled with the fill value; ``ResourceLimitError`` when a chunk of this
+        shape does not fit in memory (a huge ``chunk_shape``)."""
+        try:
+            return np.full(self.shape, self.fill_value, dtype=self.dtype)
+        except MemoryError:  # numpy fails cleanly on one allocation too large to make
+            raise ResourceLimitError(
+                f"a chunk of shape {list(self.shape)} of {self.dtype} ({self.nbytes} bytes) does not fit in memory"
+            ) from None
 
 
 class Codec(ABC):
@@ -107,6 +122,11 @@ class ArrayBytesCodec(Codec):
         """Exact encoded size for ``spec`` when it is fixed (needed for the shard index)."""
         return None
 
+    def max_encoded_size(self, spec: ChunkSpec) -> int | None:
+        """An upper bound on the encoded size of a chunk of ``spec``, ``None`` when there is none
+        (variable-length items): what a shard index entry may claim for such a chunk."""
+        return self.encoded_size(spec)
+
 
 class BytesBytesCodec(Codec):
     """bytes -> bytes: compressors and checksums."""
@@ -119,6 +139,17 @@ class BytesBytesCodec(Codec):
 
     def encoded_size(self, size: int) -> int | None:
         """Encoded size for an input of ``size`` bytes when it is fixed, else ``None``."""
+        return None
+
+    def max_encoded_size(self, size: int) -> int | None:
+        """An upper bound on the encoded size of ``size`` input bytes (a compressor's worst
+        case), ``None`` when the codec has none."""
+        return self.encoded_size(size)
+
+    def decoded_size(self, data: Buffer) -> int | None:
+        """The size ``data`` decodes to when its own header declares it (compressor frames),
+        checked against what ``len(data)`` bytes can hold; ``None`` when nothing declares it.
+        Callers compare it with the size they expect before allocating for the output."""
         return None
 
 

@@ -30,6 +30,8 @@ _HEADER_COMPRESSORS = {0: "blosclz", 1: "lz4", 2: "snappy", 3: "zlib", 4: "zstd"
 _HEADER_SIZE = 16
 #: c-blosc never adds more than this to its input (BLOSC_MAX_OVERHEAD).
 MAX_OVERHEAD = 16
+#: c-blosc takes ``typesize`` and ``blocksize`` as C ints (and a frame is at most 2**31 bytes).
+MAX_INT = 2**31 - 1
 
 
 @cache
@@ -87,8 +89,9 @@ class BloscCodec(BytesBytesCodec):
         if self.shuffle is not None:
             check_choice(self.name, "shuffle", self.shuffle, tuple(SHUFFLES))
         if self.typesize is not None:
-            object.__setattr__(self, "typesize", check_int(self.name, "typesize", self.typesize, 1))
-        object.__setattr__(self, "blocksize", check_int(self.name, "blocksize", self.blocksize, 0))
+            typesize = check_int(self.name, "typesize", self.typesize, 1, MAX_INT)
+            object.__setattr__(self, "typesize", typesize)
+        object.__setattr__(self, "blocksize", check_int(self.name, "blocksize", self.blocksize, 0, MAX_INT))
 
     @classmethod
     def from_config(cls, configuration: Mapping[str, Any] | None) -> BloscCodec:
@@ -183,6 +186,14 @@ class BloscCodec(BytesBytesCodec):
         if _frame_nbytes(view) == 0:
             return b""  # c-blosc reports decompressing an empty frame as an error
         return self._decompress(view, None)
+
+    def max_encoded_size(self, size: int) -> int:
+        """c-blosc stores incompressible data raw: never more than ``MAX_OVERHEAD`` extra bytes."""
+        return size + MAX_OVERHEAD
+
+    def decoded_size(self, data: Buffer) -> int:
+        """The decompressed size the frame header declares (at most 2**31 by the format)."""
+        return _frame_nbytes(as_bytes_view(data))
 
     def decode_into(self, data: Buffer, spec: ChunkSpec, dest: memoryview) -> memoryview:
         """Decompress straight into ``dest`` (writable, exactly the decompressed size): no

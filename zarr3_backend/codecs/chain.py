@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from ..errors import CodecError
+from ..errors import CodecError, CorruptionError
 from .base import ArrayArrayCodec, ArrayBytesCodec, Buffer, BytesBytesCodec, ChunkSpec, Codec
 from .registry import codec_from_json
 
@@ -117,10 +118,30 @@ class CodecChain:
         return self.decode_array(chunk)
 
     def decode_bytes(self, data: Buffer) -> Buffer:
-        """Undo the bytes->bytes codecs only."""
-        for c in reversed(self.bytes_bytes):
+        """Undo the bytes->bytes codecs only. A size a frame declares (``decoded_size``) is
+        checked against the largest its stage can hold before the codec allocates for it."""
+        bounds = self._decoded_bounds
+        for k in range(len(self.bytes_bytes) - 1, -1, -1):
+            c = self.bytes_bytes[k]
+            if bounds[k] is not None:
+                declared = c.decoded_size(data)
+                if declared is not None and declared > bounds[k]:
+                    raise CorruptionError(
+                        f"codec {c.name!r}: frame declares {declared} bytes, more than the "
+                        f"{bounds[k]} it can hold here"
+                    )
             data = c.decode(data, self.specs[-1])
         return data
+
+    @cached_property
+    def _decoded_bounds(self) -> tuple[int | None, ...]:
+        """For each bytes->bytes codec, the most bytes its decoding may produce (``None``: no bound)."""
+        bounds: list[int | None] = []
+        size = self.array_bytes.max_encoded_size(self.specs[-1])
+        for c in self.bytes_bytes:
+            bounds.append(size)
+            size = None if size is None else c.max_encoded_size(size)
+        return tuple(bounds)
 
     def decode_array(self, chunk: np.ndarray) -> np.ndarray:
         """Undo the array->array codecs only (input: what the array->bytes codec decoded)."""
@@ -135,6 +156,15 @@ class CodecChain:
             if size is None:
                 return None
             size = c.encoded_size(size)
+        return size
+
+    def max_encoded_size(self) -> int | None:
+        """Upper bound on the size of every encoded chunk when the codecs declare one, else ``None``."""
+        size = self.array_bytes.max_encoded_size(self.specs[-1])
+        for c in self.bytes_bytes:
+            if size is None:
+                return None
+            size = c.max_encoded_size(size)
         return size
 
     @property

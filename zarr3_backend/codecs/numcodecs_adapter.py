@@ -17,7 +17,12 @@ import numpy as np
 
 from ..errors import CodecError, CorruptionError
 from .base import ArrayArrayCodec, ArrayBytesCodec, Buffer, BytesBytesCodec, ChunkSpec, Codec, as_bytes_view
+from .blosc import BloscCodec
 from .registry import register_codec
+from .zstd import ZstdCodec
+
+#: Readers of the frame headers numcodecs' blosc and zstd write (the v3 codecs own the format).
+_FRAME_READERS: dict[str, BytesBytesCodec] = {"blosc": BloscCodec(), "zstd": ZstdCodec()}
 
 PREFIX = "numcodecs."
 
@@ -211,6 +216,12 @@ class NumcodecsBytesBytesCodec(_NumcodecsMixin, BytesBytesCodec):
 
     def encoded_size(self, size: int) -> int | None:
         return size + 4 if self.codec_id in _CHECKSUMS else None
+
+    def decoded_size(self, data: Buffer) -> int | None:
+        """The size a blosc or zstd frame header declares (the same frames as the ``blosc`` and
+        ``zstd`` codecs read, checked by their one reader), else ``None``."""
+        reader = _FRAME_READERS.get(self.codec_id)
+        return None if reader is None else reader.decoded_size(data)
 
 
 class NumcodecsArrayBytesCodec(_NumcodecsMixin, ArrayBytesCodec):

@@ -42,6 +42,14 @@ MERGE_GAP = 4096
 #: and decoded inline: a thread hop costs more than the copy.
 _THREADS_MIN_BYTES = 1 << 20
 
+#: Largest byte offset a shard index entry may reach when the shard's size is unknown: byte
+#: ranges past it cannot be asked of any store (file offsets and lengths are int64).
+MAX_OFFSET = 2**63 - 1
+
+#: Largest shard index accepted, in bytes (2**27 inner chunks per shard): a bigger one would be
+#: allocated and fetched whole for every read of the shard.
+MAX_INDEX_BYTES = 2**31
+
 IndexLocation = Literal["start", "end"]
 
 
@@ -101,18 +109,22 @@ def decode_index(data: Buffer, chain: CodecChain) -> np.ndarray:
     return index
 
 
-def check_index(index: np.ndarray, lo: int, hi: int, size: int | None = None) -> None:
-    """Refuse an index whose stored inner chunks do not all lie within bytes ``[lo, hi)``.
+def check_index(
+    index: np.ndarray, lo: int, hi: int, size: int | None = None, max_nbytes: int | None = None
+) -> None:
+    """Refuse an index whose stored inner chunks do not all lie within bytes ``[lo, hi)``, or
+    whose entries claim more than ``max_nbytes`` (what an inner chunk can encode to, when known).
 
     ``lo``/``hi`` bound the chunk data (the shard without its index); pass ``hi=EMPTY`` when the
-    shard's size is unknown (partial reads: a short read is caught when the chunk is fetched).
-    ``size``, the whole shard's length when known, tells an entry reaching into an index at the
-    end from one running past the end of the shard.
+    shard's size is unknown (partial reads: entries must then end below ``MAX_OFFSET``, and a
+    short read is caught when the chunk is fetched). ``size``, the whole shard's length when
+    known, tells an entry reaching into an index at the end from one running past the end.
+    Every entry is checked here, before any read or allocation it would size.
     """
     off = index[..., 0]
     nb = index[..., 1]
     present = off != EMPTY
-    lo_, hi_ = np.uint64(lo), np.uint64(hi)
+    lo_, hi_ = np.uint64(lo), np.uint64(MAX_OFFSET if hi == EMPTY else hi)
     with np.errstate(over="ignore"):
         bad = present & ((off < lo_) | (off > hi_) | (nb > hi_ - off))
     if bad.any():
@@ -125,6 +137,15 @@ def check_index(index: np.ndarray, lo: int, hi: int, size: int | None = None) ->
             f"points outside the shard's chunk data {where}"
             + (" (into the shard index)" if into_index else " (past the end of the shard)")
         )
+    if max_nbytes is not None:
+        big = present & (nb > np.uint64(max_nbytes))
+        if big.any():
+            coords = tuple(int(i) for i in np.argwhere(big)[0])
+            raise CorruptionError(
+                f"shard index entry of inner chunk {coords} (offset={int(off[coords])}, "
+                f"nbytes={int(nb[coords])}) points past the end of the inner chunk: an inner chunk "
+                f"encodes to at most {max_nbytes} bytes"
+            )
 
 
 def merge_ranges(
@@ -204,6 +225,8 @@ class ShardLayout:
     index: CodecChain
     index_size: int
     index_location: IndexLocation
+    #: Upper bound on an inner chunk's stored size (``None``: the inner codecs declare none).
+    max_inner_nbytes: int | None = None
 
     def chunk_slices(self, coords: Sequence[int]) -> tuple[slice, ...]:
         """Where inner chunk ``coords`` lies within the shard."""
@@ -347,6 +370,12 @@ class ShardingCodec(ArrayBytesCodec):
                 f"inner chunk_shape {list(self.chunk_shape)} along every axis"
             )
         grid = tuple(s // c for s, c in zip(shard_shape, self.chunk_shape, strict=True))
+        if math.prod(grid) * 16 > MAX_INDEX_BYTES:
+            raise CodecError(
+                f"codec 'sharding_indexed': shard shape {list(shard_shape)} over inner chunk_shape "
+                f"{list(self.chunk_shape)} makes {math.prod(grid)} inner chunks, an index of more than "
+                f"{MAX_INDEX_BYTES} bytes"
+            )
         inner = _build_chain("codecs", self.codecs, ChunkSpec(self.chunk_shape, spec.dtype, spec.fill_value))
         index = _build_chain("index_codecs", self.index_codecs, index_spec(grid))
         size = index.encoded_size()
@@ -355,7 +384,16 @@ class ShardingCodec(ArrayBytesCodec):
                 f"sharding_indexed index_codecs: {index.to_json()} have no fixed encoded size; "
                 "compressing codecs are not allowed in index_codecs (use bytes + crc32c)"
             )
-        return ShardLayout(shard_shape, self.chunk_shape, grid, inner, index, size, self.index_location)
+        return ShardLayout(
+            shard_shape,
+            self.chunk_shape,
+            grid,
+            inner,
+            index,
+            size,
+            self.index_location,
+            inner.max_encoded_size(),
+        )
 
     # ---- encoding ------------------------------------------------------------------------------
     def encode(self, chunk: np.ndarray, spec: ChunkSpec, *, write_empty_chunks: bool = False) -> bytes | None:
@@ -499,7 +537,7 @@ class ShardingCodec(ArrayBytesCodec):
     def decode(self, data: Buffer, spec: ChunkSpec) -> np.ndarray:
         """The whole shard that ``data`` encodes (fill value where inner chunks are empty)."""
         layout = self.layout(spec)
-        out = np.empty(layout.shard_shape, dtype=spec.dtype)
+        out = spec.empty_array()
         self.decode_into(data, (slice(None),) * len(layout.shard_shape), spec, out)
         return out
 
@@ -552,7 +590,8 @@ class ShardingCodec(ArrayBytesCodec):
                 f"shard is shorter than its {layout.index_size}-byte index: read {len(raw)} bytes (truncated)"
             )
         index = decode_index(raw, layout.index)
-        check_index(index, layout.index_size if layout.index_location == "start" else 0, EMPTY)
+        lo = layout.index_size if layout.index_location == "start" else 0
+        check_index(index, lo, EMPTY, max_nbytes=layout.max_inner_nbytes)
         return index
 
     def decode_partial(
@@ -612,6 +651,14 @@ class ShardingCodec(ArrayBytesCodec):
 
             thread_map(read_nested, partial, kind="io")
         return out
+
+    def max_encoded_size(self, spec: ChunkSpec) -> int | None:
+        """Every inner chunk at its largest, plus the index (``None`` when the inner codecs
+        declare no bound): what an outer shard index may claim for a nested shard."""
+        layout = self.layout(spec)
+        if layout.max_inner_nbytes is None:
+            return None
+        return math.prod(layout.grid) * layout.max_inner_nbytes + layout.index_size
 
     def raw_inner_dtype(self, spec: ChunkSpec) -> np.dtype | None:
         """The stored element type when inner chunks are plain C-order elements (inner chain
@@ -765,7 +812,7 @@ def _whole_shard_index(layout: ShardLayout, view: memoryview) -> np.ndarray:
         index, lo, hi = decode_index(view[:isz], layout.index), isz, n
     else:
         index, lo, hi = decode_index(view[n - isz :], layout.index), 0, n - isz
-    check_index(index, lo, hi, n)
+    check_index(index, lo, hi, n, layout.max_inner_nbytes)
     return index
 
 

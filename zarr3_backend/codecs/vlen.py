@@ -16,6 +16,9 @@ from ..errors import CodecError, CorruptionError
 from .base import ArrayBytesCodec, Buffer, ChunkSpec, as_bytes_view
 from .registry import register_codec
 
+#: Bytes of the little-endian uint32 item count (and of each item's length) in the layout.
+_HEADER = 4
+
 
 class _VLenCodec(ArrayBytesCodec):
     """Shared logic: object items in, one length-prefixed buffer out, and back."""
@@ -45,13 +48,27 @@ class _VLenCodec(ArrayBytesCodec):
             raise CodecError(f"codec {self.name!r}: every item must be {self.item_type.__name__}: {e}") from e
 
     def decode(self, data: Buffer, spec: ChunkSpec) -> np.ndarray:
+        """The chunk's items; the item count in the header is checked against the chunk's shape
+        and the bytes present before anything is allocated (numcodecs checks each item length
+        against the bytes left)."""
+        view = as_bytes_view(data)
+        n = math.prod(spec.shape)
+        if len(view) < _HEADER:
+            raise CorruptionError(
+                f"codec {self.name!r}: {len(view)} bytes cannot hold the {_HEADER}-byte item count"
+            )
+        count = int.from_bytes(view[:_HEADER], "little")
+        if count != n or count * _HEADER > len(view) - _HEADER:
+            raise CorruptionError(
+                f"codec {self.name!r}: header says {count} items, the chunk {spec.shape} holds {n} "
+                f"and {len(view)} bytes hold at most {(len(view) - _HEADER) // _HEADER}"
+            )
         try:
-            items = self._numcodec.decode(as_bytes_view(data))
+            items = self._numcodec.decode(view)
         except (ValueError, TypeError) as e:
             raise CorruptionError(
                 f"codec {self.name!r}: cannot decode {len(as_bytes_view(data))} bytes: {e}"
             ) from e
-        n = math.prod(spec.shape)
         if items.size != n:
             raise CorruptionError(
                 f"codec {self.name!r}: decoded {items.size} items, the chunk {spec.shape} holds {n}"

@@ -19,6 +19,10 @@ from .registry import register_codec
 
 MIN_LEVEL, MAX_LEVEL = -131072, 22
 _MAGIC = b"\x28\xb5\x2f\xfd"
+#: zstd's densest encoding is a run-length block: 4 bytes (3-byte header, 1 byte) for up to
+#: ``_MAX_BLOCK`` bytes of content, so a frame of n bytes holds at most about n * 2**15 bytes.
+_MAX_BLOCK = 128 * 1024
+MAX_RATIO = _MAX_BLOCK // 4
 
 
 @register_codec
@@ -52,6 +56,7 @@ class ZstdCodec(BytesBytesCodec):
     def decode(self, data: Buffer, spec: ChunkSpec) -> bytes:
         """Decompress one zstd frame, with or without a content size in its header."""
         view = as_bytes_view(data)
+        self.decoded_size(view)  # refuses a header declaring more than the frame can hold
         try:
             return _zstd.decompress(view)
         except (ValueError, RuntimeError) as e:
@@ -59,11 +64,28 @@ class ZstdCodec(BytesBytesCodec):
                 return b""  # numcodecs refuses frames of empty content, which zstd itself writes
             raise CorruptionError(f"codec 'zstd': invalid zstd frame: {e}") from e
 
+    def max_encoded_size(self, size: int) -> int:
+        """``ZSTD_COMPRESSBOUND`` (zstd.h) plus the optional 4-byte checksum and a margin."""
+        small = (_MAX_BLOCK - size) >> 11 if size < _MAX_BLOCK else 0
+        return size + (size >> 8) + small + 4 + 64
+
+    def decoded_size(self, data: Buffer) -> int | None:
+        """The Frame_Content_Size the frame declares, if any; ``CorruptionError`` when it is more
+        than the frame's bytes can hold (``MAX_RATIO``): a bad header allocates nothing."""
+        view = as_bytes_view(data)
+        declared = declared_content_size(view)
+        if declared is not None and declared > len(view) * MAX_RATIO + _MAX_BLOCK:
+            raise CorruptionError(
+                f"codec 'zstd': frame of {len(view)} bytes declares {declared} bytes of content, "
+                f"more than zstd can encode in it"
+            )
+        return declared
+
     def decode_into(self, data: Buffer, spec: ChunkSpec, dest: memoryview) -> memoryview:
         """Decompress straight into ``dest`` (writable, exactly the decompressed size) when the
         frame declares its content size; otherwise decompress and copy. Returns ``dest``."""
         view = as_bytes_view(data)
-        declared = declared_content_size(view)
+        declared = self.decoded_size(view)
         if declared is None:
             out = as_bytes_view(self.decode(view, spec))
             if len(out) != len(dest):

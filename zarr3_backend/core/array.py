@@ -24,7 +24,7 @@ from .._threads import scratch_buffer, thread_map
 from ..byte_range import ByteRange
 from ..codecs import CodecChain
 from ..codecs.fill import is_fill
-from ..errors import CorruptionError, ReadOnlyError, ShapeError, WriteConflictError
+from ..errors import CorruptionError, ReadOnlyError, ResourceLimitError, ShapeError, WriteConflictError
 from ..stores.base import Store
 from . import rectilinear
 from .attributes import Attributes
@@ -351,10 +351,18 @@ class Array:
             for c in reversed(outer):
                 data = c.decode(data, spec)
             if inner is not None:
-                if target is not None and wire == out.dtype:
+                declared = inner.decoded_size(data)  # checked before any chunk-sized allocation
+                if declared is None:  # not declared: the bytes present bound what decodes
+                    data = inner.decode(data, spec)
+                elif declared != nbytes:
+                    raise CorruptionError(
+                        f"codec {inner.name!r}: frame decompresses to {declared} bytes, expected {nbytes}"
+                    )
+                elif target is not None and wire == out.dtype:
                     inner.decode_into(data, spec, memoryview(target.reshape(-1)).cast("B"))
                     return
-                data = inner.decode_into(data, spec, scratch_buffer(nbytes, 1))
+                else:
+                    data = inner.decode_into(data, spec, scratch_buffer(nbytes, 1))
             if len(data) != nbytes:
                 raise CorruptionError(
                     f"codec 'bytes': chunk holds {len(data)} bytes, expected {nbytes} "
@@ -405,7 +413,13 @@ class Array:
 
     # ---- reading ---------------------------------------------------------------------------
     def _read(self, indexer: Any) -> np.ndarray:
-        out = _slabs.empty(indexer.shape, self.dtype)  # recycled memory for chunk-sized results
+        try:
+            out = _slabs.empty(indexer.shape, self.dtype)  # recycled memory for chunk-sized results
+        except MemoryError:  # numpy fails cleanly on one allocation too large to make
+            raise ResourceLimitError(
+                f"array {self.path or '/'!r}: a selection of shape {indexer.shape} of {self.dtype} "
+                "does not fit in memory"
+            ) from None
         items = [(out, p) for p in indexer]
         adopted = self._read_items(items, adopt=len(items) == 1)
         return adopted.get(id(out), out)  # one shard region: its decoded array is the result

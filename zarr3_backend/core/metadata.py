@@ -30,8 +30,12 @@ from .dtypes import DataType, as_data_type, parse_data_type
 __all__ = [
     "ARRAY_FIELDS",
     "GROUP_FIELDS",
+    "MAX_JSON_DEPTH",
+    "MAX_SIZE",
     "ArrayMetadata",
     "GroupMetadata",
+    "check_json_depth",
+    "load_json",
     "parse_node",
     "parse_node_json",
     "to_bytes",
@@ -59,6 +63,59 @@ GROUP_FIELDS = ("zarr_format", "node_type", "attributes", "consolidated_metadata
 #: The extension field a write puts (with ``"must_understand": true``) into every ``zarr.json`` it
 #: changes while it is in flight, so that every reader (ours, zarr-python, tensorstore) refuses.
 WRITE_IN_PROGRESS_FIELD = "zarr3_backend.write_in_progress"
+
+#: Deepest nesting of arrays and objects accepted in a stored JSON document: deeper ones are
+#: refused before any recursive code (ours, json, xarray's) could run out of stack on them.
+MAX_JSON_DEPTH = 128
+
+#: Largest element count of an array or a chunk, and largest byte size of one chunk: numpy's
+#: index type (int64) must hold them, or ``nchunks``/``size`` and every offset would wrap.
+MAX_SIZE = 2**63 - 1
+
+
+# --- JSON documents ---------------------------------------------------------------------------
+def check_json_depth(doc: Any, key: str) -> Any:
+    """``doc`` (parsed JSON: plain dicts and lists) after refusing nesting deeper than
+    ``MAX_JSON_DEPTH`` with a ``MetadataError`` naming ``key``. Level by level, never recursive."""
+    level = [doc] if type(doc) in _CONTAINERS else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > MAX_JSON_DEPTH:
+            raise MetadataError(f"{key}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        below: list[Any] = []
+        for node in level:
+            below += [v for v in (node.values() if type(node) is dict else node) if type(v) in _CONTAINERS]
+        level = below
+    return doc
+
+
+_CONTAINERS = (dict, list)
+
+
+def load_json(data: bytes | bytearray | memoryview | str, key: str) -> Any:
+    """A stored JSON document (``zarr.json``, ``.zarray``, ...) parsed, its nesting bounded;
+    ``MetadataError`` naming ``key`` when it is not UTF-8 JSON or is nested too deeply."""
+    try:
+        text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+        doc = json.loads(text)
+    except RecursionError:  # the C scanner's own guard: the stack has unwound, nothing is lost
+        raise MetadataError(f"{key}: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except (UnicodeDecodeError, ValueError) as e:
+        raise MetadataError(f"{key}: invalid JSON: {e}") from e
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:  # cannot nest deeper: skip the walk
+        return doc
+    return check_json_depth(doc, key)
+
+
+def _check_sizes(shape: tuple[int, ...], chunk_shape: tuple[int, ...], itemsize: int) -> None:
+    """Refuse an array or chunk too large for int64 element counts and byte offsets."""
+    if math.prod(shape) > MAX_SIZE or any(s > MAX_SIZE for s in shape):
+        raise MetadataError(f"field 'shape' {list(shape)} holds more than 2**63-1 elements")
+    if math.prod(chunk_shape) * max(itemsize, 1) > MAX_SIZE:
+        raise MetadataError(
+            f"field 'chunk_grid': chunk_shape {list(chunk_shape)} makes chunks of more than 2**63-1 bytes"
+        )
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -169,6 +226,8 @@ class ArrayMetadata:
                 f"shape {list(self.shape)} has {ndim}"
             )
         grid.check_covers(self.shape)
+        largest = grid.chunk_shape if grid.is_regular else tuple(max(c) for c in grid.axis_chunks(self.shape))
+        _check_sizes(self.shape, largest, dt.numpy.itemsize)
         set_(self, "chunk_grid", grid)
         set_(self, "chunk_key_encoding", parse_chunk_key_encoding(self.chunk_key_encoding))
         set_(self, "fill_value", dt.parse_fill_value(self.fill_value))
@@ -403,12 +462,7 @@ def parse_node_json(doc: Any, path: str = "") -> ArrayMetadata | GroupMetadata:
 
 def parse_node(data: bytes | bytearray | memoryview | str, path: str) -> ArrayMetadata | GroupMetadata:
     """Array or group metadata from the bytes of a ``zarr.json`` at ``path``."""
-    try:
-        text = data if isinstance(data, str) else bytes(data).decode("utf-8")
-        doc = json.loads(text)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise MetadataError(f"{_doc_key(path)}: invalid JSON: {e}") from e
-    return parse_node_json(doc, path)
+    return parse_node_json(load_json(data, _doc_key(path)), path)
 
 
 def _jsonable(obj: Any, where: str) -> Any:

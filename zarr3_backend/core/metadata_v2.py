@@ -23,6 +23,7 @@ import numpy as np
 from ..codecs.numcodecs_adapter import NUMCODECS_KINDS
 from ..errors import DataTypeError, MetadataError, Zarr3Error
 from .dtypes import data_type_from_numpy, parse_data_type
+from .metadata import check_json_depth
 from .paths import join_path
 
 ARRAY_KEY, GROUP_KEY, ATTRS_KEY, CONSOLIDATED_KEY = ".zarray", ".zgroup", ".zattrs", ".zmetadata"
@@ -30,6 +31,10 @@ ARRAY_KEY, GROUP_KEY, ATTRS_KEY, CONSOLIDATED_KEY = ".zarray", ".zgroup", ".zatt
 NODE_KEYS = (ARRAY_KEY, GROUP_KEY, ATTRS_KEY)
 #: Extra field of a translated document: ``{"must_understand": false, "fill_value": <v2 JSON>}``.
 V2_MARKER = "zarr3_backend_zarr_v2"
+
+#: Largest element of a v2 ``dtype`` accepted, in bytes (a 4 Mi-character ``<U`` string): the
+#: fill value and every chunk hold elements of this size, allocated before any data is read.
+MAX_ITEMSIZE = 2**24
 
 #: numcodecs ids of v2 object codecs this package decodes -> (v3 data type, v3 array -> bytes codec)
 _OBJECT_CODECS = {"vlen-utf8": ("string", "vlen-utf8"), "vlen-bytes": ("variable_length_bytes", "vlen-bytes")}
@@ -79,9 +84,16 @@ def _data_type(dtype: Any, filters: list, path: str) -> tuple[Any, dict[str, Any
         raise _fail(
             path, ARRAY_KEY, f"field 'dtype': {dtype!r} is not a data type ({e})", DataTypeError
         ) from None
+    if npdt.itemsize > MAX_ITEMSIZE:
+        raise _fail(
+            path,
+            ARRAY_KEY,
+            f"field 'dtype': {dtype!r} has {npdt.itemsize}-byte elements, more than {MAX_ITEMSIZE}",
+            DataTypeError,
+        )
     if npdt.kind == "O":
         codec_id = filters[0].get("id") if filters and isinstance(filters[0], Mapping) else None
-        if codec_id not in _OBJECT_CODECS:
+        if not isinstance(codec_id, str) or codec_id not in _OBJECT_CODECS:
             raise _fail(
                 path,
                 ARRAY_KEY,
@@ -291,6 +303,8 @@ def group_document(zgroup: Any, zattrs: Any = None, path: str = "") -> dict[str,
 def node_document(docs: Mapping[str, Any], path: str = "") -> dict[str, Any] | None:
     """The v3 document of one node from its v2 documents (``{".zarray": ..., ".zattrs": ...}``,
     parsed), or ``None`` when it has neither ``.zarray`` nor ``.zgroup``."""
+    for name, doc in docs.items():
+        check_json_depth(doc, _where(path, str(name)))
     if docs.get(ARRAY_KEY) is not None:
         return array_document(docs[ARRAY_KEY], docs.get(ATTRS_KEY), path)
     if docs.get(GROUP_KEY) is not None:
@@ -337,6 +351,7 @@ def consolidated_documents(zmetadata: Any, path: str = "") -> dict[str, dict[str
             CONSOLIDATED_KEY,
             f"field 'zarr_consolidated_format' must be 1, got {zmetadata.get('zarr_consolidated_format')!r}",
         )
+    check_json_depth(zmetadata, _where(path, CONSOLIDATED_KEY))
     by_node: dict[str, dict[str, Any]] = {}
     for key, doc in zmetadata["metadata"].items():
         if not isinstance(key, str):
