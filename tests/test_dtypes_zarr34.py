@@ -52,13 +52,6 @@ def assert_exact(got: np.ndarray, want: np.ndarray) -> None:
         assert np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want).tobytes()
 
 
-# zstd-compressed datetimes take the direct-decode path, which needs a fix outside this
-# module's files (core/array.py builds a memoryview of the output, and numpy refuses buffers
-# of datetime64): see the report that goes with this change.
-NEEDS_DIRECT_DECODE_FIX = pytest.mark.xfail(
-    strict=True, reason="core/array.py: memoryview(...).cast('B') of a datetime64 output", raises=ValueError
-)
-
 FIXED = [
     "datetime64_10s_gzip",
     "datetime64_ns_fill",
@@ -88,7 +81,6 @@ def test_zarr_python_34_dtypes_read_exactly(name: str) -> None:
         assert_exact(a[1:], want[1:])
 
 
-@NEEDS_DIRECT_DECODE_FIX
 def test_zarr_python_34_datetime_zstd_whole_chunks() -> None:
     a = z3.open_array(STORE, path="datetime64_10s", mode="r")
     assert_exact(a[...], expected("datetime64_10s"))

@@ -357,7 +357,7 @@ def _mutate(doc: Any, rng: random.Random) -> Any:
 #: (``_parse_json``), which does not yet use ``metadata.load_json``: past the C scanner's own
 #: recursion limit they still raise ``RecursionError`` there, so they get the depths it parses.
 _DEPTHS_V3 = (20, 129, 2000, 100_000)
-_DEPTHS_V2 = (20, 129, 500)
+_DEPTHS_V2 = (20, 129, 500, 2000, 100000)
 
 
 def _text(doc: Any, rng: random.Random, depths: tuple[int, ...] = _DEPTHS_V3) -> str:

@@ -446,5 +446,3 @@ def test_execution_stages_the_data_then_commits_everything_at_once():
     assert not [k for k in store._data if k.startswith(".z3-txn/")]
     assert set(old) - set(store._data) <= {k for k in old if "/c/" in k}  # only replaced chunks went
     xr.testing.assert_identical(xr.open_dataset(store, group="g", engine="zarr3").load(), climate())
-
-

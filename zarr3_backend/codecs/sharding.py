@@ -716,7 +716,7 @@ class ShardingCodec(ArrayBytesCodec):
                 if target is None:
                     staged.append((off, q, out))
                 else:
-                    direct.append((off, q.chunk_coords, memoryview(target.reshape(-1)).cast("B")))
+                    direct.append((off, q.chunk_coords, memoryview(target.reshape(-1).view(np.uint8))))
 
         def read_run(run: list[tuple[int, tuple[int, ...], memoryview]]) -> None:
             got = reader.read_into(run[0][0], [buf for _, _, buf in run])

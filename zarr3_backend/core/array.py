@@ -359,7 +359,7 @@ class Array:
                         f"codec {inner.name!r}: frame decompresses to {declared} bytes, expected {nbytes}"
                     )
                 elif target is not None and wire == out.dtype:
-                    inner.decode_into(data, spec, memoryview(target.reshape(-1)).cast("B"))
+                    inner.decode_into(data, spec, memoryview(target.reshape(-1).view(np.uint8)))
                     return
                 else:
                     data = inner.decode_into(data, spec, scratch_buffer(nbytes, 1))
@@ -398,7 +398,7 @@ class Array:
                 nonlocal placed
                 if raw and target is not None and n == target.nbytes:
                     placed = True
-                    return memoryview(target.reshape(-1)).cast("B")
+                    return memoryview(target.reshape(-1).view(np.uint8))
                 return scratch_buffer(n, 0)
 
             data = get_into(keys[i], alloc)

@@ -30,7 +30,7 @@ from ..errors import (
 from ..stores.base import Store
 from .array import Array
 from .attributes import Attributes
-from .metadata import ArrayMetadata, GroupMetadata, parse_node, parse_node_json, to_bytes
+from .metadata import ArrayMetadata, GroupMetadata, load_json, parse_node, parse_node_json, to_bytes
 from .metadata_v2 import (
     ARRAY_KEY,
     CONSOLIDATED_KEY,
@@ -75,11 +75,8 @@ def read_node_metadata(
 
 
 def _parse_json(data: Any, key: str) -> Any:
-    """A stored JSON document, parsed; ``MetadataError`` naming ``key`` when it is not JSON."""
-    try:
-        return json.loads(bytes(data).decode("utf-8") if not isinstance(data, str) else data)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise MetadataError(f"{key}: invalid JSON: {e}") from e
+    """A stored JSON document, parsed (``load_json``: typed errors naming ``key``, bounded depth)."""
+    return load_json(data, key)
 
 
 def _v2_docs(store: Store, paths: list[str], names: tuple[str, ...]) -> list[dict[str, Any]]:

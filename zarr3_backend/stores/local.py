@@ -324,7 +324,9 @@ class LocalStore(Store):
             if byte_range.length is None:
                 size = os.fstat(fd).st_size
                 return _pread_all(fd, byte_range.offset, max(size - byte_range.offset, 0))
-            return _pread_all(fd, byte_range.offset, byte_range.length)
+            # clamped to the file: a length from stored bytes (a shard index) may be absurd
+            size = os.fstat(fd).st_size
+            return _pread_all(fd, byte_range.offset, max(0, min(byte_range.length, size - byte_range.offset)))
         except _MISSING:
             return None
         except OSError as e:
