@@ -726,3 +726,18 @@ def test_v2_blosc_header_declaring_a_huge_chunk_allocates_nothing():
 def test_bad_byte_ranges_are_argument_errors(make):
     with zraises(errors.ArgumentError, match="byte range|suffix length"):
         make()
+
+
+@pytest.mark.parametrize(
+    "data_type",
+    ["r99999999999992", {"name": "fixed_length_utf32", "configuration": {"length_bytes": 2**40}}],
+)
+def test_data_types_with_absurd_element_sizes_are_typed_errors(data_type):
+    with pytest.raises(errors.DataTypeError):
+        z3.create_array(z3.MemoryStore(), shape=(2,), dtype=data_type)
+
+
+def test_ragged_index_list_is_a_selection_error():
+    a = z3.create_array(z3.MemoryStore(), shape=(4, 4), dtype="i4")
+    with pytest.raises(errors.SelectionError):
+        a[[[0, 1], [0]]]

@@ -342,6 +342,10 @@ def _core_numpy(name: str) -> np.dtype | None:
         bits = int(m.group(1))
         if bits % 8:
             raise DataTypeError(f"raw data type {name!r}: the number of bits must be a multiple of 8")
+        if bits // 8 > MAX_ITEMSIZE:
+            raise DataTypeError(
+                f"raw data type {name!r}: {bits // 8}-byte elements, more than {MAX_ITEMSIZE}"
+            )
         return np.dtype(f"V{bits // 8}")
     return None
 
@@ -357,6 +361,11 @@ def _lookup(name: str) -> Callable[[str, Mapping[str, Any] | None], DataType] | 
 
 
 # --- public parsing functions -----------------------------------------------------------------
+#: Largest element accepted, in bytes (a 4 Mi-character fixed-width string): the fill value and
+#: every chunk hold elements of this size, allocated before any data is read.
+MAX_ITEMSIZE = 2**24
+
+
 def parse_data_type(obj: Any) -> DataType:
     """The DataType for a ``data_type`` metadata value: a name or a ``{name, configuration}`` object."""
     if isinstance(obj, DataType):
@@ -367,7 +376,15 @@ def parse_data_type(obj: Any) -> DataType:
         raise DataTypeError(
             f"unknown data type {ext.name!r} (known: {', '.join([*_CORE_TYPES, 'r<bits>', *sorted(_registry)])})"
         )
-    return factory(ext.name, ext.configuration)
+    try:
+        dt = factory(ext.name, ext.configuration)
+    except (TypeError, ValueError, OverflowError) as e:  # numpy refusing a size the config asks for
+        raise DataTypeError(f"data type {ext.name!r} {ext.configuration or ''}: {e}") from e
+    if dt.numpy.itemsize > MAX_ITEMSIZE:
+        raise DataTypeError(
+            f"data type {ext.name!r}: {dt.numpy.itemsize}-byte elements, more than {MAX_ITEMSIZE}"
+        )
+    return dt
 
 
 def data_type_from_numpy(dtype: Any) -> DataType:
@@ -410,10 +427,8 @@ def as_data_type(obj: Any) -> DataType:
         return obj
     if isinstance(obj, Mapping):
         return parse_data_type(obj)
-    if isinstance(obj, str):
-        factory = _lookup(obj)
-        if factory is not None:
-            return factory(obj, None)
+    if isinstance(obj, str) and _lookup(obj) is not None:
+        return parse_data_type(obj)
     return data_type_from_numpy(obj)
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..codecs.numcodecs_adapter import NUMCODECS_KINDS
 from ..errors import DataTypeError, MetadataError, Zarr3Error
-from .dtypes import data_type_from_numpy, parse_data_type
+from .dtypes import MAX_ITEMSIZE, data_type_from_numpy, parse_data_type
 from .metadata import check_json_depth
 from .paths import join_path
 
@@ -31,10 +31,6 @@ ARRAY_KEY, GROUP_KEY, ATTRS_KEY, CONSOLIDATED_KEY = ".zarray", ".zgroup", ".zatt
 NODE_KEYS = (ARRAY_KEY, GROUP_KEY, ATTRS_KEY)
 #: Extra field of a translated document: ``{"must_understand": false, "fill_value": <v2 JSON>}``.
 V2_MARKER = "zarr3_backend_zarr_v2"
-
-#: Largest element of a v2 ``dtype`` accepted, in bytes (a 4 Mi-character ``<U`` string): the
-#: fill value and every chunk hold elements of this size, allocated before any data is read.
-MAX_ITEMSIZE = 2**24
 
 #: numcodecs ids of v2 object codecs this package decodes -> (v3 data type, v3 array -> bytes codec)
 _OBJECT_CODECS = {"vlen-utf8": ("string", "vlen-utf8"), "vlen-bytes": ("variable_length_bytes", "vlen-bytes")}

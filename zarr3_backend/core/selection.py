@@ -19,7 +19,10 @@ def fancy_kind(selection: Any, shape: tuple[int, ...]) -> str | None:
     among slices and ints selects the same as orthogonal indexing.
     """
     sel = selection if isinstance(selection, tuple) else (selection,)
-    arrays = [np.asarray(s) for s in sel if isinstance(s, np.ndarray | list)]
+    try:
+        arrays = [np.asarray(s) for s in sel if isinstance(s, np.ndarray | list)]
+    except ValueError as e:  # a ragged list
+        raise SelectionError(f"selection {selection!r} is not a valid index array: {e}") from e
     if not arrays:
         return None
     if len(sel) == 1 and arrays[0].dtype == bool and arrays[0].ndim == len(shape) > 1:
