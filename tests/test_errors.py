@@ -737,7 +737,7 @@ def test_data_types_with_absurd_element_sizes_are_typed_errors(data_type):
         z3.create_array(z3.MemoryStore(), shape=(2,), dtype=data_type)
 
 
-def test_ragged_index_list_is_a_selection_error():
+def test_ragged_index_list_in_plain_indexing_is_a_selection_error():
     a = z3.create_array(z3.MemoryStore(), shape=(4, 4), dtype="i4")
     with pytest.raises(errors.SelectionError):
         a[[[0, 1], [0]]]
