@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import xarray as xr
 
 import zarr3_backend as z3
 from zarr3_backend.errors import InterruptedWriteError
@@ -231,3 +232,182 @@ def test_zarr_python_refuses_a_marked_array(tmp_path):
         zarr.open_array(str(tmp_path), path="x", mode="r")[...]
     with pytest.raises(InterruptedWriteError):
         z3.open_array(str(tmp_path), path="x")
+
+
+# ---- to_zarr: create, mode="w", append and region writes ---------------------------------------
+XR_CHILD = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import xarray as xr
+    import zarr3_backend as z3
+    sys.path.insert(0, sys.argv[4])
+    from test_fault_injection import dataset, xr_encoding
+
+    root, scenario, layout = sys.argv[1:4]
+    print("ready", flush=True)
+    new = dataset(new=True)
+    if scenario == "create" or scenario == "w":
+        z3.to_zarr(new, root, mode="w", encoding=xr_encoding(layout, new))
+    elif scenario == "append":
+        z3.to_zarr(new.isel(time=slice(0, 24)).assign_coords(time=np.arange(120, 144)), root, append_dim="time")
+    elif scenario == "region":
+        z3.to_zarr(new.isel(time=slice(24, 96)).drop_vars(["time", "label"]), root, region={"time": slice(24, 96)})
+    print("done", flush=True)
+    """
+)
+
+
+def dataset(new: bool = False):
+    """Two variables and coordinates (the new one differs in values, names and attributes)."""
+    import xarray as xr
+
+    values = new_values() if new else old_values()
+    ds = xr.Dataset(
+        {"t2m": (("time", "x"), values), "tp": (("time", "x"), values.astype("f4") * 2)},
+        coords={"time": np.arange(SHAPE[0]), "x": np.arange(SHAPE[1]) * 0.5, "label": "0001"},
+        attrs={"version": 2 if new else 1},
+    )
+    return ds.rename({"tp": "precip"}) if new else ds
+
+
+def xr_encoding(layout: str, ds) -> dict:
+    enc = {"chunks": CHUNKS, **({"shards": SHARDS} if layout == "sharded" else {})}
+    if layout != "blosc":
+        enc["compressors"] = None
+    return {name: dict(enc) for name in ("t2m", "tp", "precip") if name in ds}
+
+
+def xr_states(scenario: str):
+    old, new = dataset(), dataset(new=True)
+    if scenario == "create":
+        return [None, new]
+    if scenario == "w":
+        return [old, new]
+    if scenario == "append":
+        grown = xr.concat([old, new.isel(time=slice(0, 24)).assign_coords(time=np.arange(120, 144))], "time")
+        return [old, grown.rename({"precip": "tp"}) if "precip" in grown else grown]
+    mixed = old.copy(deep=True)
+    mixed["t2m"][24:96] = new["t2m"][24:96].values
+    mixed["tp"][24:96] = new["precip"][24:96].values
+    return [old, mixed]
+
+
+def xr_seen(root: Path, engine: str):
+    try:
+        return xr.open_dataset(str(root), engine=engine).load()
+    except InterruptedWriteError:
+        return "refused"
+    except Exception as e:
+        if engine == "zarr3" and not isinstance(e, FileNotFoundError | KeyError):
+            raise
+        return "refused" if engine == "zarr" and root.exists() and any(root.iterdir()) else None
+
+
+def xr_classify(seen, states) -> int:
+    for i, s in enumerate(states):
+        if (s is None and seen is None) or (s is not None and seen is not None and seen.identical(s)):
+            return i
+    raise AssertionError(f"neither old nor new: {seen}")
+
+
+def make_old_xr(root: Path, scenario: str, layout: str) -> None:
+    if scenario != "create":
+        old = dataset()
+        z3.to_zarr(old, str(root), mode="w", encoding=xr_encoding(layout, old))
+
+
+def run_xr_child(root: Path, scenario: str, layout: str, kill_after: float | None):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", XR_CHILD, str(root), scenario, layout, str(Path(__file__).parent)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+    start = time.perf_counter()
+    if kill_after is not None:
+        time.sleep(kill_after)
+        proc.send_signal(signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+    if proc.returncode == 0:
+        assert out.strip() == "done", err
+        return time.perf_counter() - start
+    assert proc.returncode == -signal.SIGKILL, err
+    return None
+
+
+def check_xr_after_kill(root: Path, scenario: str) -> str:
+    states = xr_states(scenario)
+    seen = xr_seen(root, "zarr3")
+    outcome = "refused" if isinstance(seen, str) else ("old", "new")[xr_classify(seen, states)]
+    theirs = xr_seen(root, "zarr")
+    if outcome != "refused" and not isinstance(theirs, str):
+        assert xr_classify(theirs, states) == ("old", "new").index(outcome)
+    z3.repair(str(root))
+    after = xr_seen(root, "zarr3")
+    assert not isinstance(after, str), "still refused after repair"
+    final = ("old", "new")[xr_classify(after, states)]
+    assert not [p for p in leftovers(root) if ".z3-txn" in p] if root.exists() else True
+    return outcome if outcome == "refused" else final
+
+
+XR_CASES = [(s, lay) for s in ("create", "w", "append", "region") for lay in ("raw", "blosc", "sharded")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario,layout", XR_CASES)
+def test_to_zarr_killed_at_random_instants(tmp_path, scenario, layout):
+    """to_zarr killed at five random instants of each case (12 cases: 60 kills): only the old
+    state (no store at all, for a create), the new one, or a refusal that repair resolves."""
+    rng = random.Random(f"xr-{scenario}-{layout}")
+    probe = tmp_path / "probe"
+    make_old_xr(probe, scenario, layout)
+    took = run_xr_child(probe, scenario, layout, None)
+    assert took is not None
+    assert xr_classify(xr_seen(probe, "zarr3"), xr_states(scenario)) == 1
+    for i in range(5):
+        root = tmp_path / f"k{i}"
+        make_old_xr(root, scenario, layout)
+        if run_xr_child(root, scenario, layout, rng.uniform(0, took * 1.2)) is not None:
+            assert xr_classify(xr_seen(root, "zarr3"), xr_states(scenario)) == 1
+            continue
+        check_xr_after_kill(root, scenario)
+
+
+def test_to_zarr_mode_w_killed_inside_its_commit(tmp_path):
+    """A mode="w" write killed part-way through putting its values in place: every reader
+    refuses, then repair gives exactly the new dataset (the old one's variables are gone)."""
+    make_old_xr(tmp_path, "w", "raw")
+    child = XR_CHILD.replace('print("ready", flush=True)', 'print("ready", flush=True)\n' + KILL_HOOK)
+    proc = subprocess.run(
+        [sys.executable, "-c", child, str(tmp_path), "w", "raw", str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert xr_seen(tmp_path, "zarr3") == "refused"
+    assert xr_seen(tmp_path, "zarr") == "refused"
+    z3.repair(str(tmp_path))
+    assert xr_seen(tmp_path, "zarr3").identical(dataset(new=True))
+    assert not leftovers(tmp_path)
+
+
+# Dies after the third value is put in place (LocalStore.move), inside the commit window.
+KILL_HOOK = textwrap.dedent(
+    """
+    import os, signal
+    from zarr3_backend.stores import LocalStore
+    _move, _n = LocalStore.move, [0]
+    def _dying_move(self, src, dst):
+        _move(self, src, dst)
+        _n[0] += 1
+        if _n[0] >= 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+    LocalStore.move = _dying_move
+    """
+)

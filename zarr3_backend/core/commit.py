@@ -41,6 +41,7 @@ from .paths import metadata_key
 #: Where transactions keep their staged values and manifests (at the store's root).
 TXN_DIR = ".z3-txn"
 _MANIFEST = "manifest.json"
+_ERASED = "erased"  # written once the erases of the commit are done
 _DOC_RETRIES = 64
 
 
@@ -380,6 +381,12 @@ def _guarded_keys(store: Store, manifest: Mapping[str, Any]) -> list[str]:
     return sorted(keys, key=lambda k: (-k.count("/"), k))
 
 
+def _erased_documents(store: Store, base: str) -> list[str] | None:
+    """The documents an earlier run of this commit erased, or None when the erases have not run."""
+    raw = store.get(base + _ERASED)
+    return None if raw is None else list(json.loads(raw))
+
+
 def _conflict(key: str, redo: Callable[[str], None] | None) -> None:
     if redo is None:
         raise WriteConflictError(f"{key!r}: changed by another writer during the write")
@@ -399,9 +406,23 @@ def _apply(
     for key in reversed(guarded):  # the root first: a consolidated reader refuses at once
         _mark(store, key, txn_id, manifest["owner"])
 
-    keep = set(guarded)
-    for prefix in manifest["erase_prefixes"]:
-        store.erase_many([k for k in store.list_prefix(prefix) if k not in keep and not is_reserved_key(k)])
+    # The erases run once, and record which documents go with them: a re-run (repair) must not
+    # erase values or documents an earlier run already put in place.
+    docs_gone = _erased_documents(store, base)
+    if docs_gone is None:
+        keep, prefixes = set(guarded), manifest["erase_prefixes"]
+        docs_gone = [
+            k
+            for k in guarded
+            if k not in manifest["documents"]
+            and k != metadata_key("")
+            and any(k.startswith(p) for p in prefixes)
+        ]
+        for prefix in prefixes:
+            store.erase_many(
+                [k for k in store.list_prefix(prefix) if k not in keep and not is_reserved_key(k)]
+            )
+        store.set(base + _ERASED, json.dumps(docs_gone).encode())
 
     data, tomb = base + "data/", base + "erase/"
     staged = [k[len(data) :] for k in store.list_prefix(data)]
@@ -431,13 +452,9 @@ def _apply(
 
     docs = {k: v.encode() for k, v in manifest["documents"].items()}
     root = metadata_key("")
-    erased_prefixes = manifest["erase_prefixes"]
+    store.erase_many([k for k in docs_gone if k not in staged_set])  # nodes the write removes
     for key in guarded:
-        if key == root:
-            continue
-        if key not in docs and key not in staged_set and any(key.startswith(p) for p in erased_prefixes):
-            store.erase(key)  # a node the write removes: its document goes last, marked until then
-        else:
+        if key != root and key not in docs_gone:
             _write_final(store, key, docs.pop(key, None), txn_id)
     for key, doc in docs.items():  # documents of nodes that did not exist yet
         if key != root:
@@ -447,7 +464,7 @@ def _apply(
         from .consolidate import consolidated_root_document
 
         root_doc = consolidated_root_document(store, txn_id, root_doc)
-    if root_doc is None and root in guarded and any(root.startswith(p) for p in erased_prefixes):
+    if root_doc is None and root in guarded and "" in manifest["erase_prefixes"]:
         store.erase(root)
     else:
         _write_final(store, root, root_doc, txn_id)
