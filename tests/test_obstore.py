@@ -17,7 +17,7 @@ from servers import MotoS3, Proxy, RangeHTTPServer, s3_options
 
 import zarr3_backend as z3
 from zarr3_backend.byte_range import ByteRange
-from zarr3_backend.errors import ReadOnlyError
+from zarr3_backend.errors import ReadOnlyError, StoreError
 from zarr3_backend.stores import FsspecStore, ObstoreStore, StoreArgumentError, make_store
 from zarr3_backend.stores.fsspec_errors import BucketNotFoundError, StoreUnreachableError
 
@@ -317,6 +317,37 @@ def test_pickled_store_reads_in_another_process(store):
     assert out == repr(("ObstoreStore", True, b"from the parent", ["a/b"]))
 
 
+def _read_in_child(store: ObstoreStore, queue) -> None:
+    try:
+        queue.put(("value", store.get("a/b")))
+    except StoreError as e:
+        queue.put(("error", str(e)))
+
+
+def test_a_process_forked_after_use_gets_a_typed_error_not_a_hang(store):
+    import multiprocessing
+
+    store.set("a/b", b"1")  # obstore's runtime has run in this process
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_read_in_child, args=(store, queue))
+    child.start()
+    try:
+        kind, what = queue.get(timeout=60)
+    finally:
+        child.join(10)
+        if child.is_alive():
+            child.kill()
+    assert kind == "error" and "spawn" in what and "fsspec" in what
+
+
+def test_non_contiguous_buffers_are_written_whole(store):
+    data = np.arange(64, dtype="u1").reshape(8, 8)
+    store.set("nc", memoryview(data[:, ::2]))
+    store.set_many({"c": memoryview(data), "ba": bytearray(b"xyz")})
+    assert store.get_many(["nc", "c", "ba"]) == [data[:, ::2].tobytes(), data.tobytes(), b"xyz"]
+
+
 # ---- full round trips --------------------------------------------------------------------------
 def _dataset() -> xr.Dataset:
     rng = np.random.default_rng(5)
@@ -377,5 +408,15 @@ def test_reads_over_http(http_server, monkeypatch):
     assert store.exists("s/c/1/0") and not store.exists("s/c/9/9")
     with pytest.raises(ReadOnlyError, match="read-only"):
         z3.open_group(f"{server.url}/data.zarr", mode="r+")
-    ds = xr.open_dataset(f"{server.url}/ds.zarr", engine="zarr3")
+    ds = xr.open_dataset(f"{server.url}/ds.zarr", engine="zarr3")  # consolidated: no listing
     xr.testing.assert_identical(ds, _dataset())
+
+
+def test_listing_a_plain_web_server_says_what_to_do(http_server):
+    server, _ = http_server
+    store = ObstoreStore(f"{server.url}/data.zarr", {"zarr3": {"retries": 0}})
+    with pytest.raises(StoreError, match="consolidated metadata") as info:
+        list(store.list_dir(""))
+    assert server.url in str(info.value) and "'backend': 'fsspec'" in str(info.value)
+    with pytest.raises(StoreError, match="PROPFIND"):
+        list(store.list())

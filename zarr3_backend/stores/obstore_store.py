@@ -30,7 +30,6 @@ from obstore.exceptions import (
     PermissionDeniedError,
     PreconditionError,
     UnauthenticatedError,
-    UnknownConfigurationKeyError,
 )
 
 from ..byte_range import ByteRange
@@ -46,7 +45,7 @@ from .fsspec_errors import (
     is_missing_container,
     is_unsatisfiable_range,
 )
-from .fsspec_options import split_storage_options
+from .fsspec_options import SETTINGS_KEY, split_storage_options
 from .obstore_options import ObstoreTarget, obstore_target
 
 #: Requests one batched call keeps in flight unless ``batch_size`` says otherwise.
@@ -67,25 +66,43 @@ _TIMED_OUT = re.compile(r"timed ?out")
 
 # ---- the one event loop -------------------------------------------------------------------------
 class _LoopThread:
-    """An asyncio loop running forever in a daemon thread, made anew in a forked process."""
+    """An asyncio loop running forever in a daemon thread, made anew in a forked process.
+
+    obstore's Rust runtime is not fork-safe: in a process forked after it ran, its requests
+    never complete. Such a process gets a StoreError at once instead of a hang.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pid = 0
+        self._ran_in: int | None = None  # the process whose obstore runtime has started
 
     def loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
+            if self._ran_in is not None and self._ran_in != os.getpid():
+                raise StoreError(
+                    "ObstoreStore cannot run in a process forked after obstore was used in its parent "
+                    "(obstore's runtime threads stayed behind): start worker processes with the "
+                    "'spawn' or 'forkserver' method, or use the fsspec backend "
+                    f"(storage_options={{{SETTINGS_KEY!r}: {{'backend': 'fsspec'}}}})"
+                )
             if self._loop is None or self._pid != os.getpid():
                 loop = asyncio.new_event_loop()
                 thread = threading.Thread(target=loop.run_forever, name="zarr3-obstore-loop", daemon=True)
                 thread.start()
                 self._loop, self._pid = loop, os.getpid()
+            self._ran_in = os.getpid()
             return self._loop
 
     def run(self, coro: Awaitable[Any]) -> Any:
         """Run ``coro`` on the loop and wait for its result (from any thread but the loop's)."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop()).result()  # type: ignore[arg-type]
+        try:
+            loop = self.loop()
+        except StoreError:
+            coro.close()  # type: ignore[attr-defined]  # never started: no "never awaited" warning
+            raise
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()  # type: ignore[arg-type]
 
 
 _LOOP = _LoopThread()
@@ -205,9 +222,7 @@ class ObstoreStore(Store):
                             client_options=t.client_options,
                             retry_config=t.retry_config,
                         )
-                except (UnknownConfigurationKeyError, ValueError, TypeError) as e:
-                    raise StoreArgumentError(f"cannot open an obstore store for {self.url!r}: {e}") from e
-                except Exception as e:
+                except Exception as e:  # UnknownConfigurationKeyError, values of the wrong type, ...
                     raise StoreArgumentError(f"cannot open an obstore store for {self.url!r}: {e}") from e
                 self._client, self._pid = client, os.getpid()
             return self._client
@@ -379,9 +394,13 @@ class ObstoreStore(Store):
 
     # ---- writing ---------------------------------------------------------------------------
     @staticmethod
-    def _payload(value: BytesLike) -> bytes:
-        """A private copy of ``value`` (the caller may change its buffer after the call)."""
-        return bytes(value) if not isinstance(value, bytes) else value
+    def _payload(value: BytesLike) -> bytes | memoryview:
+        """``value`` as obstore takes it (a flat byte buffer), copied only when it is not
+        contiguous: the call returns only once the PUT is done, so no copy is needed."""
+        if isinstance(value, bytes):
+            return value
+        view = memoryview(value)
+        return view.cast("B") if view.c_contiguous else view.tobytes()
 
     def set(self, key: str, value: BytesLike) -> None:
         """Write ``value`` under ``key`` (one PUT; atomic for readers)."""
@@ -544,8 +563,17 @@ class ObstoreStore(Store):
         if isinstance(result, _MISSING) and not is_missing_container(result):
             return []
         if isinstance(result, BaseException):
-            raise _typed("listing", where, result) from result
+            raise _typed("listing", where, result, self._listing_note()) from result
         return result  # type: ignore[return-value]
+
+    def _listing_note(self) -> str:
+        if self.kind != "http":
+            return ""
+        return (
+            " (obstore lists HTTP servers with WebDAV's PROPFIND; for a plain web server open a store "
+            "with consolidated metadata, or use the fsspec backend, which reads HTML index pages: "
+            f"storage_options={{{SETTINGS_KEY!r}: {{'backend': 'fsspec'}}}})"
+        )
 
     def list(self) -> Iterator[str]:
         """Every key under the URL."""
@@ -568,7 +596,7 @@ class ObstoreStore(Store):
         if isinstance(result, _MISSING) and not is_missing_container(result):
             return iter([])
         if isinstance(result, BaseException):
-            raise _typed("listing", where, result) from result
+            raise _typed("listing", where, result, self._listing_note()) from result
         names = [p.rstrip("/") for p in result["common_prefixes"]] + [m["path"] for m in result["objects"]]
         return iter(
             sorted({n[len(prefix) :] for n in names if n.startswith(prefix) and len(n) > len(prefix)})
