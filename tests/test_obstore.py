@@ -17,7 +17,7 @@ from servers import MotoS3, Proxy, RangeHTTPServer, s3_options
 
 import zarr3_backend as z3
 from zarr3_backend.byte_range import ByteRange
-from zarr3_backend.errors import ReadOnlyError, StoreError
+from zarr3_backend.errors import ReadOnlyError, StoreError, WriteConflictError
 from zarr3_backend.stores import FsspecStore, ObstoreStore, StoreArgumentError, make_store
 from zarr3_backend.stores.fsspec_errors import BucketNotFoundError, StoreUnreachableError
 
@@ -212,6 +212,24 @@ def test_http_store_has_no_conditional_writes(http_server):
     server, _ = http_server
     store = ObstoreStore(f"{server.url}/data.zarr")
     assert store.read_only and not store.supports_conditional_writes
+
+
+def test_gcs_and_azure_declare_no_conditional_writes_and_guard_partial_writes():
+    gcs = ObstoreStore("gs://bucket/x", {"token": "anon"})
+    assert gcs.kind == "gcs" and not gcs.supports_conditional_writes
+    assert gcs.refuses_unguarded_partial_writes
+    with pytest.raises(WriteConflictError, match="'k'"):
+        gcs.set_if("k", b"1", None)
+    allowed = ObstoreStore(
+        "az://container/x", {"account_name": "acct", "zarr3": {"unguarded_partial_writes": True}}
+    )
+    assert allowed.kind == "azure" and not allowed.refuses_unguarded_partial_writes
+    copy = pickle.loads(pickle.dumps(allowed))
+    assert copy == allowed and not copy.refuses_unguarded_partial_writes
+    with pytest.raises(StoreArgumentError, match="given twice"):
+        ObstoreStore(
+            "gs://b/x", {"zarr3": {"unguarded_partial_writes": True}}, unguarded_partial_writes=False
+        )
 
 
 # ---- errors --------------------------------------------------------------------------------

@@ -146,6 +146,31 @@ def _typed(action: str, where: str, exc: BaseException, note: str = "") -> Store
     return _error_class(exc)(f"{action} {where!r} failed{note}: {type(exc).__name__}: {exc}")
 
 
+def _pop_unguarded(
+    storage_options: dict[str, Any] | None, explicit: bool | None
+) -> tuple[bool | None, dict[str, Any] | None]:
+    """``unguarded_partial_writes`` from the keyword or the ``"zarr3"`` section (they must agree),
+    and the options without it."""
+    section = (storage_options or {}).get(SETTINGS_KEY)
+    given = explicit
+    if isinstance(section, dict) and "unguarded_partial_writes" in section:
+        given = section["unguarded_partial_writes"]
+        if explicit is not None and explicit != given:
+            raise StoreArgumentError(
+                f"store setting unguarded_partial_writes given twice: {explicit!r} as a keyword and "
+                f"{given!r} in storage_options[{SETTINGS_KEY!r}]"
+            )
+        rest = {k: v for k, v in section.items() if k != "unguarded_partial_writes"}
+        storage_options = {k: v for k, v in storage_options.items() if k != SETTINGS_KEY}  # type: ignore[union-attr]
+        if rest:
+            storage_options[SETTINGS_KEY] = rest
+    if given is not None and not isinstance(given, bool):
+        raise StoreArgumentError(
+            f"store setting unguarded_partial_writes must be a bool or None, got {given!r}"
+        )
+    return given, storage_options
+
+
 def _rebuild(url: str, storage_options: dict[str, Any], read_only: bool) -> ObstoreStore:
     """Pickle helper: the store anew from its URL and options (the client is made on first use)."""
     return ObstoreStore(url, storage_options, read_only=read_only)
@@ -158,8 +183,11 @@ class ObstoreStore(Store):
     ``storage_options`` are fsspec-style (s3fs' ``key``, ``secret``, ``anon``, ``endpoint_url``,
     ``client_kwargs``, ``config_kwargs``; gcsfs' ``token``; adlfs' ``account_name``, ...) or
     obstore's own configuration keys (see ``obstore_options``), plus the store's section
-    ``"zarr3": {"retries": ..., "batch_size": ...}`` (``batch_size``: requests in flight per
-    batched call, default 256; ``retries``: obstore's retries of a transient failure, default 3).
+    ``"zarr3": {"retries": ..., "batch_size": ..., "unguarded_partial_writes": ...}``
+    (``batch_size``: requests in flight per batched call, default 256; ``retries``: obstore's
+    retries of a transient failure, default 3; ``unguarded_partial_writes``: where there are no
+    conditional writes (GCS, Azure here), allow partial chunk/shard writes that a concurrent
+    writer could undo; refused by default).
     """
 
     cache_shard_index = True
@@ -172,9 +200,11 @@ class ObstoreStore(Store):
         read_only: bool | None = None,
         batch_size: int | None = None,
         retries: int | None = None,
+        unguarded_partial_writes: bool | None = None,
     ) -> None:
         if not isinstance(url, str):
             raise StoreArgumentError(f"ObstoreStore needs a URL string, got {type(url).__name__}")
+        unguarded, storage_options = _pop_unguarded(storage_options, unguarded_partial_writes)
         options, settings = split_storage_options(storage_options)
         settings = settings.merged(retries=retries, batch_size=batch_size)
         self.url = url.rstrip("/")
@@ -182,10 +212,12 @@ class ObstoreStore(Store):
         super().__init__(read_only=self._target.kind == "http" if read_only is None else read_only)
         self._user_options = dict(storage_options or {})
         zarr3 = dict(self._user_options.get("zarr3") or {})
-        zarr3.update({k: v for k, v in (("retries", retries), ("batch_size", batch_size)) if v is not None})
+        explicit = (("retries", retries), ("batch_size", batch_size), ("unguarded_partial_writes", unguarded))
+        zarr3.update({k: v for k, v in explicit if v is not None})
         if zarr3:
             self._user_options["zarr3"] = zarr3
         self.batch_size = settings.batch_size or DEFAULT_IN_FLIGHT
+        self.unguarded_partial_writes = bool(unguarded)
         self._client: Any = None
         self._pid = 0
         self._client_lock = threading.Lock()
@@ -200,9 +232,17 @@ class ObstoreStore(Store):
         *,
         batch_size: int | None = None,
         retries: int | None = None,
+        unguarded_partial_writes: bool | None = None,
     ) -> ObstoreStore:
         """The store for ``url`` (the same as the constructor; named like FsspecStore's)."""
-        return cls(url, storage_options, read_only=read_only, batch_size=batch_size, retries=retries)
+        return cls(
+            url,
+            storage_options,
+            read_only=read_only,
+            batch_size=batch_size,
+            retries=retries,
+            unguarded_partial_writes=unguarded_partial_writes,
+        )
 
     # ---- configuration ---------------------------------------------------------------------
     def _open(self) -> Any:
@@ -242,6 +282,11 @@ class ObstoreStore(Store):
         """S3 only: ETag ``If-Match``/``If-None-Match`` puts and deletes (obstore's puts, and a
         presigned DELETE for ``erase_if``). GCS and Azure are not yet tested here."""
         return self._target.kind == "s3"
+
+    @property
+    def refuses_unguarded_partial_writes(self) -> bool:  # type: ignore[override]
+        """Without conditional writes a partial chunk/shard write is refused unless allowed."""
+        return not self.supports_conditional_writes and not self.unguarded_partial_writes
 
     def _key_url(self, key: str) -> str:
         return f"{self.url}/{key}"
