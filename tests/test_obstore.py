@@ -316,6 +316,17 @@ def test_make_store_uses_obstore_for_remote_urls_unless_told_otherwise(moto, buc
         make_store(url, mode="a", storage_options=opts)
 
 
+def test_without_obstore_remote_urls_use_fsspec(moto, bucket, monkeypatch):
+    from zarr3_backend.stores import resolve
+
+    monkeypatch.delenv("ZARR3_STORE_BACKEND", raising=False)
+    monkeypatch.setattr(resolve, "obstore_installed", lambda: False)
+    url, opts = f"s3://{bucket}/d.zarr", s3_options(moto.endpoint)
+    assert isinstance(make_store(url, mode="a", storage_options=opts), FsspecStore)
+    with pytest.raises(StoreArgumentError, match="pip install obstore"):
+        make_store(url, mode="a", storage_options={**opts, "zarr3": {"backend": "obstore"}})
+
+
 # ---- pickling ----------------------------------------------------------------------------------
 def test_pickled_store_reads_in_another_process(store):
     store.set("a/b", b"from the parent")

@@ -15,7 +15,6 @@ __all__ = [
     "FsspecStore",
     "LocalStore",
     "MemoryStore",
-    "ObstoreStore",
     "Store",
     "StoreArgumentError",
     "ZarrPythonStore",
@@ -25,7 +24,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """``ObstoreStore`` is imported on first use: obstore is an optional extra."""
+    """``ObstoreStore`` is imported on first use: obstore is an optional extra (so it is not in
+    ``__all__``: a star import must not need it)."""
     if name == "ObstoreStore":
         from .obstore_store import ObstoreStore
 

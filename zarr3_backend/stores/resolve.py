@@ -56,6 +56,11 @@ def _choose_backend(storage_options: dict[str, Any] | None) -> tuple[str, dict[s
     return backend, storage_options
 
 
+def obstore_installed() -> bool:
+    """Whether the optional obstore package can be imported."""
+    return importlib.util.find_spec("obstore") is not None
+
+
 def _obstore_store(
     url: str, backend: str, read_only: bool | None, storage_options: dict[str, Any] | None
 ) -> Store | None:
@@ -63,7 +68,7 @@ def _obstore_store(
     to fall back to fsspec (``"auto"`` only: obstore missing, a scheme or options it cannot take)."""
     if backend == "fsspec":
         return None
-    usable = url_kind(url) is not None and importlib.util.find_spec("obstore") is not None
+    usable = url_kind(url) is not None and obstore_installed()
     if not usable:
         if backend == "obstore":
             raise StoreArgumentError(
