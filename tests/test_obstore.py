@@ -4,6 +4,7 @@ and options, pickling, and full round trips over S3 and HTTP (servers on 127.0.0
 from __future__ import annotations
 
 import pickle
+import re
 import subprocess
 import sys
 import uuid
@@ -19,7 +20,13 @@ import zarr3_backend as z3
 from zarr3_backend.byte_range import ByteRange
 from zarr3_backend.errors import ReadOnlyError, StoreError, WriteConflictError
 from zarr3_backend.stores import FsspecStore, ObstoreStore, StoreArgumentError, make_store
-from zarr3_backend.stores.fsspec_errors import BucketNotFoundError, StoreUnreachableError
+from zarr3_backend.stores.fsspec_errors import (
+    BucketNotFoundError,
+    StoreAccessError,
+    StoreTimeoutError,
+    StoreUnreachableError,
+)
+from zarr3_backend.stores.fsspec_options import DEFAULT_RETRIES
 
 VALUE = contract.VALUE
 
@@ -238,6 +245,63 @@ def test_missing_bucket_is_typed(moto):
     for call in (lambda: store.get("k"), lambda: list(store.list()), lambda: store.exists("k")):
         with pytest.raises(BucketNotFoundError, match="no-such-bucket-z3"):
             call()
+
+
+def test_denied_access_is_typed_and_keeps_the_old_object(moto, bucket, proxy):
+    url = f"s3://{bucket}/denied"
+    store = ObstoreStore(url, s3_options(proxy.endpoint))
+    store.set("k", b"old")
+    proxy.deny(lambda r: r.method == "PUT")
+    with pytest.raises(StoreAccessError, match=re.escape(f"{url}/k")):
+        store.set("k", b"new")
+    proxy.deny(lambda r: r.method == "GET")
+    with pytest.raises(StoreAccessError, match=re.escape(f"{url}/k")):
+        store.get("k")
+    proxy.deny(lambda r: False)
+    assert store.get("k") == b"old"
+
+
+def test_transient_500s_are_retried_and_persistent_ones_give_up_bounded(moto, bucket, proxy):
+    url = f"s3://{bucket}/flaky"
+    store = ObstoreStore(url, s3_options(proxy.endpoint, attempts=None))  # the default retries
+    proxy.fail(2, match=lambda r: r.method == "PUT")
+    store.set("k", b"v")
+    proxy.fail(2, status=503, code="SlowDown", match=lambda r: r.method == "GET")
+    proxy.log.clear()
+    assert store.get("k") == b"v"
+    assert [r.status for r in proxy.log.snapshot()] == [503, 503, 200]
+    proxy.log.clear()
+    proxy.fail(100, match=lambda r: r.path.endswith("/k"))
+    with pytest.raises(StoreError, match=re.escape(f"{url}/k")):
+        store.get("k")
+    assert len(proxy.log.of("GET")) == DEFAULT_RETRIES + 1  # one retry layer: obstore's, bounded
+
+
+def test_a_stalled_server_times_out_and_a_batch_stops_sending(moto, bucket, proxy):
+    url = f"s3://{bucket}/stalled"
+    keys = [f"k/{i}" for i in range(12)]
+    ObstoreStore(url, s3_options(moto.endpoint)).set_many(dict.fromkeys(keys, b"v"))
+    proxy.stall(30, match=lambda r: r.method == "GET")
+    opts = s3_options(proxy.endpoint, attempts=None, read_timeout=1.0, zarr3={"retries": 1, "batch_size": 3})
+    store = ObstoreStore(url, opts)
+    with pytest.raises(StoreTimeoutError, match=re.escape(f"{url}/k/0")) as info:
+        store.get("k/0")
+    assert isinstance(info.value, TimeoutError)
+    assert len(proxy.log.snapshot()) == 2  # one try, one retry
+    proxy.log.clear()
+    with pytest.raises(StoreTimeoutError, match=re.escape(url)):
+        store.get_many(keys)
+    assert len(proxy.log.snapshot()) <= 6  # the first window of 3 (and its retries), not all 12
+
+
+def test_anonymous_reads_of_a_public_bucket(moto, bucket):
+    url = f"s3://{bucket}/public"
+    ObstoreStore(url, s3_options(moto.endpoint)).set("k", b"v")
+    anon = ObstoreStore(url, s3_options(moto.endpoint, anon=True))
+    with pytest.raises(StoreAccessError):
+        anon.get("k")
+    moto.make_public(bucket)
+    assert anon.get("k") == b"v" and list(anon.list()) == ["k"]
 
 
 def test_unreachable_endpoint_is_typed_and_named():
