@@ -410,6 +410,39 @@ def test_pickled_store_reads_in_another_process(store):
     assert out == repr(("ObstoreStore", True, b"from the parent", ["a/b"]))
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_dask_distributed_workers_write_and_read_through_obstore(moto, bucket, monkeypatch):
+    import dask.array as da
+    import distributed
+
+    from zarr3_backend.dask import from_array
+    from zarr3_backend.dask import store as dask_store
+
+    monkeypatch.delenv("ZARR3_STORE_BACKEND", raising=False)
+    url, opts = f"s3://{bucket}/dist.zarr", s3_options(moto.endpoint)
+    old, data = np.random.default_rng(4).random((2, 24, 16))
+    a = z3.create_array(
+        url, "t", shape=data.shape, dtype="f8", chunks=(4, 8), shards=(8, 16), storage_options=opts
+    )
+    assert isinstance(a.store, ObstoreStore)
+    a[...] = old  # obstore has run in this process before the workers start (they are spawned)
+    with (
+        distributed.LocalCluster(
+            n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0", silence_logs=40
+        ) as cluster,
+        distributed.Client(cluster),
+    ):
+        dask_store(da.from_array(data, chunks=(8, 16)), a)
+        np.testing.assert_array_equal(z3.open_array(url, "t", storage_options=opts)[...], data)
+        lazy = from_array(z3.open_array(url, "t", storage_options=opts))
+        np.testing.assert_array_equal(lazy.compute(), data)
+        ds = _dataset().chunk({"time": 3})
+        z3.to_zarr(ds, f"s3://{bucket}/dist-ds.zarr", mode="w", storage_options=opts)
+        back = xr.open_dataset(f"s3://{bucket}/dist-ds.zarr", engine="zarr3", storage_options=opts, chunks={})
+        xr.testing.assert_identical(back.compute(), _dataset())
+
+
 def _read_in_child(store: ObstoreStore, queue) -> None:
     try:
         queue.put(("value", store.get("a/b")))
