@@ -187,6 +187,28 @@ def test_conditional_writes_detect_conflicts(store):
     assert pickle.loads(pickle.dumps(version)) == version
 
 
+def test_a_version_from_elsewhere_is_refused_naming_the_key(store):
+    store.set("k", b"v")
+    for bad in (7, ("etag",), (None, None)):
+        with pytest.raises(StoreArgumentError, match="'k'"):
+            store.set_if("k", b"w", bad)
+    assert store.get("k") == b"v"
+
+
+def test_sync_calls_inside_a_running_event_loop(store):
+    import asyncio
+
+    async def main() -> None:
+        store.set_many({"a/b": b"0123", "c": b"c"})
+        assert store.get("a/b", ByteRange.suffix(2)) == b"23"
+        assert store.get_many(["a/b", "x"]) == [b"0123", None]
+        assert sorted(store.list_dir("")) == ["a", "c"]
+        store.erase_prefix("")
+
+    asyncio.run(main())
+    assert list(store.list()) == []
+
+
 def test_conditional_writes_from_threads_lose_nothing(store):
     from concurrent.futures import ThreadPoolExecutor
 

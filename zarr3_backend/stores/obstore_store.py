@@ -171,6 +171,15 @@ def _pop_unguarded(
     return given, storage_options
 
 
+def _version(key: str, expected: Any) -> tuple[str | None, str | None]:
+    """An ``(ETag, version)`` token as ``get_versioned`` returns it; anything else is refused."""
+    if not (isinstance(expected, tuple) and len(expected) == 2 and isinstance(expected[0], str)):
+        raise StoreArgumentError(
+            f"expected version for key {key!r} must be an (ETag, version) pair from get_versioned, got {expected!r}"
+        )
+    return expected
+
+
 def _rebuild(url: str, storage_options: dict[str, Any], read_only: bool) -> ObstoreStore:
     """Pickle helper: the store anew from its URL and options (the client is made on first use)."""
     return ObstoreStore(url, storage_options, read_only=read_only)
@@ -548,7 +557,7 @@ class ObstoreStore(Store):
         if expected is None:
             mode: Any = "create"
         else:
-            e_tag, version = expected  # type: ignore[misc]
+            e_tag, version = _version(key, expected)
             mode = {k: v for k, v in (("e_tag", e_tag), ("version", version)) if v is not None}
         data = self._payload(value)
         result = self._batch("writing", [lambda: obstore.put_async(client, key, data, mode=mode)])[0]
@@ -570,7 +579,7 @@ class ObstoreStore(Store):
         self._check_conditional(key)
         if expected is None:
             return False
-        e_tag, _ = expected  # type: ignore[misc]
+        e_tag, _ = _version(key, expected)
         client = self._open()
 
         async def delete() -> int:
