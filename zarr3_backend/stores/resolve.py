@@ -40,7 +40,6 @@ def _choose_backend(storage_options: dict[str, Any] | None) -> tuple[str, dict[s
     """``(backend, storage_options without the choice)``: ``storage_options["zarr3"]["backend"]``
     if given, else the ``ZARR3_STORE_BACKEND`` environment variable, else ``"auto"``."""
     section = (storage_options or {}).get(SETTINGS_KEY)
-    backend = None
     if isinstance(section, dict) and "backend" in section:
         rest = {k: v for k, v in section.items() if k != "backend"}
         backend = section["backend"]
