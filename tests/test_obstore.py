@@ -95,6 +95,16 @@ def test_store_contract_invalid_keys(store, bad):
     contract.test_invalid_keys_are_refused_and_nothing_written(store, bad)
 
 
+def test_escaped_looking_keys_stay_literal_and_inside_the_prefix(moto, bucket):
+    store = ObstoreStore(f"s3://{bucket}/root/inner", s3_options(moto.endpoint))
+    keys = ["a%2F..%2F..%2Fescaped", "%2e%2e/x", "sp ace/\u00fc", "q?x=1#frag"]
+    store.set_many({k: k.encode() for k in keys})
+    assert store.get_many(keys) == [k.encode() for k in keys]
+    assert sorted(store.list()) == sorted(keys)
+    whole_bucket = ObstoreStore(f"s3://{bucket}", s3_options(moto.endpoint))
+    assert sorted(whole_bucket.list()) == sorted(f"root/inner/{k}" for k in keys)
+
+
 def test_ranges_of_an_empty_value_and_past_the_end(store):
     store.set("empty", b"")
     store.set("v", VALUE)
