@@ -374,6 +374,7 @@ def test_fsspec_options_are_mapped_to_obstore():
     }
     assert t.client_options["allow_http"] is True
     assert t.client_options["connect_timeout"].total_seconds() == 2
+    assert t.client_options["timeout"].total_seconds() == 600  # not obstore's 30 s: big shards
     assert t.retry_config["max_retries"] == 3  # 4 attempts: the first and 3 retries
     anon = obstore_target("s3://b/p", {"anon": True, "region": "eu-west-1"}, 0)
     assert anon.config == {"skip_signature": True, "region": "eu-west-1"}

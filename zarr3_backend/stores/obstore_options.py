@@ -34,6 +34,9 @@ SCHEME_KINDS = {
 }
 #: Seconds a batch may spend retrying one request before giving up (obstore's retry_timeout).
 RETRY_TIMEOUT = 60.0
+#: Seconds one whole request may take (obstore's ``timeout``, 30 s by default, would cut off the
+#: upload of a large shard on a slow link; stalls are caught sooner by the read timeout).
+REQUEST_TIMEOUT = 600.0
 
 _CLIENT_KEY = "client_options"
 _RETRY_KEY = "retry_config"
@@ -202,7 +205,8 @@ _TRANSLATORS = {"s3": _s3, "gcs": _gcs, "azure": _azure, "http": _http}
 def obstore_target(url: str, options: dict[str, Any], retries: int | None) -> ObstoreTarget:
     """The obstore configuration for ``url`` and fsspec-style ``options`` (without the store's
     own ``"zarr3"`` section); ``retries`` is the store setting (None: the user's botocore
-    retries if given, else ``DEFAULT_RETRIES``). Bounded defaults: connect 5 s, read 12 s."""
+    retries if given, else ``DEFAULT_RETRIES``). Bounded defaults: connect 5 s, read 12 s, a
+    whole request 600 s (``REQUEST_TIMEOUT``)."""
     kind = url_kind(url)
     if kind is None:
         raise StoreArgumentError(
@@ -224,6 +228,7 @@ def obstore_target(url: str, options: dict[str, Any], retries: int | None) -> Ob
         b.client.setdefault("allow_http", True)
     b.client.setdefault("connect_timeout", timedelta(seconds=DEFAULT_CONNECT_TIMEOUT))
     b.client.setdefault("read_timeout", timedelta(seconds=DEFAULT_READ_TIMEOUT))
+    b.client.setdefault("timeout", timedelta(seconds=REQUEST_TIMEOUT))
     if retries is not None:
         b.retry["max_retries"] = retries
     b.retry.setdefault("max_retries", DEFAULT_RETRIES)
