@@ -172,6 +172,14 @@ def test_many_ranges_of_one_value_are_coalesced(moto, bucket, proxy):
     # a range past the end among them: each range is clipped as ByteRange says
     mixed = [ByteRange(0, 4), ByteRange(1020, 50), ByteRange(4000, 5)]
     assert store.get_partial_values([("shard", r) for r in mixed]) == [VALUE[:4], VALUE[1020:], b""]
+    # several ranges of a missing value: each reads as missing, the other key's ranges as bytes
+    requests = [
+        ("gone", ByteRange(0, 4)),
+        ("shard", ByteRange(4, 4)),
+        ("gone", ByteRange(8, 4)),
+        ("shard", ByteRange(0, 2)),
+    ]
+    assert store.get_partial_values(requests) == [None, VALUE[4:8], None, VALUE[:2]]
 
 
 # ---- conditional writes and moves on S3 ------------------------------------------------------
