@@ -401,6 +401,9 @@ def test_make_store_uses_obstore_for_remote_urls_unless_told_otherwise(moto, buc
     monkeypatch.delenv("ZARR3_STORE_BACKEND", raising=False)
     url, opts = f"s3://{bucket}/d.zarr", s3_options(moto.endpoint)
     assert isinstance(make_store(url, mode="a", storage_options=opts), ObstoreStore)
+    tuned = make_store(url, mode="r", storage_options={**opts, "zarr3": {"batch_size": 5, "retries": 1}})
+    assert isinstance(tuned, ObstoreStore) and tuned.batch_size == 5 and tuned.read_only
+    assert tuned.storage_options["zarr3"] == {"batch_size": 5, "retries": 1}
     pinned = {**opts, "zarr3": {"backend": "fsspec", "batch_size": 5}}
     fs_store = make_store(url, mode="a", storage_options=pinned)
     assert isinstance(fs_store, FsspecStore) and fs_store.batch_size == 5
