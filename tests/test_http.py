@@ -37,6 +37,13 @@ def _files(root) -> set[str]:
     return {os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs}
 
 
+@pytest.fixture(autouse=True)
+def _fsspec_backend(monkeypatch):
+    """These tests exercise FsspecStore (request counts, faults): URLs resolve to it, not to
+    ObstoreStore (whose twins are in tests/test_obstore.py)."""
+    monkeypatch.setenv("ZARR3_STORE_BACKEND", "fsspec")
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """A directory with stores written earlier (local files), and a server for it."""

@@ -49,6 +49,13 @@ from zarr3_backend.stores.fsspec_options import (
 )
 
 
+@pytest.fixture(autouse=True)
+def _fsspec_backend(monkeypatch):
+    """These tests exercise FsspecStore (request counts, faults): URLs resolve to it, not to
+    ObstoreStore (whose twins are in tests/test_obstore.py)."""
+    monkeypatch.setenv("ZARR3_STORE_BACKEND", "fsspec")
+
+
 @pytest.fixture(scope="module")
 def moto():
     server = MotoS3().start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import urllib.parse
 import urllib.request
@@ -10,12 +11,19 @@ from typing import Any
 
 from ..errors import ReadOnlyError
 from .base import Store, StoreArgumentError
+from .fsspec_options import SETTINGS_KEY
 from .fsspec_store import READ_ONLY_PROTOCOLS, FsspecStore
 from .local import LocalStore
 from .memory import MemoryStore
+from .obstore_options import url_kind
 from .zarr_python import ZarrPythonStore, is_zarr_python_store
 
 MODES = ("r", "r+", "a", "w", "w-")
+
+#: The environment variable choosing the store for remote URLs when the call does not.
+BACKEND_ENV = "ZARR3_STORE_BACKEND"
+#: Its values (and those of ``storage_options["zarr3"]["backend"]``).
+BACKENDS = ("auto", "obstore", "fsspec")
 
 
 def _local_path_from_file_url(url: str) -> str:
@@ -28,16 +36,76 @@ def _local_path_from_file_url(url: str) -> str:
     return urllib.request.url2pathname(parsed.path)
 
 
-def _url_store(url: str, mode: str, storage_options: dict[str, Any] | None) -> FsspecStore:
-    """An FsspecStore for ``url``; http(s) URLs are read-only whatever the mode, and a mode
-    that must write (``w``, ``w-``, ``r+``) is refused for them before anything is sent."""
-    read_only = True if mode == "r" else None  # None: read-only only where the protocol is
-    store = FsspecStore.from_url(url, storage_options=storage_options, read_only=read_only)
-    if store.protocol in READ_ONLY_PROTOCOLS:
-        if mode in ("w", "w-", "r+"):
-            raise ReadOnlyError(
-                f"{url!r} is served over {store.protocol}, which is read-only; mode {mode!r} writes"
+def _choose_backend(storage_options: dict[str, Any] | None) -> tuple[str, dict[str, Any] | None]:
+    """``(backend, storage_options without the choice)``: ``storage_options["zarr3"]["backend"]``
+    if given, else the ``ZARR3_STORE_BACKEND`` environment variable, else ``"auto"``."""
+    section = (storage_options or {}).get(SETTINGS_KEY)
+    if isinstance(section, dict) and "backend" in section:
+        rest = {k: v for k, v in section.items() if k != "backend"}
+        backend = section["backend"]
+        storage_options = {k: v for k, v in storage_options.items() if k != SETTINGS_KEY}  # type: ignore[union-attr]
+        if rest:
+            storage_options[SETTINGS_KEY] = rest
+        where = f"storage_options[{SETTINGS_KEY!r}]['backend']"
+    else:
+        backend = os.environ.get(BACKEND_ENV) or "auto"
+        where = f"the environment variable {BACKEND_ENV}"
+    if backend not in BACKENDS:
+        raise StoreArgumentError(f"{where} must be one of {', '.join(BACKENDS)}; got {backend!r}")
+    return backend, storage_options
+
+
+def obstore_installed() -> bool:
+    """Whether the optional obstore package can be imported."""
+    return importlib.util.find_spec("obstore") is not None
+
+
+def _obstore_store(
+    url: str, backend: str, read_only: bool | None, storage_options: dict[str, Any] | None
+) -> Store | None:
+    """An ObstoreStore for ``url`` when the backend choice allows one and it can be made; None
+    to fall back to fsspec (``"auto"`` only: obstore missing, a scheme or options it cannot take)."""
+    if backend == "fsspec":
+        return None
+    usable = url_kind(url) is not None and obstore_installed()
+    if not usable:
+        if backend == "obstore":
+            raise StoreArgumentError(
+                f"the obstore backend was asked for {url!r}, but "
+                + (
+                    "obstore is not installed (pip install obstore)"
+                    if url_kind(url)
+                    else "it serves only s3, gs, az and http(s) URLs"
+                )
             )
+        return None
+    from .obstore_store import ObstoreStore  # obstore is an optional extra
+
+    try:
+        return ObstoreStore(url, storage_options, read_only=read_only)
+    except StoreArgumentError:
+        if backend == "obstore":
+            raise
+        return None  # options only fsspec understands: fsspec serves this URL
+
+
+def _url_store(url: str, mode: str, storage_options: dict[str, Any] | None) -> Store:
+    """The store for a remote URL: an ObstoreStore for s3/gs/az/http(s) URLs when obstore is
+    installed, else an FsspecStore (see ``make_store`` for the switch). http(s) URLs are
+    read-only whatever the mode, and a mode that must write (``w``, ``w-``, ``r+``) is refused
+    for them before anything is sent."""
+    backend, storage_options = _choose_backend(storage_options)
+    read_only = True if mode == "r" else None  # None: read-only only where the protocol is
+    store = _obstore_store(url, backend, read_only, storage_options)
+    if store is None:
+        store = FsspecStore.from_url(url, storage_options=storage_options, read_only=read_only)
+        read_only_protocol = store.protocol in READ_ONLY_PROTOCOLS
+    else:
+        read_only_protocol = url_kind(url) == "http"
+    if read_only_protocol:
+        if mode in ("w", "w-", "r+"):
+            scheme = url.split("://", 1)[0]
+            raise ReadOnlyError(f"{url!r} is served over {scheme}, which is read-only; mode {mode!r} writes")
         return store if store.read_only else store.with_read_only(True)
     return store
 
@@ -48,8 +116,17 @@ def make_store(obj: Any, *, mode: str = "r", storage_options: dict[str, Any] | N
     (FsspecStore; plain ``file://`` URLs give a LocalStore; http(s) URLs are read-only), an
     fsspec mapper, or a dict (MemoryStore). ``mode == "r"`` makes the store read-only.
     ``storage_options`` go to the fsspec filesystem unchanged, except the section
-    ``"zarr3": {"retries": ..., "batch_size": ...}``, which configures the store itself
-    (see FsspecStore).
+    ``"zarr3": {"retries": ..., "batch_size": ..., "backend": ...}``, which configures the
+    store itself (see FsspecStore, ObstoreStore).
+
+    Remote URLs: ``s3://``, ``gs://``, ``az://`` (``abfs://``) and ``http(s)://`` URLs get an
+    ObstoreStore when obstore is installed (``pip install zarr3_backend[obstore]``), an
+    FsspecStore otherwise. One switch chooses: ``storage_options["zarr3"]["backend"]``, or when
+    that is not given the environment variable ``ZARR3_STORE_BACKEND``, each ``"auto"``
+    (the default), ``"obstore"`` or ``"fsspec"``. ``"auto"`` falls back to fsspec when obstore
+    is missing or cannot take the URL or the options (an option with no obstore equivalent);
+    ``"obstore"`` refuses those with a StoreArgumentError instead; ``"fsspec"`` always uses
+    fsspec. Chained URLs (``"simplecache::s3://..."``) and other schemes always use fsspec.
     """
     if mode not in MODES:
         raise StoreArgumentError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")

@@ -1,0 +1,686 @@
+"""ObstoreStore: a store on obstore (Rust ``object_store``) for S3, GCS, Azure and HTTP(S).
+
+Object-store latency, not CPU, sets the pace of remote reads, so every batched call sends its
+requests concurrently from ONE asyncio event loop that this module owns (a daemon thread; calls
+are submitted with ``asyncio.run_coroutine_threadsafe``), at most ``batch_size`` in flight
+(default 256), never a thread per request. obstore's own retry layer (bounded: ``retries``,
+default 3, within 60 s) is the only one; a batch stops sending once the endpoint is found down.
+
+Missing keys read as ``None``; byte ranges follow ByteRange (suffix, open-ended, clipped at the
+end of the value). On S3, ``get_versioned``/``set_if``/``erase_if`` are a real compare-and-swap
+on the object's ETag (``If-Match`` / ``If-None-Match``). The store pickles by URL and options.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+import obstore
+from obstore.exceptions import (
+    AlreadyExistsError,
+    NotFoundError,
+    PermissionDeniedError,
+    PreconditionError,
+    UnauthenticatedError,
+)
+
+from ..byte_range import ByteRange
+from ..errors import StoreError, Zarr3Error
+from ._aio import _bounded
+from .base import BytesLike, Store, StoreArgumentError, dir_prefix, validate_key, validate_prefix
+from .fsspec_errors import (
+    BucketNotFoundError,
+    StoreAccessError,
+    StoreTimeoutError,
+    StoreUnreachableError,
+    error_class,
+    is_missing_container,
+    is_unsatisfiable_range,
+)
+from .fsspec_options import SETTINGS_KEY, split_storage_options
+from .obstore_options import ObstoreTarget, obstore_target
+
+#: Requests one batched call keeps in flight unless ``batch_size`` says otherwise.
+DEFAULT_IN_FLIGHT = 256
+#: How long a presigned conditional DELETE URL stays valid (it is used at once).
+_SIGN_FOR = timedelta(minutes=5)
+_MISSING = (FileNotFoundError, NotFoundError)
+# obstore reports transport failures as GenericError text (reqwest's): sorted by what it says
+_CONNECT_FAILURES = (
+    "connection refused",
+    "tcp connect error",
+    "dns error",
+    "connection reset",
+    "connection closed",
+)
+_TIMED_OUT = re.compile(r"timed ?out")
+
+
+# ---- the one event loop -------------------------------------------------------------------------
+class _LoopThread:
+    """An asyncio loop running forever in a daemon thread, made anew in a forked process.
+
+    obstore's Rust runtime is not fork-safe: in a process forked after it ran, its requests
+    never complete. Such a process gets a StoreError at once instead of a hang.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid = 0
+        self._ran_in: int | None = None  # the process whose obstore runtime has started
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._ran_in is not None and self._ran_in != os.getpid():
+                raise StoreError(
+                    "ObstoreStore cannot run in a process forked after obstore was used in its parent "
+                    "(obstore's runtime threads stayed behind): start worker processes with the "
+                    "'spawn' or 'forkserver' method, or use the fsspec backend "
+                    f"(storage_options={{{SETTINGS_KEY!r}: {{'backend': 'fsspec'}}}})"
+                )
+            if self._loop is None or self._pid != os.getpid():
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="zarr3-obstore-loop", daemon=True)
+                thread.start()
+                self._loop, self._pid = loop, os.getpid()
+            self._ran_in = os.getpid()
+            return self._loop
+
+    def run(self, coro: Awaitable[Any]) -> Any:
+        """Run ``coro`` on the loop and wait for its result (from any thread but the loop's)."""
+        try:
+            loop = self.loop()
+        except StoreError:
+            coro.close()  # type: ignore[attr-defined]  # never started: no "never awaited" warning
+            raise
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()  # type: ignore[arg-type]
+
+
+_LOOP = _LoopThread()
+
+
+# ---- errors -------------------------------------------------------------------------------------
+def _text(exc: BaseException) -> str:
+    try:
+        return str(exc).lower()
+    except Exception:
+        return ""
+
+
+def _error_class(exc: BaseException) -> type[StoreError]:
+    """The StoreError subclass for an obstore failure (its classes and messages), falling back
+    to the rules for fsspec's clients."""
+    text = _text(exc)
+    if is_missing_container(exc):
+        return BucketNotFoundError
+    if isinstance(exc, PermissionDeniedError | UnauthenticatedError) or " 403 " in text or " 401 " in text:
+        return StoreAccessError
+    if any(s in text for s in _CONNECT_FAILURES):
+        return StoreUnreachableError
+    if _TIMED_OUT.search(text):
+        return StoreTimeoutError
+    return error_class(exc)
+
+
+def _is_endpoint_down(exc: BaseException) -> bool:
+    """Further requests would fail the same way now (obstore already retried this one)."""
+    return _error_class(exc) in (StoreTimeoutError, StoreUnreachableError)
+
+
+def _range_refused(exc: BaseException) -> bool:
+    """The server would not serve the range as asked (answered the whole value, or obstore
+    refused the range itself): worth asking for the whole value."""
+    return isinstance(exc, ValueError) or "non-partial response" in _text(exc)
+
+
+def _typed(action: str, where: str, exc: BaseException, note: str = "") -> StoreError:
+    return _error_class(exc)(f"{action} {where!r} failed{note}: {type(exc).__name__}: {exc}")
+
+
+def _pop_unguarded(
+    storage_options: dict[str, Any] | None, explicit: bool | None
+) -> tuple[bool | None, dict[str, Any] | None]:
+    """``unguarded_partial_writes`` from the keyword or the ``"zarr3"`` section (they must agree),
+    and the options without it."""
+    section = (storage_options or {}).get(SETTINGS_KEY)
+    given = explicit
+    if isinstance(section, dict) and "unguarded_partial_writes" in section:
+        given = section["unguarded_partial_writes"]
+        if explicit is not None and explicit != given:
+            raise StoreArgumentError(
+                f"store setting unguarded_partial_writes given twice: {explicit!r} as a keyword and "
+                f"{given!r} in storage_options[{SETTINGS_KEY!r}]"
+            )
+        rest = {k: v for k, v in section.items() if k != "unguarded_partial_writes"}
+        storage_options = {k: v for k, v in storage_options.items() if k != SETTINGS_KEY}  # type: ignore[union-attr]
+        if rest:
+            storage_options[SETTINGS_KEY] = rest
+    if given is not None and not isinstance(given, bool):
+        raise StoreArgumentError(
+            f"store setting unguarded_partial_writes must be a bool or None, got {given!r}"
+        )
+    return given, storage_options
+
+
+def _version(key: str, expected: Any) -> tuple[str | None, str | None]:
+    """An ``(ETag, version)`` token as ``get_versioned`` returns it; anything else is refused."""
+    if not (isinstance(expected, tuple) and len(expected) == 2 and isinstance(expected[0], str)):
+        raise StoreArgumentError(
+            f"expected version for key {key!r} must be an (ETag, version) pair from get_versioned, got {expected!r}"
+        )
+    return expected
+
+
+def _rebuild(url: str, storage_options: dict[str, Any], read_only: bool) -> ObstoreStore:
+    """Pickle helper: the store anew from its URL and options (the client is made on first use)."""
+    return ObstoreStore(url, storage_options, read_only=read_only)
+
+
+class ObstoreStore(Store):
+    """A store on obstore for ``s3://``, ``gs://``, ``az://`` (``abfs://``) and ``http(s)://``
+    URLs (``http(s)``: read-only by default).
+
+    ``storage_options`` are fsspec-style (s3fs' ``key``, ``secret``, ``anon``, ``endpoint_url``,
+    ``client_kwargs``, ``config_kwargs``; gcsfs' ``token``; adlfs' ``account_name``, ...) or
+    obstore's own configuration keys (see ``obstore_options``), plus the store's section
+    ``"zarr3": {"retries": ..., "batch_size": ..., "unguarded_partial_writes": ...}``
+    (``batch_size``: requests in flight per batched call, default 256; ``retries``: obstore's
+    retries of a transient failure, default 3; ``unguarded_partial_writes``: where there are no
+    conditional writes (GCS, Azure here), allow partial chunk/shard writes that a concurrent
+    writer could undo; refused by default).
+    """
+
+    cache_shard_index = True
+
+    def __init__(
+        self,
+        url: str,
+        storage_options: dict[str, Any] | None = None,
+        *,
+        read_only: bool | None = None,
+        batch_size: int | None = None,
+        retries: int | None = None,
+        unguarded_partial_writes: bool | None = None,
+    ) -> None:
+        if not isinstance(url, str):
+            raise StoreArgumentError(f"ObstoreStore needs a URL string, got {type(url).__name__}")
+        unguarded, storage_options = _pop_unguarded(storage_options, unguarded_partial_writes)
+        options, settings = split_storage_options(storage_options)
+        settings = settings.merged(retries=retries, batch_size=batch_size)
+        self.url = url.rstrip("/")
+        self._target: ObstoreTarget = obstore_target(self.url, options, settings.retries)
+        super().__init__(read_only=self._target.kind == "http" if read_only is None else read_only)
+        self._user_options = dict(storage_options or {})
+        zarr3 = dict(self._user_options.get("zarr3") or {})
+        explicit = (("retries", retries), ("batch_size", batch_size), ("unguarded_partial_writes", unguarded))
+        zarr3.update({k: v for k, v in explicit if v is not None})
+        if zarr3:
+            self._user_options["zarr3"] = zarr3
+        self.batch_size = settings.batch_size or DEFAULT_IN_FLIGHT
+        self.unguarded_partial_writes = bool(unguarded)
+        self._client: Any = None
+        self._pid = 0
+        self._client_lock = threading.Lock()
+        self._open()  # configuration errors surface now, as typed errors; no request is sent
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        storage_options: dict[str, Any] | None = None,
+        read_only: bool | None = None,
+        *,
+        batch_size: int | None = None,
+        retries: int | None = None,
+        unguarded_partial_writes: bool | None = None,
+    ) -> ObstoreStore:
+        """The store for ``url`` (the same as the constructor; named like FsspecStore's)."""
+        return cls(
+            url,
+            storage_options,
+            read_only=read_only,
+            batch_size=batch_size,
+            retries=retries,
+            unguarded_partial_writes=unguarded_partial_writes,
+        )
+
+    # ---- configuration ---------------------------------------------------------------------
+    def _open(self) -> Any:
+        """The obstore store object, made in this process (anew after a fork)."""
+        with self._client_lock:
+            if self._client is None or self._pid != os.getpid():
+                t = self._target
+                try:
+                    if t.kind == "http":
+                        client = obstore.store.HTTPStore.from_url(
+                            t.url, client_options=t.client_options, retry_config=t.retry_config
+                        )
+                    else:
+                        client = obstore.store.from_url(
+                            t.url,
+                            config=t.config,
+                            client_options=t.client_options,
+                            retry_config=t.retry_config,
+                        )
+                except Exception as e:  # UnknownConfigurationKeyError, values of the wrong type, ...
+                    raise StoreArgumentError(f"cannot open an obstore store for {self.url!r}: {e}") from e
+                self._client, self._pid = client, os.getpid()
+            return self._client
+
+    @property
+    def kind(self) -> str:
+        """The backend behind the URL: ``"s3"``, ``"gcs"``, ``"azure"`` or ``"http"``."""
+        return self._target.kind
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """The options as the user gave them (the store's settings in their ``"zarr3"`` section)."""
+        return dict(self._user_options)
+
+    @property
+    def supports_conditional_writes(self) -> bool:  # type: ignore[override]
+        """S3 only: ETag ``If-Match``/``If-None-Match`` puts and deletes (obstore's puts, and a
+        presigned DELETE for ``erase_if``). GCS and Azure are not yet tested here."""
+        return self._target.kind == "s3"
+
+    @property
+    def refuses_unguarded_partial_writes(self) -> bool:  # type: ignore[override]
+        """Without conditional writes a partial chunk/shard write is refused unless allowed."""
+        return not self.supports_conditional_writes and not self.unguarded_partial_writes
+
+    def _key_url(self, key: str) -> str:
+        return f"{self.url}/{key}"
+
+    # ---- running requests ------------------------------------------------------------------
+    def _batch(self, action: str, calls: Sequence[Callable[[], Awaitable[Any]]]) -> list[object]:
+        """Await ``calls`` on the loop, at most ``batch_size`` at a time; each result is the value
+        or the exception it raised. Once the endpoint is found down the rest are not sent."""
+        if not calls:
+            return []
+        try:
+            return _LOOP.run(_bounded(calls, self.batch_size, _is_endpoint_down))
+        except Zarr3Error:
+            raise
+        except Exception as e:  # the loop itself failed (never a request's failure)
+            raise _typed(action, self.url, e) from e
+
+    def _one(self, action: str, key: str, call: Callable[[], Awaitable[Any]]) -> Any:
+        result = self._batch(action, [call])[0]
+        if isinstance(result, BaseException):
+            raise _typed(action, self._key_url(key), result) from result
+        return result
+
+    def _missing(self, key: str, error: BaseException, action: str) -> None:
+        """A "not found" for ``key``: fine, unless it is the bucket that is missing."""
+        if is_missing_container(error):
+            raise BucketNotFoundError(
+                f"{action} {self._key_url(key)!r} failed: the bucket of {self.url!r} does not exist: {error}"
+            ) from error
+
+    def _value(self, key: str, result: object) -> bytes | None:
+        if isinstance(result, _MISSING):
+            self._missing(key, result, "reading")
+            return None
+        if isinstance(result, BaseException):
+            raise _typed("reading", self._key_url(key), result) from result
+        return bytes(result)  # type: ignore[arg-type]
+
+    # ---- reading ---------------------------------------------------------------------------
+    async def _read(self, key: str, r: ByteRange | None) -> bytes:
+        """One value or range, clipped to the value as ByteRange says; raises when missing."""
+        client = self._client
+        if r is None or (r.offset == 0 and r.length is None):
+            return bytes(await (await obstore.get_async(client, key)).bytes_async())
+        if r.length == 0:  # no request can say "0 bytes": ask whether it exists
+            await self._exists(key)
+            return b""
+        try:
+            if r.is_suffix:
+                got = await obstore.get_async(client, key, options={"range": {"suffix": -r.offset}})
+                return bytes(await got.bytes_async())
+            if r.length is None:
+                got = await obstore.get_async(client, key, options={"range": {"offset": r.offset}})
+                return bytes(await got.bytes_async())
+            return bytes(await obstore.get_range_async(client, key, start=r.offset, length=r.length))
+        except _MISSING:
+            raise
+        except Exception as e:
+            if is_unsatisfiable_range(e):  # 416: starts past the end of a value that exists
+                return b""
+            if not _range_refused(e):
+                raise
+        whole = await (await obstore.get_async(client, key)).bytes_async()  # e.g. an empty value
+        return r.apply(memoryview(whole))
+
+    async def _exists(self, key: str) -> bool:
+        """True when ``key`` holds a value: a GET of its first byte (not HEAD: a HEAD answer has
+        no body to tell a missing bucket from a missing key); raises when it is missing."""
+        try:
+            await obstore.get_range_async(self._client, key, start=0, length=1)
+        except _MISSING:
+            raise
+        except Exception as e:
+            if not (is_unsatisfiable_range(e) or _range_refused(e)):  # 416: an empty value
+                raise
+        return True
+
+    async def _read_ranges(self, key: str, ranges: list[ByteRange]) -> list[bytes]:
+        """Several bounded ranges of one value in one coalescing call; any trouble (a range past
+        the end) falls back to one request per range, with the clipping rules."""
+        try:
+            got = await obstore.get_ranges_async(
+                self._client, key, starts=[r.offset for r in ranges], lengths=[r.length for r in ranges]
+            )
+            out = [bytes(b) for b in got]
+            if all(len(b) == r.length for b, r in zip(out, ranges, strict=True)):
+                return out
+        except _MISSING:
+            raise
+        except Exception:
+            pass
+        return list(await asyncio.gather(*(self._read(key, r) for r in ranges)))
+
+    def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
+        """The value of ``key`` (or the part ``byte_range`` selects, clipped to the value)."""
+        return self.get_partial_values([(key, byte_range)])[0]
+
+    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        """Values of many keys, concurrently on the store's event loop."""
+        return self.get_partial_values([(k, None) for k in keys])
+
+    def get_partial_values(self, key_ranges: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
+        """Byte ranges of many keys, concurrently; several bounded ranges of one key go in one
+        coalescing ``get_ranges`` call (adjacent ranges become one request)."""
+        for key, _ in key_ranges:
+            validate_key(key)
+        self._open()
+        grouped: dict[str, list[int]] = {}
+        for i, (key, r) in enumerate(key_ranges):
+            if r is not None and not r.is_suffix and r.length:
+                grouped.setdefault(key, []).append(i)
+        multi = {key: idx for key, idx in grouped.items() if len(idx) > 1}
+        in_multi = {i for idx in multi.values() for i in idx}
+        singles = [i for i in range(len(key_ranges)) if i not in in_multi]
+        calls: list[Callable[[], Awaitable[Any]]] = []
+        for i in singles:
+            key, r = key_ranges[i]
+            calls.append(lambda key=key, r=r: self._read(key, r))
+        for key, idx in multi.items():
+            calls.append(lambda key=key, idx=idx: self._read_ranges(key, [key_ranges[i][1] for i in idx]))
+        results = self._batch("reading", calls)
+        out: list[object] = [None] * len(key_ranges)
+        for i, result in zip(singles, results, strict=False):
+            out[i] = result
+        for (_, idx), result in zip(multi.items(), results[len(singles) :], strict=True):
+            for n, i in enumerate(idx):
+                out[i] = result if isinstance(result, BaseException) else result[n]  # type: ignore[index]
+        return [self._value(k, res) for (k, _), res in zip(key_ranges, out, strict=True)]
+
+    def exists(self, key: str) -> bool:
+        """Whether ``key`` holds a value: one request for its first byte."""
+        return self.exists_many([key])[0]
+
+    def exists_many(self, keys: Sequence[str]) -> list[bool]:
+        """Whether each key holds a value: a one-byte GET per key, concurrently."""
+        for key in keys:
+            validate_key(key)
+        self._open()
+        results = self._batch("checking", [lambda k=k: self._exists(k) for k in keys])
+        found = []
+        for key, result in zip(keys, results, strict=True):
+            if isinstance(result, _MISSING):
+                self._missing(key, result, "checking")
+                found.append(False)
+            elif isinstance(result, BaseException):
+                raise _typed("checking", self._key_url(key), result) from result
+            else:
+                found.append(True)
+        return found
+
+    # ---- writing ---------------------------------------------------------------------------
+    @staticmethod
+    def _payload(value: BytesLike) -> bytes | memoryview:
+        """``value`` as obstore takes it (a flat byte buffer), copied only when it is not
+        contiguous: the call returns only once the PUT is done, so no copy is needed."""
+        if isinstance(value, bytes):
+            return value
+        view = memoryview(value)
+        return view.cast("B") if view.c_contiguous else view.tobytes()
+
+    def set(self, key: str, value: BytesLike) -> None:
+        """Write ``value`` under ``key`` (one PUT; atomic for readers)."""
+        self.set_many({key: value})
+
+    def set_many(self, items: Mapping[str, BytesLike]) -> None:
+        """Write many values (every key checked first), one PUT each, concurrently; a failed
+        key is named in the error, the others are written."""
+        for key in items:
+            self.check_writable(key)
+            validate_key(key)
+        client = self._open()
+        pairs = [(k, self._payload(v)) for k, v in items.items()]
+        calls = [lambda k=k, v=v: obstore.put_async(client, k, v, use_multipart=False) for k, v in pairs]
+        results = self._batch("writing", calls)
+        failed = [(k, r) for (k, _), r in zip(pairs, results, strict=True) if isinstance(r, BaseException)]
+        if failed:
+            (key, error), others = failed[0], len(failed) - 1
+            note = f" (and {others} more keys)" if others else ""
+            raise _typed("writing", self._key_url(key), error, note) from error
+
+    def erase(self, key: str) -> None:
+        """Remove ``key``; a missing key is not an error."""
+        self.erase_many([key])
+
+    def erase_many(self, keys: Iterable[str]) -> None:
+        """Remove many keys (every key checked first) in bulk deletes; missing keys are ignored."""
+        keys = list(keys)
+        for key in keys:
+            self.check_writable(key)
+            validate_key(key)
+        if not keys:
+            return
+        client = self._open()
+        step = 1000  # S3's DeleteObjects takes at most 1000 keys
+        chunks = [keys[i : i + step] for i in range(0, len(keys), step)]
+        results = self._batch("erasing", [lambda c=c: obstore.delete_async(client, c) for c in chunks])
+        for chunk, result in zip(chunks, results, strict=True):
+            if isinstance(result, BaseException) and not isinstance(result, _MISSING):
+                raise _typed(
+                    "erasing", f"{self.url} ({len(chunk)} keys from {chunk[0]!r})", result
+                ) from result
+
+    def erase_prefix(self, prefix: str) -> None:
+        """Remove every key starting with ``prefix``."""
+        self.check_writable(prefix)
+        self.erase_many(list(self.list_prefix(prefix)))
+
+    def move(self, src: str, dst: str) -> None:
+        """Server-side copy of ``src`` to ``dst`` (atomic for readers of ``dst``), then delete
+        ``src``; a missing ``src`` does nothing (a re-run move)."""
+        self.check_writable(dst)
+        validate_key(src)
+        validate_key(dst)
+        client = self._open()
+        result = self._batch("moving", [lambda: obstore.copy_async(client, src, dst)])[0]
+        if isinstance(result, _MISSING):
+            self._missing(src, result, "moving")
+            return
+        if isinstance(result, BaseException):
+            raise _typed("moving", f"{self._key_url(src)} -> {dst}", result) from result
+        self.erase(src)
+
+    # ---- conditional writes ----------------------------------------------------------------
+    def _check_conditional(self, key: str) -> None:
+        if not self.supports_conditional_writes:
+            from ..errors import WriteConflictError
+
+            raise WriteConflictError(
+                f"store {self!r} has no tested conditional writes for {self.kind} URLs; "
+                f"cannot compare-and-swap key {key!r}"
+            )
+
+    def get_versioned(self, key: str) -> tuple[bytes | None, Hashable | None]:
+        """``(value, (ETag, version))`` read in one GET; ``(None, None)`` when missing."""
+        validate_key(key)
+        self._check_conditional(key)
+        client = self._open()
+
+        async def read() -> tuple[bytes, Hashable]:
+            got = await obstore.get_async(client, key)
+            meta = got.meta
+            return bytes(await got.bytes_async()), (meta["e_tag"], meta["version"])
+
+        result = self._batch("reading", [read])[0]
+        if isinstance(result, _MISSING):
+            self._missing(key, result, "reading")
+            return None, None
+        if isinstance(result, BaseException):
+            raise _typed("reading", self._key_url(key), result) from result
+        return result  # type: ignore[return-value]
+
+    def set_if(self, key: str, value: BytesLike, expected: Hashable | None) -> bool:
+        """PUT ``value`` only while the stored version is ``expected`` (None: while the key is
+        missing: ``If-None-Match: *``; else ``If-Match: <ETag>``); False when another writer won."""
+        self.check_writable(key)
+        validate_key(key)
+        self._check_conditional(key)
+        client = self._open()
+        if expected is None:
+            mode: Any = "create"
+        else:
+            e_tag, version = _version(key, expected)
+            mode = {k: v for k, v in (("e_tag", e_tag), ("version", version)) if v is not None}
+        data = self._payload(value)
+        result = self._batch("writing", [lambda: obstore.put_async(client, key, data, mode=mode)])[0]
+        if isinstance(result, PreconditionError | AlreadyExistsError):
+            return False
+        if isinstance(result, _MISSING) and expected is not None:
+            self._missing(key, result, "writing")
+            return False  # If-Match on a key erased meanwhile
+        if isinstance(result, BaseException):
+            raise _typed("writing", self._key_url(key), result) from result
+        return True
+
+    def erase_if(self, key: str, expected: Hashable) -> bool:
+        """DELETE ``key`` only while its ETag is ``expected``: obstore sends no conditional
+        DELETE, so the request is presigned by obstore and sent with ``If-Match`` (stdlib
+        urllib, in the loop's executor: one rare request needs no HTTP client of its own)."""
+        self.check_writable(key)
+        validate_key(key)
+        self._check_conditional(key)
+        if expected is None:
+            return False
+        e_tag, _ = _version(key, expected)
+        client = self._open()
+
+        async def delete() -> int:
+            url = await obstore.sign_async(client, "DELETE", key, _SIGN_FOR)
+            request = urllib.request.Request(url, method="DELETE", headers={"If-Match": e_tag})
+
+            def send() -> int:
+                try:
+                    with urllib.request.urlopen(request, timeout=30) as response:
+                        return response.status
+                except urllib.error.HTTPError as e:
+                    return e.code
+
+            return await asyncio.get_running_loop().run_in_executor(None, send)
+
+        status = self._one("erasing", key, delete)
+        if status in (412, 404):  # replaced or erased meanwhile
+            return False
+        if status >= 300:
+            raise StoreError(f"erasing {self._key_url(key)!r} failed: HTTP {status}")
+        return True
+
+    # ---- listing ---------------------------------------------------------------------------
+    def _list(self, prefix: str | None) -> list[str]:
+        client = self._open()
+
+        async def collect() -> list[str]:
+            paths: list[str] = []
+            async for batch in obstore.list(client, prefix, chunk_size=1000):
+                paths.extend(m["path"] for m in batch)
+            return paths
+
+        where = self._key_url(prefix) if prefix else self.url
+        result = self._batch("listing", [collect])[0]
+        if isinstance(result, _MISSING) and not is_missing_container(result):
+            return []
+        if isinstance(result, BaseException):
+            raise _typed("listing", where, result, self._listing_note()) from result
+        return result  # type: ignore[return-value]
+
+    def _listing_note(self) -> str:
+        if self.kind != "http":
+            return ""
+        return (
+            " (obstore lists HTTP servers with WebDAV's PROPFIND; for a plain web server open a store "
+            "with consolidated metadata, or use the fsspec backend, which reads HTML index pages: "
+            f"storage_options={{{SETTINGS_KEY!r}: {{'backend': 'fsspec'}}}})"
+        )
+
+    def list(self) -> Iterator[str]:
+        """Every key under the URL."""
+        return iter(self._list(None))
+
+    def list_prefix(self, prefix: str) -> Iterator[str]:
+        """Every key starting with ``prefix``; lists only the directory that can match."""
+        validate_prefix(prefix)
+        parent = prefix[:-1] if prefix.endswith("/") else prefix.rpartition("/")[0]
+        return iter([k for k in self._list(parent or None) if k.startswith(prefix)])
+
+    def list_dir(self, prefix: str) -> Iterator[str]:
+        """Names directly under ``prefix`` (one delimited LIST)."""
+        prefix = dir_prefix(prefix)
+        client = self._open()
+        where = self._key_url(prefix) if prefix else self.url
+        result = self._batch(
+            "listing", [lambda: obstore.list_with_delimiter_async(client, prefix[:-1] or None)]
+        )[0]
+        if isinstance(result, _MISSING) and not is_missing_container(result):
+            return iter([])
+        if isinstance(result, BaseException):
+            raise _typed("listing", where, result, self._listing_note()) from result
+        names = [p.rstrip("/") for p in result["common_prefixes"]] + [m["path"] for m in result["objects"]]
+        return iter(
+            sorted({n[len(prefix) :] for n in names if n.startswith(prefix) and len(n) > len(prefix)})
+        )
+
+    # ---- identity --------------------------------------------------------------------------
+    def with_read_only(self, read_only: bool = True) -> ObstoreStore:
+        """A store on the same URL and options (and client) with another read-only flag."""
+        other = object.__new__(ObstoreStore)
+        other.__dict__.update(self.__dict__)
+        other._client_lock = threading.Lock()
+        other.read_only = read_only
+        return other
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when URL, options and flag are equal."""
+        if not isinstance(other, ObstoreStore):
+            return NotImplemented
+        return (self.url, self._user_options, self.read_only) == (
+            other.url,
+            other._user_options,
+            other.read_only,
+        )
+
+    def __hash__(self) -> int:
+        return hash((ObstoreStore, self.url, self.read_only))
+
+    def __repr__(self) -> str:
+        return f"ObstoreStore({self.url!r}, read_only={self.read_only})"
+
+    def __reduce__(self):
+        """Pickle by configuration (URL, options, flag); the client is made anew on the other side."""
+        return _rebuild, (self.url, dict(self._user_options), self.read_only)
