@@ -263,6 +263,7 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
 
 class _ProxyServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # a burst of concurrent clients must not wait on TCP retransmits
     proxy: Proxy
 
 
@@ -431,6 +432,7 @@ class _RangeHandler(http.server.SimpleHTTPRequestHandler):
 
 class _RangeServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128
     owner: RangeHTTPServer
 
 

@@ -28,7 +28,7 @@ def moto():
     server.stop()
 
 
-@pytest.fixture(params=["memory", "local", "file-url", "s3"])
+@pytest.fixture(params=["memory", "local", "file-url", "s3", "obstore-s3"])
 def store(request, tmp_path) -> Store:
     if request.param == "memory":
         return MemoryStore()
@@ -37,6 +37,10 @@ def store(request, tmp_path) -> Store:
     if request.param == "file-url":
         return FsspecStore.from_url("file://" + str(tmp_path / "root"))
     moto = request.getfixturevalue("moto")
+    if request.param == "obstore-s3":
+        from zarr3_backend.stores.obstore_store import ObstoreStore
+
+        return ObstoreStore(f"s3://{moto.create_bucket()}/root", s3_options(moto.endpoint))
     return FsspecStore.from_url(
         f"s3://{moto.create_bucket()}/root", storage_options=s3_options(moto.endpoint)
     )

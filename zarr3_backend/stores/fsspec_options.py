@@ -100,7 +100,7 @@ def split_storage_options(storage_options: dict[str, Any] | None) -> tuple[dict[
         raise StoreArgumentError(
             f"storage_options[{SETTINGS_KEY!r}] must be a dict, got {type(section).__name__}"
         )
-    known = ("retries", "batch_size", "unguarded_partial_writes")
+    known = ("retries", "batch_size", "unguarded_partial_writes", "backend")  # backend: make_store's choice
     unknown = sorted(set(section) - set(known))
     if unknown:
         raise StoreArgumentError(
