@@ -47,14 +47,21 @@ def test_three_level_tree_round_trips_on_both_engines(tmp_path, engine):
 
 
 def test_tree_is_consolidated_once_at_the_root(monkeypatch):
-    import zarr3_backend.xarray.write_tree as write_tree
+    import zarr3_backend.core.consolidate as consolidate
 
     consolidations = []
-    real = write_tree.consolidate_root
-    monkeypatch.setattr(write_tree, "consolidate_root", lambda store: consolidations.append(real(store)))
+    real = consolidate.consolidated_root_document
+
+    def counting(*args):
+        consolidations.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(consolidate, "consolidated_root_document", counting)
     store = RecordingStore()
     z3.to_zarr(three_levels(), store, mode="w")
     assert len(consolidations) == 1
+    assert store.writes.count("zarr.json") == 1  # the root document is written once, last
+    assert store.writes[-1] == "zarr.json"
     root_doc = json.loads(store.get("zarr.json"))
     listed = set(root_doc["consolidated_metadata"]["metadata"])
     assert {"a", "x", "obs", "obs/t2m", "obs/time", "obs/station", "obs/station/name"} <= listed

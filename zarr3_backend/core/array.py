@@ -782,6 +782,13 @@ class Array:
         if cache is not None:
             cache.invalidate(keys)
 
+    def write_unit_of(self, region: tuple[slice, ...], value: Any, key: str) -> None:
+        """Write the part of ``value`` (the values of ``region``) that falls in the storage unit
+        ``key``, as a conditional read-modify-write: how a commit redoes a unit that another
+        writer changed while this one was staged."""
+        indexer = indexing.basic_indexer(tuple(region), self.shape, self.storage_chunks)
+        self._write_units(_OneUnit(indexer, key, self._chunk_key), self._coerce_value(value, indexer.shape))
+
     def _write_atomically(self, indexer: Any, value: Any) -> None:
         """A write of several storage units, staged and committed as one (see core/commit.py):
         readers see all of it or none of it, also after a crash."""

@@ -428,6 +428,8 @@ def _apply(
     staged = [k[len(data) :] for k in store.list_prefix(data)]
     staged_set = set(staged)
 
+    lost: list[str] = []  # units another writer changed that could not be merged again
+
     def place(key: str) -> None:
         if key not in expected:
             store.move(data + key, key)
@@ -436,7 +438,10 @@ def _apply(
         if value is None:  # moved by an earlier, interrupted run of this commit
             return
         if not store.set_if(key, value, expected[key]):
-            _conflict(key, redo)
+            try:
+                _conflict(key, redo)
+            except WriteConflictError:
+                lost.append(key)  # the other writer's value stays; the commit goes on without it
         store.erase(data + key)
 
     if staged:
@@ -469,6 +474,11 @@ def _apply(
     else:
         _write_final(store, root, root_doc, txn_id)
     store.erase_prefix(base)
+    if lost:
+        raise WriteConflictError(
+            f"{sorted(lost)} were changed by other writers while this write merged into them and could "
+            "not be merged again: those units keep the other writers' values, the rest is committed"
+        )
 
 
 # ---- recovery ------------------------------------------------------------------------------------

@@ -23,10 +23,10 @@ from ..core.array import Array
 from ..core.commit import Transaction
 from ..core.group import Group
 from ..core.metadata import GroupMetadata, to_bytes
-from ..core.paths import metadata_key
+from ..core.paths import join_prefix, metadata_key
 from ..dask.write import FusingDelayed
 from ..dask.write import store as dask_store
-from ..errors import GroupNotFoundError, Zarr3Error
+from ..errors import GroupNotFoundError, WriteConflictError, Zarr3Error
 from ..stores.base import Store
 from .write_plan import WritePlan
 
@@ -69,8 +69,9 @@ def execute(
     erase: list[str] = []
     for plan in plans:
         if plan.create_group:  # a new (or replaced) group, and any missing parents
-            documents.update(missing_parent_documents(store, plan.path))
-            documents[metadata_key(plan.path)] = to_bytes(GroupMetadata())
+            for key, doc in missing_parent_documents(store, plan.path).items():
+                documents.setdefault(key, doc)  # never over a document another plan gives
+            documents.setdefault(metadata_key(plan.path), to_bytes(GroupMetadata()))
         documents.update(plan.documents())
         guard += [plan.path, *(w.target.path for w in plan.writes)]
         erase += plan.erase_prefixes
@@ -83,10 +84,36 @@ def execute(
             )
         if compute and lazy:
             run(*lazy)
-        txn.commit(consolidate=consolidate and changes)
+        txn.commit(consolidate=consolidate and changes, redo=_redo(plans, store))
     if not compute:
         return combine(lazy)
     return open_group(store, path=path, mode="r+")
+
+
+def _redo(plans: Sequence[WritePlan], store: Store) -> Callable[[str], None]:
+    """How the commit redoes a unit another writer changed since this write merged into it
+    (only units written in part, which ``safe_chunks=False`` allows): numpy data is merged
+    again as a conditional write; a dask block would have to be computed again, so it is
+    refused."""
+
+    def redo(key: str) -> None:
+        for plan in plans:
+            for w in plan.writes:
+                if key.startswith(join_prefix(w.target.path)) and not isinstance(w.variable.data, da.Array):
+                    target = Array(
+                        store,
+                        w.target.path,
+                        w.target.metadata,
+                        write_empty_chunks=w.target.write_empty_chunks,
+                    )
+                    target.write_unit_of(w.region, np.asarray(w.variable.values), key)
+                    return
+        raise WriteConflictError(
+            f"{key!r} was changed by another writer while this write merged dask data into it "
+            "(safe_chunks=False); nothing of this write was committed past it: write it again"
+        )
+
+    return redo
 
 
 def write_data(plan: WritePlan, data_store: Store, lazy_store: Store, *, align_chunks: bool) -> list[Any]:
