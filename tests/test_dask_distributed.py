@@ -39,8 +39,11 @@ class DyingStore(LocalStore):
     def __setstate__(self, state):
         self.read_only = state["read_only"]
 
+    def _victim(self, key):  # the key itself, or its staged copy (to_zarr stages, then commits)
+        return key.startswith(self.victim) or f"/data/{self.victim}" in key
+
     def set_many(self, items):
-        hit = [k for k in items if k.startswith(self.victim)]
+        hit = [k for k in items if self._victim(k)]
         if hit and not os.path.exists(self.marker) and os.getpid() != self.test_pid:
             with open(self.marker, "w") as f:
                 f.write(str(os.getpid()))
@@ -57,7 +60,7 @@ class DyingStore(LocalStore):
         self.set_many({key: value})
 
     def set_if(self, key, value, expected):  # a partial shard rewrite is a conditional write
-        if key.startswith(self.victim) and not os.path.exists(self.marker) and os.getpid() != self.test_pid:
+        if self._victim(key) and not os.path.exists(self.marker) and os.getpid() != self.test_pid:
             with open(self.marker, "w") as f:
                 f.write(str(os.getpid()))
             os._exit(1)
