@@ -8,8 +8,9 @@ async API runs on zarr-python's own event loop (see ``_run``); batched calls gat
 requests there, at most ``concurrency`` in flight.
 
 Icechunk specifics live here too, because they ride on its zarr-python store: pickling rules
-for sessions (``__reduce__``) and ``commit``, which turns Icechunk's conflict errors into
-``WriteConflictError``.
+for sessions (``__reduce__``), the receipts of writes through a ``ForkSession`` on dask workers
+(each worker's copy of the fork, merged back into the client's), and ``commit``, which turns
+Icechunk's conflict errors into ``WriteConflictError``.
 """
 
 from __future__ import annotations
@@ -75,8 +76,16 @@ def _byte_request(byte_range: ByteRange | None) -> Any:
 
 
 def _rebuild(data: bytes, read_only: bool, concurrency: int) -> ZarrPythonStore:
-    """Pickle helper: unpickle the wrapped store, then wrap it again."""
-    return ZarrPythonStore(pickle.loads(data), read_only=read_only, concurrency=concurrency)
+    """Pickle helper: unpickle the wrapped store, then wrap it again (marked as a copy)."""
+    store = ZarrPythonStore(pickle.loads(data), read_only=read_only, concurrency=concurrency)
+    store._is_copy = True
+    return store
+
+
+def _distinct(objects: Iterable[Any]) -> list[Any]:
+    """``objects`` without Nones and without repeats of one object (tasks run in one worker
+    return that worker's one fork)."""
+    return list({id(o): o for o in objects if o is not None}.values())
 
 
 def _is_icechunk_store(obj: object) -> bool:
@@ -101,9 +110,10 @@ class ZarrPythonStore(Store):
     ``read_only`` defaults to the wrapped store's flag; a read-only view of a writable store
     is allowed, a writable view of a read-only store is refused. ``close`` leaves the wrapped
     store open: it belongs to the caller. Pickles by pickling the wrapped store, under that
-    store's rules: an Icechunk writable session refuses (fork it), and a writable view of a
-    fork's store is refused too, since changes written by a worker through a copy would never
-    come back to be merged (see ``commit``).
+    store's rules: an Icechunk writable session refuses (fork it). A writable fork's store
+    pickles, and returns receipts: the dask write tasks hand each worker's copy of the fork back
+    to the client, which merges them into the fork it wrote to (``merge_receipts``); then
+    ``session.merge(fork)`` and ``commit`` as Icechunk documents.
     """
 
     #: Every request is a round trip through the wrapped store (often an object store).
@@ -128,6 +138,9 @@ class ZarrPythonStore(Store):
         # an Icechunk session is itself a transaction: its commit makes every write visible at
         # once, so the package's own staging and markers would only get in its way
         self.commits_externally = _is_icechunk_store(store)
+        # writes through a copy of a fork (on a dask worker) stay in the copy until merged back
+        self.returns_receipts = not read_only and _is_icechunk_fork_store(store)
+        self._is_copy = False  # True where this store was unpickled (another process)
 
     # ---- plumbing --------------------------------------------------------------------------
     def _buffers(self) -> Any:
@@ -277,6 +290,29 @@ class ZarrPythonStore(Store):
         names = self._call(f"list_dir {prefix!r}", self._list(self.store.list_dir(prefix.rstrip("/"))))
         return iter(dict.fromkeys(n.rstrip("/") for n in names))
 
+    # ---- receipts (an Icechunk ForkSession written to on dask workers) -----------------------
+    def write_receipt(self) -> Any:
+        """This copy's ForkSession, holding what was written through it (None in the process
+        that made the store: its writes are already in the fork)."""
+        return self.store.session if self.returns_receipts and self._is_copy else None
+
+    @staticmethod
+    def combine_receipts(receipts: Sequence[Any]) -> tuple[Any, ...]:
+        """One ForkSession holding the changes of all ``receipts`` (a fresh copy of the first,
+        so no worker's live fork is changed), as Icechunk's own dask reduction merges them."""
+        forks = _distinct(receipts)
+        if len(forks) < 2:
+            return tuple(forks)
+        merged = pickle.loads(pickle.dumps(forks[0]))
+        merged.merge(*forks[1:])
+        return (merged,)
+
+    def merge_receipts(self, receipts: Sequence[Any]) -> None:
+        """Merge the forks that write tasks sent back into the fork this store writes to."""
+        forks = _distinct(receipts)
+        if forks and self.returns_receipts:
+            self.store.session.merge(*forks)
+
     # ---- identity --------------------------------------------------------------------------
     def with_read_only(self, read_only: bool = True) -> ZarrPythonStore:
         """A store on the same wrapped object with another read-only flag."""
@@ -295,14 +331,8 @@ class ZarrPythonStore(Store):
         return f"ZarrPythonStore({self.store!r}, read_only={self.read_only})"
 
     def __reduce__(self) -> tuple[Callable[..., ZarrPythonStore], tuple[bytes, bool, int]]:
-        """Pickle the wrapped store; refuse where the copy's writes would be lost or unsafe."""
-        if not self.read_only and _is_icechunk_fork_store(self.store):
-            raise StoreArgumentError(
-                f"{self!r} writes into an Icechunk ForkSession: a copy sent to another process "
-                "would write into its own fork, whose changes never come back to be merged. "
-                "Send the fork itself to the workers (each writes through fork.store there and "
-                "returns the fork), then session.merge(*forks) and commit"
-            )
+        """Pickle the wrapped store (an Icechunk writable session refuses: fork it); a fork's
+        copy returns what it writes as receipts (``write_receipt``)."""
         try:
             data = pickle.dumps(self.store)
         except Exception as e:
