@@ -79,6 +79,7 @@ def _rebuild(data: bytes, read_only: bool, concurrency: int) -> ZarrPythonStore:
     """Pickle helper: unpickle the wrapped store, then wrap it again (marked as a copy)."""
     store = ZarrPythonStore(pickle.loads(data), read_only=read_only, concurrency=concurrency)
     store._is_copy = True
+    store._fork_was_clean = True  # the original was, or it would not have pickled
     return store
 
 
@@ -141,6 +142,10 @@ class ZarrPythonStore(Store):
         # writes through a copy of a fork (on a dask worker) stay in the copy until merged back
         self.returns_receipts = not read_only and _is_icechunk_fork_store(store)
         self._is_copy = False  # True where this store was unpickled (another process)
+        # Icechunk merges a fork's whole change set, the changes it inherited included: forks
+        # of a fork that already held chunk writes would bring stale chunks back when merged
+        self._fork_was_clean = not (self.returns_receipts and store.session.has_uncommitted_changes)
+        self._receipt: Any = None
 
     # ---- plumbing --------------------------------------------------------------------------
     def _buffers(self) -> Any:
@@ -293,8 +298,14 @@ class ZarrPythonStore(Store):
     # ---- receipts (an Icechunk ForkSession written to on dask workers) -----------------------
     def write_receipt(self) -> Any:
         """This copy's ForkSession, holding what was written through it (None in the process
-        that made the store: its writes are already in the fork)."""
-        return self.store.session if self.returns_receipts and self._is_copy else None
+        that made the store: its writes are already in the fork). One object per copy, so the
+        receipts of tasks run by one worker are merged once (``store.session`` makes a new
+        wrapper at each call)."""
+        if not (self.returns_receipts and self._is_copy):
+            return None
+        if self._receipt is None:
+            self._receipt = self.store.session
+        return self._receipt
 
     @staticmethod
     def combine_receipts(receipts: Sequence[Any]) -> tuple[Any, ...]:
@@ -332,7 +343,16 @@ class ZarrPythonStore(Store):
 
     def __reduce__(self) -> tuple[Callable[..., ZarrPythonStore], tuple[bytes, bool, int]]:
         """Pickle the wrapped store (an Icechunk writable session refuses: fork it); a fork's
-        copy returns what it writes as receipts (``write_receipt``)."""
+        copy returns what it writes as receipts (``write_receipt``). A fork that held changes
+        before this store was made is refused: the workers' forks would inherit them, and
+        merging those forks back could restore chunks that another worker rewrote."""
+        if not self._fork_was_clean:
+            raise StoreArgumentError(
+                f"{self!r} writes into an Icechunk ForkSession that already holds uncommitted "
+                "changes: forks of it on dask workers would carry them back and could undo each "
+                "other's chunks when merged. Write from a fresh fork for each distributed write: "
+                "session.merge(fork), commit, then fork the new session"
+            )
         try:
             data = pickle.dumps(self.store)
         except Exception as e:
