@@ -8,6 +8,7 @@ from __future__ import annotations
 import pickle
 
 import dask
+import dask.array as da
 import numpy as np
 import pandas as pd
 import pytest
@@ -15,6 +16,7 @@ import xarray as xr
 
 import zarr3_backend as z3
 from zarr3_backend.byte_range import ByteRange
+from zarr3_backend.dask import store as dask_store
 from zarr3_backend.errors import ReadOnlyError, WriteConflictError
 from zarr3_backend.stores import StoreArgumentError, ZarrPythonStore, make_store
 from zarr3_backend.stores.zarr_python import commit
@@ -388,6 +390,39 @@ def test_distributed_to_zarr_into_forks_merge_commit(tmp_path, client):
     store = repo.readonly_session(branch="main").store
     xr.testing.assert_identical(read_zarr_engine(store), changed)
     xr.testing.assert_identical(xr.open_dataset(store, engine="zarr3", chunks={}).compute(), changed)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_distributed_dask_store_and_datatree_into_forks(tmp_path, client):
+    """The receipts come back through every write path on a cluster: dask.store (computed
+    at once, and a deferred write's own compute) and a DataTree's to_zarr."""
+    repo = new_repo(tmp_path / "repo")
+    data = np.arange(8 * 6, dtype="int32").reshape(8, 6)
+
+    def arrays(store):
+        group = z3.open_group(store, mode="w")
+        a = group.create_array("a", shape=(8, 6), dtype="int32", chunks=(2, 3), shards=(4, 6))
+        b = group.create_array("b", shape=(8, 6), dtype="int32", chunks=(2, 6))
+        dask_store(da.from_array(data, chunks=(4, 6)), a)
+        deferred = dask_store(da.from_array(-data, chunks=(2, 6)), b, compute=False)
+        assert deferred.compute().count == 4
+
+    _fork_write(repo, "arrays", arrays)
+    group = z3.open_group(repo.readonly_session(branch="main").store, mode="r")
+    np.testing.assert_array_equal(group["a"][...], data)
+    np.testing.assert_array_equal(group["b"][...], -data)
+
+    tree = xr.DataTree.from_dict(
+        {
+            "/": climate(ntime=4, seed=1).chunk({"time": 2}),
+            "/sub": climate(ntime=4, seed=2).drop_vars(["time", "lat", "lon"]).chunk({"time": 2}),
+        }
+    )
+    _fork_write(repo, "tree", lambda store: z3.to_zarr(tree, store, mode="w"))
+    back = xr.open_datatree(repo.readonly_session(branch="main").store, engine="zarr", consolidated=False)
+    for path in ("/", "/sub"):
+        xr.testing.assert_identical(back[path].to_dataset().load(), tree[path].to_dataset().compute())
 
 
 @pytest.mark.distributed
