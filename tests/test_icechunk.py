@@ -299,6 +299,40 @@ def test_pickling_follows_icechunks_rules(repo_with_history):
     xr.testing.assert_identical(xr.open_dataset(view, engine="zarr3").load(), versions["main"])
 
 
+def test_a_forks_copy_never_changes_what_the_fork_had_changed(tmp_path):
+    """Icechunk merges whole change sets, so a worker's fork would bring back what it inherited
+    over another worker's rewrite: a copy refuses to change keys the fork had changed (a node
+    erased and made anew starts empty), and a fork that took receipts pickles no more."""
+    repo = new_repo(tmp_path / "repo")
+    session = repo.writable_session("main")
+    group = z3.open_group(session.store, mode="w")
+    group.create_array("old", shape=(4,), dtype="uint8", chunks=(2,), compressors=None)[...] = 5
+    commit(session, "old")
+
+    fork = repo.writable_session("main").fork()
+    store = make_store(fork.store, mode="a")
+    group = z3.open_group(store, mode="a")
+    a = group.create_array("a", shape=(4,), dtype="uint8", chunks=(2,), compressors=None)
+    a[0:2] = 1  # chunk a/c/0 changed in the fork, in this process
+    store.erase_prefix("old/")  # a node erased, not made anew
+    group.create_array("new", shape=(4,), dtype="uint8", chunks=(2,), compressors=None)
+    copy = pickle.loads(pickle.dumps(store))
+    copy.set("a/c/1", bytes([2, 2]))  # a chunk the fork had not changed
+    copy.set("new/c/0", bytes([7, 7]))
+    with pytest.raises(WriteConflictError, match="'a/c/0'"):
+        copy.set("a/c/0", bytes([3, 3]))
+    with pytest.raises(WriteConflictError, match="'a/c/0'"):
+        copy.erase_many(["a/c/0"])
+    with pytest.raises(WriteConflictError, match="'old/c/0'"):
+        copy.set_many({"old/c/0": bytes([4, 4])})
+
+    store.merge_receipts([copy.write_receipt()])
+    np.testing.assert_array_equal(a[...], [1, 1, 2, 2])
+    np.testing.assert_array_equal(z3.open_array(store, path="new")[...], [7, 7, 0, 0])
+    with pytest.raises(StoreArgumentError, match="fresh fork"):
+        pickle.dumps(store)
+
+
 # ---- dask.distributed --------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def client():
@@ -403,12 +437,18 @@ def test_distributed_dask_store_and_datatree_into_forks(tmp_path, client):
     def arrays(store):
         group = z3.open_group(store, mode="w")
         a = group.create_array("a", shape=(8, 6), dtype="int32", chunks=(2, 3), shards=(4, 6))
-        b = group.create_array("b", shape=(8, 6), dtype="int32", chunks=(2, 6))
+        group.create_array("b", shape=(8, 6), dtype="int32", chunks=(2, 6))
         dask_store(da.from_array(data, chunks=(4, 6)), a)
-        deferred = dask_store(da.from_array(-data, chunks=(2, 6)), b, compute=False)
-        assert deferred.compute().count == 4
+        # one distributed write per fork: its store now holds what the workers wrote
+        with pytest.raises(StoreArgumentError, match="fresh fork"):
+            pickle.dumps(a.store)
+
+    def deferred(store):
+        b = z3.open_array(store, path="b", mode="r+")
+        assert dask_store(da.from_array(-data, chunks=(2, 6)), b, compute=False).compute().count == 4
 
     _fork_write(repo, "arrays", arrays)
+    _fork_write(repo, "deferred", deferred)
     group = z3.open_group(repo.readonly_session(branch="main").store, mode="r")
     np.testing.assert_array_equal(group["a"][...], data)
     np.testing.assert_array_equal(group["b"][...], -data)
@@ -443,6 +483,14 @@ def test_a_fork_holding_changes_is_refused_for_a_distributed_write(tmp_path, cli
     session.merge(fork)
     commit(session, "first write only")
     xr.testing.assert_identical(read_zarr_engine(repo.readonly_session(branch="main").store), ds)
+
+    # chunks written in this process, then rewritten by workers through the same store: the
+    # workers' tasks refuse (their forks would undo each other's rewrites when merged)
+    fork = repo.writable_session("main").fork()
+    t2m = z3.open_array(fork.store, path="t2m", mode="r+")
+    t2m[0:2] = 0.0
+    with pytest.raises(WriteConflictError, match="t2m/c/0/0/0"):
+        dask_store(da.zeros(t2m.shape, chunks=(2, 4, 6), dtype="float32") + 1, t2m)
 
 
 @pytest.mark.distributed

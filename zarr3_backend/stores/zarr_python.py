@@ -19,6 +19,7 @@ import asyncio
 import pickle
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..byte_range import ByteRange
@@ -75,11 +76,29 @@ def _byte_request(byte_range: ByteRange | None) -> Any:
     return RangeByteRequest(byte_range.offset, byte_range.offset + byte_range.length)
 
 
-def _rebuild(data: bytes, read_only: bool, concurrency: int) -> ZarrPythonStore:
+@dataclass(frozen=True)
+class Inherited:
+    """The keys (and erased directory prefixes) that a fork's store had changed in its fork
+    when it was copied for a dask worker: the copy must not change them again.
+
+    Icechunk merges a fork's whole change set, what it inherited included, so a worker's fork
+    would bring an inherited chunk back over another worker's rewrite of it when merged."""
+
+    keys: frozenset[str] = frozenset()
+    prefixes: tuple[str, ...] = ()
+
+    def covers(self, key: str) -> bool:
+        """Whether ``key`` was changed before the copy was made."""
+        return key in self.keys or any(key.startswith(p) for p in self.prefixes)
+
+
+def _rebuild(
+    data: bytes, read_only: bool, concurrency: int, inherited: Inherited | None = None
+) -> ZarrPythonStore:
     """Pickle helper: unpickle the wrapped store, then wrap it again (marked as a copy)."""
     store = ZarrPythonStore(pickle.loads(data), read_only=read_only, concurrency=concurrency)
-    store._is_copy = True
-    store._fork_was_clean = True  # the original was, or it would not have pickled
+    if inherited is not None:
+        store._inherited = inherited
     return store
 
 
@@ -114,7 +133,10 @@ class ZarrPythonStore(Store):
     store's rules: an Icechunk writable session refuses (fork it). A writable fork's store
     pickles, and returns receipts: the dask write tasks hand each worker's copy of the fork back
     to the client, which merges them into the fork it wrote to (``merge_receipts``); then
-    ``session.merge(fork)`` and ``commit`` as Icechunk documents.
+    ``session.merge(fork)`` and ``commit`` as Icechunk documents. One distributed write per
+    fresh fork (as Icechunk's ``to_icechunk``): Icechunk merges whole change sets, so a fork that
+    holds changes this store did not make is not sent to workers, and a worker's copy refuses
+    to change what the fork had changed before (``Inherited``).
     """
 
     #: Every request is a round trip through the wrapped store (often an object store).
@@ -141,11 +163,30 @@ class ZarrPythonStore(Store):
         self.commits_externally = _is_icechunk_store(store)
         # writes through a copy of a fork (on a dask worker) stay in the copy until merged back
         self.returns_receipts = not read_only and _is_icechunk_fork_store(store)
-        self._is_copy = False  # True where this store was unpickled (another process)
-        # Icechunk merges a fork's whole change set, the changes it inherited included: forks
-        # of a fork that already held chunk writes would bring stale chunks back when merged
-        self._fork_was_clean = not (self.returns_receipts and store.session.has_uncommitted_changes)
+        # a fork's store records what it changes in its fork (None: not known, as when the fork
+        # held changes already), so that its copies on dask workers never change it again
+        # (see Inherited); a copy knows what it inherited
+        clean = self.returns_receipts and not store.session.has_uncommitted_changes
+        self._changed: set[str] | None = set() if clean else None
+        self._erased_dirs: set[str] = set()
+        self._inherited: Inherited | None = None  # set on a copy (another process)
         self._receipt: Any = None
+
+    def _changing(self, keys: Iterable[str]) -> None:
+        """Record keys about to change in a fork (refuse, on a worker's copy, those it inherited)."""
+        if not self.returns_receipts:
+            return
+        if self._inherited is not None:
+            for key in keys:
+                if self._inherited.covers(key):
+                    raise WriteConflictError(
+                        f"{self!r}: key {key!r} was changed in this ForkSession before it was sent "
+                        "to dask workers; rewriting it there could be undone when the workers' "
+                        "forks are merged. Merge the fork into its session, commit, and write "
+                        "from a fresh fork"
+                    )
+        elif self._changed is not None:
+            self._changed.update(keys)
 
     # ---- plumbing --------------------------------------------------------------------------
     def _buffers(self) -> Any:
@@ -226,6 +267,7 @@ class ZarrPythonStore(Store):
         """Store ``value`` under ``key``."""
         self.check_writable(key)
         validate_key(key)
+        self._changing([key])
         self._call(f"set {key!r}", self._set(key, value))
 
     def set_many(self, items: Mapping[str, BytesLike]) -> None:
@@ -233,6 +275,7 @@ class ZarrPythonStore(Store):
         for key in items:
             self.check_writable(key)
             validate_key(key)
+        self._changing(items)
         calls = [lambda k=k, v=v: self._set(k, v) for k, v in items.items()]
         self._batch(f"writing {len(calls)} keys", calls)
 
@@ -240,6 +283,7 @@ class ZarrPythonStore(Store):
         """Remove ``key``; no error if it is missing."""
         self.check_writable(key)
         validate_key(key)
+        self._changing([key])
         self._call(f"delete {key!r}", self.store.delete(key))
 
     def erase_many(self, keys: Iterable[str]) -> None:
@@ -251,6 +295,7 @@ class ZarrPythonStore(Store):
         for key in keys:
             self.check_writable(key)
             validate_key(key)
+        self._changing(keys)
         is_metadata = [k == "zarr.json" or k.endswith("/zarr.json") for k in keys]
         for last in (False, True):
             calls = [
@@ -268,6 +313,9 @@ class ZarrPythonStore(Store):
             return
         if not self.store.supports_deletes:
             raise ReadOnlyError(f"the zarr-python store {self.store!r} cannot delete keys")
+        if self._inherited is not None:  # a copy: refuse to erase what it inherited
+            self._changing([k for k in self._inherited.keys if k.startswith(prefix)])
+        self._erased_dirs.add(prefix)
         self._call(f"delete_dir {prefix!r}", self.store.delete_dir(prefix.rstrip("/")))
 
     # ---- listing ---------------------------------------------------------------------------
@@ -301,7 +349,7 @@ class ZarrPythonStore(Store):
         that made the store: its writes are already in the fork). One object per copy, so the
         receipts of tasks run by one worker are merged once (``store.session`` makes a new
         wrapper at each call)."""
-        if not (self.returns_receipts and self._is_copy):
+        if not (self.returns_receipts and self._inherited is not None):
             return None
         if self._receipt is None:
             self._receipt = self.store.session
@@ -323,6 +371,7 @@ class ZarrPythonStore(Store):
         forks = _distinct(receipts)
         if forks and self.returns_receipts:
             self.store.session.merge(*forks)
+            self._changed = None  # the fork now holds what the workers wrote, keys unknown
 
     # ---- identity --------------------------------------------------------------------------
     def with_read_only(self, read_only: bool = True) -> ZarrPythonStore:
@@ -341,25 +390,38 @@ class ZarrPythonStore(Store):
     def __repr__(self) -> str:
         return f"ZarrPythonStore({self.store!r}, read_only={self.read_only})"
 
-    def __reduce__(self) -> tuple[Callable[..., ZarrPythonStore], tuple[bytes, bool, int]]:
-        """Pickle the wrapped store (an Icechunk writable session refuses: fork it); a fork's
-        copy returns what it writes as receipts (``write_receipt``). A fork that held changes
-        before this store was made is refused: the workers' forks would inherit them, and
-        merging those forks back could restore chunks that another worker rewrote."""
-        if not self._fork_was_clean:
+    def _inheritance(self) -> Inherited | None:
+        """What a copy of this store inherits (None for stores that return no receipts)."""
+        if not self.returns_receipts:
+            return None
+        if self._inherited is not None:  # a copy copied again
+            return self._inherited
+        if self._changed is None:
             raise StoreArgumentError(
-                f"{self!r} writes into an Icechunk ForkSession that already holds uncommitted "
-                "changes: forks of it on dask workers would carry them back and could undo each "
-                "other's chunks when merged. Write from a fresh fork for each distributed write: "
-                "session.merge(fork), commit, then fork the new session"
+                f"{self!r} writes into an Icechunk ForkSession that holds changes this store did "
+                "not make (made before it, or merged from dask workers): forks of it on workers "
+                "would carry them back and could undo each other's chunks when merged. Write "
+                "from a fresh fork for each distributed write: session.merge(fork), commit, "
+                "then fork the new session"
             )
+        # a directory erased and made anew (its zarr.json written) is a new node: its chunks
+        # start empty, so writing them is safe
+        prefixes = tuple(p for p in self._erased_dirs if p + "zarr.json" not in self._changed)
+        return Inherited(frozenset(self._changed), prefixes)
+
+    def __reduce__(self) -> tuple[Callable[..., ZarrPythonStore], tuple[Any, ...]]:
+        """Pickle the wrapped store (an Icechunk writable session refuses: fork it). A fork's
+        copy returns what it writes as receipts (``write_receipt``) and refuses to change again
+        what the fork had changed when it was copied (``Inherited``); a fork holding changes
+        this store did not make is refused."""
+        inherited = self._inheritance()
         try:
             data = pickle.dumps(self.store)
         except Exception as e:
             raise StoreArgumentError(
                 f"cannot pickle {self!r} (for dask workers or another process): {type(e).__name__}: {e}"
             ) from e
-        return _rebuild, (data, self.read_only, self.concurrency)
+        return _rebuild, (data, self.read_only, self.concurrency, inherited)
 
 
 def commit(session: Any, message: str, **kwargs: Any) -> str:
