@@ -463,6 +463,21 @@ def test_to_zarr_merges_receipts_on_compute_and_returns_them_when_deferred():
     assert plain.compute(scheduler="sync") is None
 
 
+def test_a_deep_tree_combines_the_receipts_at_every_level(monkeypatch):
+    monkeypatch.setattr(tree_module, "FAN_IN", 2)  # 20 shards: five levels of partial sums
+    for chunks in [(4, 6), (8, 12)]:  # Blockwise path, then one task per piece of a block
+        a = new_array(ReceiptStore(), shape=(20, 24), chunks=(2, 3), shards=(4, 6))
+        data, darr = source(shape=(20, 24), chunks=chunks)
+        ReceiptStore.combined.clear()
+        (result,) = dask.compute(store(darr, a, compute=False), scheduler=remote_get)
+        assert result.count == 20 and len(result.receipts) == 1  # one receipt reaches the client
+        assert len(ReceiptStore.combined) == 19  # each of the 21 nodes with two children or more
+        changed, _ = result.receipts[0]
+        assert len([k for k in changed if "/c/" in k]) == 20  # every shard written is in it
+        a.store.merge_receipts(result.receipts)
+        np.testing.assert_array_equal(a[...], data)
+
+
 # ---- rectilinear chunk grids ------------------------------------------------------------------
 def test_store_into_a_rectilinear_array(tmp_path):
     """dask writes follow a rectilinear grid's units: aligned blocks, align_chunks, regions; a

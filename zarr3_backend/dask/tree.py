@@ -4,6 +4,8 @@ One task depending on a million write tasks strains any scheduler, and listing a
 when the graph is built costs a million Python objects. :class:`CountTree` describes a tree of
 partial sums by arithmetic alone (``FAN_IN`` children per node) and writes out its few tasks
 only when a scheduler asks for them, so a Blockwise write layer stays lazy up to the end.
+On a store that returns receipts (``Store.returns_receipts``) the counts are :class:`Tally`
+objects, and each node of the tree also combines the receipts of the tasks below it.
 """
 
 from __future__ import annotations
