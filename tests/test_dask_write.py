@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import ClassVar
 
 import cloudpickle
 import dask
@@ -17,6 +18,7 @@ from store_doubles import RecordingStore
 import zarr3_backend as z3
 import zarr3_backend.dask.tree as tree_module
 from zarr3_backend.dask import DONE_PREFIX, WRITE_PREFIX, CountTree, from_array, store
+from zarr3_backend.dask.tree import receipts_of
 from zarr3_backend.dask.write import _write_block
 from zarr3_backend.errors import ChunkAlignmentError, SelectionError, ShapeError
 from zarr3_backend.stores import LocalStore, MemoryStore
@@ -342,3 +344,167 @@ def test_a_0d_block_shared_by_two_writes_is_computed_once():
     dask.compute(*writes)
     assert len(calls) == 1
     assert b[()] == a[()] + 1
+
+
+# ---- stores whose worker copies hand their writes back (receipts) ------------------------------
+class ReceiptStore(MemoryStore):
+    """A store whose copies (on workers) keep what they write, as an Icechunk ForkSession does,
+    and hand it back as receipts (values set, keys erased) that the client's store merges; like
+    an Icechunk session it is committed outside (no staging)."""
+
+    returns_receipts = True
+    commits_externally = True
+    combined: ClassVar[list[int]] = []  # sizes of the receipt lists the count tree combined
+
+    def __init__(self, data=None, *, read_only=False, is_copy=False):
+        super().__init__(data, read_only=read_only)
+        self.original = dict(self._data) if is_copy else None
+
+    def write_receipt(self):
+        if self.original is None:
+            return None
+        now = dict(self._data)
+        changed = {k: v for k, v in now.items() if self.original.get(k) != v}
+        return changed, {k for k in self.original if k not in now}
+
+    @staticmethod
+    def combine_receipts(receipts):
+        ReceiptStore.combined.append(len(receipts))
+        changed, erased = {}, set()
+        for c, e in receipts:
+            changed.update(c)
+            erased |= e
+        return ((changed, erased),)
+
+    def merge_receipts(self, receipts):
+        for changed, erased in receipts:
+            self.erase_many(erased)
+            self.set_many(changed)
+
+    def __reduce__(self):
+        return _receipt_store_copy, (dict(self._data),)
+
+
+def _receipt_store_copy(data):
+    return ReceiptStore(data, is_copy=True)
+
+
+def receipt_array():
+    return new_array(ReceiptStore(), shape=(8, 12), chunks=(2, 3), shards=(4, 6))
+
+
+def test_receipts_of_worker_copies_are_merged_by_store_compute_true():
+    """Tasks on copies of the store (as on worker processes) write into the copies only: the
+    data reaches the client's store through the receipts, or not at all."""
+    data, darr = source((8, 12), (4, 6))
+    a = receipt_array()
+    ReceiptStore.combined.clear()
+    store(darr, a, scheduler=remote_get)
+    np.testing.assert_array_equal(a[...], data)
+    assert ReceiptStore.combined  # the count tree combined them on the way up
+
+    b = receipt_array()
+    d = store(darr * 2, b, compute=False)
+    (result,) = dask.compute(d, scheduler=remote_get)  # not the Delayed's own compute: not merged
+    assert result.count == 4 and len(result.receipts) == 1
+    assert (b[...] == 0).all()  # dropping the receipts loses the writes
+    b.store.merge_receipts(receipts_of(result))
+    np.testing.assert_array_equal(b[...], data * 2)
+
+
+def test_a_deferred_write_merges_its_receipts_when_computed():
+    data, darr = source((8, 12), (4, 6))
+    a = receipt_array()
+    d = store(darr + 1, a, compute=False)
+    assert d.compute(scheduler=remote_get).count == 4
+    np.testing.assert_array_equal(a[...], data + 1)
+    # a numpy value deferred, and a 0-d dask array, return receipts too
+    b = receipt_array()
+    store(data, b, compute=False).compute(scheduler=remote_get)
+    np.testing.assert_array_equal(b[...], data)
+    g = z3.open_group(ReceiptStore(), mode="w")
+    s = g.create_array("s", shape=(), dtype="f8")
+    store(da.from_array(np.float64(7.5)), s, (), scheduler=remote_get)
+    assert s[()] == 7.5
+
+
+def test_in_process_writes_return_no_receipts():
+    """On the threaded scheduler the tasks write through the client's own store: nothing to merge."""
+    data, darr = source((8, 12), (4, 6))
+    a = receipt_array()
+    result = store(darr, a, compute=False).compute(scheduler="threads")
+    assert result.count == 4 and result.receipts == ()
+    np.testing.assert_array_equal(a[...], data)
+
+
+def test_to_zarr_merges_receipts_on_compute_and_returns_them_when_deferred():
+    import xarray as xr
+
+    data, darr = source((8, 12), (4, 6))
+    ds = xr.Dataset({"v": (("y", "x"), darr)})
+    zstore = ReceiptStore()
+    with dask.config.set(scheduler=remote_get):
+        z3.to_zarr(ds, zstore, mode="w", encoding={"v": {"chunks": (4, 6)}})
+        np.testing.assert_array_equal(xr.open_dataset(zstore, engine="zarr3")["v"].values, data)
+        appended = xr.Dataset({"v": (("y", "x"), darr[:4] * 3)})
+        z3.to_zarr(appended, zstore, append_dim="y")
+        np.testing.assert_array_equal(z3.open_array(zstore, path="v")[8:], data[:4] * 3)
+
+        d = z3.to_zarr(
+            xr.Dataset({"v": (("y", "x"), darr * 5)}), zstore, region={"y": slice(0, 8)}, compute=False
+        )
+        receipts = d.compute()
+    assert len(receipts) == 1  # combined into one
+    np.testing.assert_array_equal(z3.open_array(zstore, path="v")[:8], data)  # not merged yet
+    zstore.merge_receipts(receipts)
+    np.testing.assert_array_equal(z3.open_array(zstore, path="v")[:8], data * 5)
+    # a store without receipts: the deferred write computes to None, as before
+    plain = z3.to_zarr(ds, MemoryStore(), mode="w", compute=False)
+    assert plain.compute(scheduler="sync") is None
+
+
+def test_a_deep_tree_combines_the_receipts_at_every_level(monkeypatch):
+    monkeypatch.setattr(tree_module, "FAN_IN", 2)  # 20 shards: five levels of partial sums
+    for chunks in [(4, 6), (8, 12)]:  # Blockwise path, then one task per piece of a block
+        a = new_array(ReceiptStore(), shape=(20, 24), chunks=(2, 3), shards=(4, 6))
+        data, darr = source(shape=(20, 24), chunks=chunks)
+        ReceiptStore.combined.clear()
+        (result,) = dask.compute(store(darr, a, compute=False), scheduler=remote_get)
+        assert result.count == 20 and len(result.receipts) == 1  # one receipt reaches the client
+        assert len(ReceiptStore.combined) == 19  # its 21 nodes less the two with one child
+        changed, _ = result.receipts[0]
+        assert len([k for k in changed if "/c/" in k]) == 20  # every shard written is in it
+        a.store.merge_receipts(result.receipts)
+        np.testing.assert_array_equal(a[...], data)
+
+
+# ---- rectilinear chunk grids ------------------------------------------------------------------
+def test_store_into_a_rectilinear_array(tmp_path):
+    """dask writes follow a rectilinear grid's units: aligned blocks, align_chunks, regions; a
+    misaligned block is refused naming the units."""
+    data = np.arange(70, dtype="i4").reshape(10, 7)
+    a = z3.create_array(tmp_path / "r.zarr", shape=(10, 7), dtype="i4", chunks=[[2, 3, 5], [4, 3]])
+    store(da.from_array(data, chunks=((2, 3, 5), (4, 3))), a, scheduler="threads")
+    np.testing.assert_array_equal(a[...], data)
+    assert (
+        len(
+            write_keys(
+                dict(
+                    store(da.from_array(data, chunks=((2, 3, 5), (4, 3))), a, compute=False).__dask_graph__()
+                )
+            )
+        )
+        == 6
+    )
+
+    b = z3.create_array(tmp_path / "b.zarr", shape=(10, 7), dtype="i4", chunks=[[2, 3, 5], [4, 3]])
+    with pytest.raises(ChunkAlignmentError):
+        store(da.from_array(data, chunks=(4, 7)), b)
+    assert list(b.store.list_prefix("c/")) == []
+    store(da.from_array(data, chunks=(4, 7)), b, align_chunks=True, scheduler="threads")
+    np.testing.assert_array_equal(b[...], data)
+    store(da.from_array(-data[2:5], chunks=(3, 7)), b, region=(slice(2, 5), slice(None)), scheduler="threads")
+    store(-data[5:], b, region=(slice(5, 10), slice(None)))  # numpy, written at once
+    expected = data.copy()
+    expected[2:] *= -1
+    np.testing.assert_array_equal(z3.open_array(tmp_path / "b.zarr")[...], expected)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pickle
 
 import dask
+import dask.array as da
 import numpy as np
 import pandas as pd
 import pytest
@@ -15,6 +16,7 @@ import xarray as xr
 
 import zarr3_backend as z3
 from zarr3_backend.byte_range import ByteRange
+from zarr3_backend.dask import store as dask_store
 from zarr3_backend.errors import ReadOnlyError, WriteConflictError
 from zarr3_backend.stores import StoreArgumentError, ZarrPythonStore, make_store
 from zarr3_backend.stores.zarr_python import commit
@@ -57,10 +59,7 @@ def new_repo(path):
 
 def write_template(session, ds: xr.Dataset) -> None:
     """The arrays of ``ds`` (metadata and coordinates, data variables unwritten), written with
-    xarray's zarr engine. Icechunk takes chunks only of arrays whose metadata it holds, inside
-    their shape, while our to_zarr writes a new or grown array's metadata after its chunks (its
-    commit protocol for plain stores); until to_zarr writes metadata first for stores committed
-    outside (a hook in xarray/writer.py), new arrays and appends cannot go through it here."""
+    xarray's own zarr engine (the oracle: our reads and region writes meet its layout)."""
     ds.chunk({"time": 2}).to_zarr(
         session.store, mode="w", encoding=ENCODING, compute=False, consolidated=False
     )
@@ -164,6 +163,32 @@ def test_region_writes_numpy_and_dask_commit_and_read_back(tmp_path):
     xr.testing.assert_identical(xr.open_dataset(store, engine="zarr3").load(), ds)
 
 
+def test_to_zarr_new_arrays_replacing_appends_and_regions_then_commit(tmp_path):
+    """Everything to_zarr does, into a session's store: new arrays, mode="w" over them, appends
+    along time and region writes, numpy and dask data; one commit; both engines read it alike."""
+    repo = new_repo(tmp_path / "repo")
+    ds = climate(ntime=12, seed=4)
+    session = repo.writable_session("main")
+    z3.to_zarr(climate(ntime=2, seed=9), session.store, mode="w", encoding=ENCODING)  # replaced next
+    z3.to_zarr(ds.isel(time=slice(0, 4)), session.store, mode="w", encoding=ENCODING)
+    with dask.config.set(scheduler="threads"):
+        z3.to_zarr(ds.isel(time=slice(4, 8)).chunk({"time": 2}), session.store, append_dim="time")
+        z3.to_zarr(ds.isel(time=slice(8, 12)), session.store, append_dim="time")
+        changed = ds.copy(deep=True)
+        changed["t2m"][2:6] = 199.0
+        z3.to_zarr(changed[["t2m"]].isel(time=slice(2, 6)).chunk({"time": 2}), session.store, region="auto")
+    assert read_zarr_engine(session.store).sizes["time"] == 12  # the session reads its writes
+    with pytest.raises(z3.errors.GroupNotFoundError):  # nothing on the branch before the commit
+        z3.open_group(repo.readonly_session(branch="main").store, mode="r")
+    commit(session, "written by z3.to_zarr")
+
+    store = repo.readonly_session(branch="main").store
+    ours = xr.open_dataset(store, engine="zarr3").load()
+    xr.testing.assert_identical(read_zarr_engine(store), changed)
+    xr.testing.assert_identical(ours, changed)
+    assert z3.open_array(store, path="tp").chunks == (2, 2, 3)
+
+
 def test_uncommitted_session_reads_its_own_writes(tmp_path):
     repo = new_repo(tmp_path / "repo")
     ds = climate()
@@ -261,12 +286,51 @@ def test_pickling_follows_icechunks_rules(repo_with_history):
     session = repo.writable_session("main")
     with pytest.raises(StoreArgumentError, match="pickle"):
         pickle.dumps(make_store(session.store, mode="a"))
-    # a fork's writes must come back to be merged: a writable copy is refused, a read-only one not
+    # a writable fork's store pickles; a copy hands its own fork back as its write receipt
     fork = session.fork()
-    with pytest.raises(StoreArgumentError, match="ForkSession"):
-        pickle.dumps(make_store(fork.store, mode="a"))
+    original = make_store(fork.store, mode="a")
+    assert original.returns_receipts and original.write_receipt() is None
+    copy = pickle.loads(pickle.dumps(original))
+    assert copy.returns_receipts and not copy.read_only
+    receipt = copy.write_receipt()
+    assert isinstance(receipt, icechunk.ForkSession) and copy.write_receipt() is receipt
     view = pickle.loads(pickle.dumps(make_store(fork.store, mode="r")))
+    assert not view.returns_receipts and view.write_receipt() is None
     xr.testing.assert_identical(xr.open_dataset(view, engine="zarr3").load(), versions["main"])
+
+
+def test_a_forks_copy_never_changes_what_the_fork_had_changed(tmp_path):
+    """Icechunk merges whole change sets, so a worker's fork would bring back what it inherited
+    over another worker's rewrite: a copy refuses to change keys the fork had changed (a node
+    erased and made anew starts empty), and a fork that took receipts pickles no more."""
+    repo = new_repo(tmp_path / "repo")
+    session = repo.writable_session("main")
+    group = z3.open_group(session.store, mode="w")
+    group.create_array("old", shape=(4,), dtype="uint8", chunks=(2,), compressors=None)[...] = 5
+    commit(session, "old")
+
+    fork = repo.writable_session("main").fork()
+    store = make_store(fork.store, mode="a")
+    group = z3.open_group(store, mode="a")
+    a = group.create_array("a", shape=(4,), dtype="uint8", chunks=(2,), compressors=None)
+    a[0:2] = 1  # chunk a/c/0 changed in the fork, in this process
+    store.erase_prefix("old/")  # a node erased, not made anew
+    group.create_array("new", shape=(4,), dtype="uint8", chunks=(2,), compressors=None)
+    copy = pickle.loads(pickle.dumps(store))
+    copy.set("a/c/1", bytes([2, 2]))  # a chunk the fork had not changed
+    copy.set("new/c/0", bytes([7, 7]))
+    with pytest.raises(WriteConflictError, match="'a/c/0'"):
+        copy.set("a/c/0", bytes([3, 3]))
+    with pytest.raises(WriteConflictError, match="'a/c/0'"):
+        copy.erase_many(["a/c/0"])
+    with pytest.raises(WriteConflictError, match="'old/c/0'"):
+        copy.set_many({"old/c/0": bytes([4, 4])})
+
+    store.merge_receipts([copy.write_receipt()])
+    np.testing.assert_array_equal(a[...], [1, 1, 2, 2])
+    np.testing.assert_array_equal(z3.open_array(store, path="new")[...], [7, 7, 0, 0])
+    with pytest.raises(StoreArgumentError, match="fresh fork"):
+        pickle.dumps(store)
 
 
 # ---- dask.distributed --------------------------------------------------------------------------
@@ -313,24 +377,166 @@ def test_distributed_write_with_forked_sessions(tmp_path, client):
     xr.testing.assert_identical(lazy.compute(), ds)
 
 
-@pytest.mark.distributed
-@pytest.mark.slow
-def test_distributed_to_zarr_of_dask_data_refuses_to_lose_fork_writes(tmp_path, client):
-    """Our dask write tasks pickle the store: a fork's worker copies would write into forks that
-    never come back, so the write is refused with a typed error instead of losing data."""
-    repo = new_repo(tmp_path / "repo")
-    ds = climate(ntime=4)
+def _fork_write(repo, message: str, write) -> None:
+    """Icechunk's pattern: fork a clean session, write through the fork (on the cluster),
+    merge the fork back, commit."""
     session = repo.writable_session("main")
-    write_template(session, ds)
-    commit(session, "template")
-    fork = repo.writable_session("main").fork()
-    with pytest.raises(Exception) as info:  # distributed wraps what pickling raised in its TypeError
-        z3.to_zarr(ds.chunk({"time": 2}), fork.store, region="auto")
+    fork = session.fork()
+    write(fork.store)
+    session.merge(fork)
+    commit(session, message)
+
+
+def _refusal(info: pytest.ExceptionInfo) -> StoreArgumentError | None:
+    """The StoreArgumentError in an exception's chain (distributed wraps pickling errors)."""
     chain = [info.value]
     while chain[-1].__cause__ is not None or chain[-1].__context__ is not None:
         chain.append(chain[-1].__cause__ or chain[-1].__context__)
-    refusals = [e for e in chain if isinstance(e, StoreArgumentError)]
-    assert refusals and "ForkSession" in str(refusals[0])
+    return next((e for e in chain if isinstance(e, StoreArgumentError)), None)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_distributed_to_zarr_into_forks_merge_commit(tmp_path, client):
+    """z3.to_zarr of dask data into a fork's store on a cluster: new arrays, an append and a
+    region write, each from a fresh fork. Each write task hands its worker's fork back and
+    to_zarr merges them into the client's fork; then session.merge(fork) and one commit per
+    write. xarray's zarr engine reads the result."""
+    repo = new_repo(tmp_path / "repo")
+    ds = climate(ntime=12, seed=6)
+    changed = ds.copy(deep=True)
+    changed["tp"][4:8] = -1.0
+
+    def first(store):
+        z3.to_zarr(ds.isel(time=slice(0, 8)).chunk({"time": 2}), store, mode="w", encoding=ENCODING)
+        # the workers' writes are in the client's fork already (merged from their receipts)
+        np.testing.assert_array_equal(z3.open_array(store, path="t2m", mode="r")[...], ds.t2m.values[:8])
+
+    _fork_write(repo, "new arrays", first)
+    _fork_write(
+        repo,
+        "append",
+        lambda store: z3.to_zarr(ds.isel(time=slice(8, 12)).chunk({"time": 2}), store, append_dim="time"),
+    )
+    region = changed[["tp"]].isel(time=slice(4, 8)).chunk({"time": 2})
+    _fork_write(repo, "region", lambda store: z3.to_zarr(region, store, region="auto"))
+
+    store = repo.readonly_session(branch="main").store
+    xr.testing.assert_identical(read_zarr_engine(store), changed)
+    xr.testing.assert_identical(xr.open_dataset(store, engine="zarr3", chunks={}).compute(), changed)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_distributed_dask_store_and_datatree_into_forks(tmp_path, client):
+    """The receipts come back through every write path on a cluster: dask.store (computed
+    at once, and a deferred write's own compute) and a DataTree's to_zarr."""
+    repo = new_repo(tmp_path / "repo")
+    data = np.arange(8 * 6, dtype="int32").reshape(8, 6)
+
+    def arrays(store):
+        group = z3.open_group(store, mode="w")
+        a = group.create_array("a", shape=(8, 6), dtype="int32", chunks=(2, 3), shards=(4, 6))
+        group.create_array("b", shape=(8, 6), dtype="int32", chunks=(2, 6))
+        dask_store(da.from_array(data, chunks=(4, 6)), a)
+        # one distributed write per fork: its store now holds what the workers wrote
+        with pytest.raises(StoreArgumentError, match="fresh fork"):
+            pickle.dumps(a.store)
+
+    def deferred(store):
+        b = z3.open_array(store, path="b", mode="r+")
+        assert dask_store(da.from_array(-data, chunks=(2, 6)), b, compute=False).compute().count == 4
+
+    _fork_write(repo, "arrays", arrays)
+    _fork_write(repo, "deferred", deferred)
+    group = z3.open_group(repo.readonly_session(branch="main").store, mode="r")
+    np.testing.assert_array_equal(group["a"][...], data)
+    np.testing.assert_array_equal(group["b"][...], -data)
+
+    tree = xr.DataTree.from_dict(
+        {
+            "/": climate(ntime=4, seed=1).chunk({"time": 2}),
+            "/sub": climate(ntime=4, seed=2).drop_vars(["time", "lat", "lon"]).chunk({"time": 2}),
+        }
+    )
+    _fork_write(repo, "tree", lambda store: z3.to_zarr(tree, store, mode="w"))
+    back = xr.open_datatree(repo.readonly_session(branch="main").store, engine="zarr", consolidated=False)
+    for path in ("/", "/sub"):
+        xr.testing.assert_identical(back[path].to_dataset().load(), tree[path].to_dataset().compute())
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_a_fork_holding_changes_is_refused_for_a_distributed_write(tmp_path, client):
+    """Forks of a fork that already holds chunk writes would undo each other's chunks when
+    merged (Icechunk merges whole change sets): a second distributed write into the same fork
+    is refused before any task runs; the data the fork holds is intact."""
+    repo = new_repo(tmp_path / "repo")
+    ds = climate(ntime=8, seed=8)
+    session = repo.writable_session("main")
+    fork = session.fork()
+    z3.to_zarr(ds.chunk({"time": 2}), fork.store, mode="w", encoding=ENCODING)
+    with pytest.raises(Exception) as info:
+        z3.to_zarr(climate(ntime=8, seed=9).chunk({"time": 2}), fork.store, mode="r+")
+    refusal = _refusal(info)
+    assert refusal is not None and "fresh fork" in str(refusal)
+    session.merge(fork)
+    commit(session, "first write only")
+    xr.testing.assert_identical(read_zarr_engine(repo.readonly_session(branch="main").store), ds)
+
+    # chunks written in this process, then rewritten by workers through the same store: the
+    # workers' tasks refuse (their forks would undo each other's rewrites when merged)
+    fork = repo.writable_session("main").fork()
+    t2m = z3.open_array(fork.store, path="t2m", mode="r+")
+    t2m[0:2] = 0.0
+    with pytest.raises(WriteConflictError, match="t2m/c/0/0/0"):
+        dask_store(da.zeros(t2m.shape, chunks=(2, 4, 6), dtype="float32") + 1, t2m)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_distributed_deferred_write_returns_the_forks_to_merge(tmp_path, client):
+    """compute=False: the Delayed computes to the workers' forks; until they are merged the
+    client's fork holds none of the data (dropping them loses the write)."""
+    repo = new_repo(tmp_path / "repo")
+    ds = climate(ntime=8, seed=7)
+    session = repo.writable_session("main")
+    write_template(session, ds)
+    commit(session, "template")
+
+    session = repo.writable_session("main")
+    fork = session.fork()
+    delayed_write = z3.to_zarr(ds.chunk({"time": 2}), fork.store, mode="r+", compute=False)
+    forks = delayed_write.compute()
+    assert forks and all(isinstance(f, icechunk.ForkSession) for f in forks)
+    assert np.isnan(z3.open_array(fork.store, path="t2m", mode="r")[...]).all()  # not merged yet
+    fork.merge(*forks)
+    session.merge(fork)
+    commit(session, "deferred write")
+    xr.testing.assert_identical(read_zarr_engine(repo.readonly_session(branch="main").store), ds)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_distributed_writes_of_two_sessions_conflict_at_commit(tmp_path, client):
+    """Two sessions write the same chunks on the cluster (through forks); the second commit is
+    a WriteConflictError and the branch keeps the first one's data."""
+    repo = new_repo(tmp_path / "repo")
+    ds = climate(ntime=4, seed=1)
+    session = repo.writable_session("main")
+    write_template(session, ds)
+    commit(session, "template")
+
+    sessions = [repo.writable_session("main") for _ in range(2)]
+    for s, seed in zip(sessions, (2, 3), strict=True):
+        fork = s.fork()
+        z3.to_zarr(climate(ntime=4, seed=seed).chunk({"time": 2}), fork.store, mode="r+")
+        s.merge(fork)
+    commit(sessions[0], "first")
+    with pytest.raises(WriteConflictError, match="main"):
+        commit(sessions[1], "second")
+    got = read_zarr_engine(repo.readonly_session(branch="main").store)
+    xr.testing.assert_identical(got, climate(ntime=4, seed=2))
 
 
 # ---- other zarr-python stores, and the lazy import ---------------------------------------------

@@ -4,24 +4,56 @@ One task depending on a million write tasks strains any scheduler, and listing a
 when the graph is built costs a million Python objects. :class:`CountTree` describes a tree of
 partial sums by arithmetic alone (``FAN_IN`` children per node) and writes out its few tasks
 only when a scheduler asks for them, so a Blockwise write layer stays lazy up to the end.
+On a store that returns receipts (``Store.returns_receipts``) the counts are :class:`Tally`
+objects, and each node of the tree also combines the receipts of the tasks below it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator
+from dataclasses import dataclass
 from math import prod
 from typing import Any
 
 import numpy as np
 from dask.highlevelgraph import Layer
 
+from ..stores.base import Store
+
 #: Children per node of the tree: small enough for any scheduler, few levels for 10^9 tasks.
 FAN_IN = 256
 
 
-def sum_counts(counts: list[Any]) -> int:
-    """The total of a list of counts (ints or small integer arrays, one per finished task)."""
-    return sum(int(np.sum(c)) for c in counts)
+@dataclass(frozen=True)
+class Tally:
+    """A count with the receipts of the write tasks it counts (stores that return receipts,
+    see ``Store.returns_receipts``); ``store_type`` combines the receipts on the way up."""
+
+    count: int
+    receipts: tuple[Any, ...]
+    store_type: type[Store]
+
+
+def sum_counts(counts: list[Any]) -> int | Tally:
+    """The total of a list of counts (ints, small integer arrays or Tallies, one per finished
+    task); a Tally carrying all their receipts, combined by their store, when any is one."""
+    tallies = [c for c in counts if isinstance(c, Tally)]
+    total = sum(c.count if isinstance(c, Tally) else int(np.sum(c)) for c in counts)
+    if not tallies:
+        return total
+    store_type = tallies[0].store_type
+    receipts = tuple(r for t in tallies for r in t.receipts)
+    return Tally(total, store_type.combine_receipts(receipts) if len(receipts) > 1 else receipts, store_type)
+
+
+def receipts_of(results: Any) -> tuple[Any, ...]:
+    """The receipts that the results of finished writes carry (counts, Tallies, or lists and
+    tuples of them); none for plain counts."""
+    if isinstance(results, Tally):
+        return results.receipts
+    if isinstance(results, list | tuple):
+        return tuple(r for result in results for r in receipts_of(result))
+    return ()
 
 
 def _unravel(i: int, grid: tuple[int, ...]) -> tuple[int, ...]:

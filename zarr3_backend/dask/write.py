@@ -27,12 +27,13 @@ from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.layers import ArraySliceDep
 
+from ..core import rectilinear
 from ..core.array import Array
 from ..errors import ChunkAlignmentError, SelectionError, ShapeError
-from .alignment import aligned_sizes, check_alignment, prove_disjoint, split_sizes
+from .alignment import Unit, aligned_sizes, check_alignment, prove_disjoint, split_sizes, storage_units
 from .progress import compute_with_progress
 from .read import array_token
-from .tree import CountTree, sum_counts
+from .tree import CountTree, Tally, receipts_of, sum_counts
 
 WRITE_PREFIX = "zarr3-write-"
 DONE_PREFIX = "zarr3-done-"
@@ -71,29 +72,48 @@ def normalize_region(
     return tuple(out)
 
 
+def _done(target: Array, ndim: int) -> Any:
+    """A write task's result: a one-element count, or on a store that returns receipts a Tally
+    with the store's receipt (what this process wrote, for the client to merge)."""
+    store = target.store
+    if store.returns_receipts:
+        receipt = store.write_receipt()
+        return Tally(1, () if receipt is None else (receipt,), type(store))
+    return np.ones((1,) * ndim, dtype=np.int64) if ndim else 1
+
+
+def _set_region(target: Array, region: tuple[slice, ...], value: np.ndarray) -> None:
+    """Write one task's box: ``set_region``, or chunk by chunk on a rectilinear grid (as
+    ``read.py`` reads it; ``Array.set_region`` takes regular grids only)."""
+    if target.metadata.chunk_grid.is_regular:
+        target.set_region(region, value)
+    else:
+        rectilinear.write(target, region, value)
+
+
 def _write_block(
     block: np.ndarray, target: Array, block_slices: tuple[slice, ...], starts: tuple[int, ...]
 ) -> np.ndarray:
     """Write one block (exactly one storage unit's share) and return a one-element count."""
     region = tuple(slice(s.start + o, s.stop + o) for s, o in zip(block_slices, starts, strict=True))
-    target.set_region(region, block)
-    return np.ones((1,) * block.ndim, dtype=np.int64)
+    _set_region(target, region, block)
+    return _done(target, block.ndim)
 
 
-def _write_whole(value: np.ndarray, target: Array, region: tuple[slice, ...]) -> int:
-    target.set_region(region, value)
-    return 1
+def _write_whole(value: np.ndarray, target: Array, region: tuple[slice, ...]) -> Any:
+    _set_region(target, region, value)
+    return _done(target, 0)
 
 
 def _write_piece(
     block: np.ndarray, target: Array, in_block: tuple[slice, ...], region: tuple[slice, ...]
 ) -> np.ndarray:
     """Write the part of a dask block that falls in one storage unit."""
-    target.set_region(region, block[in_block])
-    return np.ones((1,) * block.ndim, dtype=np.int64)
+    _set_region(target, region, block[in_block])
+    return _done(target, block.ndim)
 
 
-def _pieces(block_sizes: Sequence[int], unit: int, start: int) -> list[tuple[int, slice, slice]]:
+def _pieces(block_sizes: Sequence[int], unit: Unit, start: int) -> list[tuple[int, slice, slice]]:
     """Along one axis: (block index, slice inside the block, slice of the array) per unit piece.
 
     The blocks are aligned, so cutting each block at unit boundaries gives one piece per unit.
@@ -141,9 +161,12 @@ class WriteDelayed(FusingDelayed):
         self._target = target
 
     def compute(self, **kwargs: Any) -> Any:
-        """Compute the write, then refresh the caller's Array (runs in the calling process)."""
+        """Compute the write, hand the receipts it carries to the caller's store (a store that
+        returns them), then refresh the caller's Array (runs in the calling process)."""
         try:
-            return super().compute(**kwargs)
+            result = super().compute(**kwargs)
+            self._target.store.merge_receipts(receipts_of(result))
+            return result
         finally:  # a failed write may have rewritten some shards too
             self._target.invalidate_cache()
 
@@ -159,7 +182,7 @@ def _write_graph(darr: da.Array, a: Array, starts: tuple[int, ...], token: str) 
     layer (no per-block objects at build time); otherwise each task takes its slice of the
     block holding its unit (no rechunk tasks in between).
     """
-    units = a.storage_chunks
+    units = storage_units(a)
     name = WRITE_PREFIX + token
     target = dask.delayed(a, name="zarr3-target-" + token, pure=True)
     split = tuple(split_sizes(n, u, s) for n, u, s in zip(darr.shape, units, starts, strict=True))
@@ -227,7 +250,7 @@ def plan_chunks(
     Raises ``ChunkAlignmentError`` for misaligned chunks unless ``align_chunks``;
     ``unit_source`` says in the message where the shard (or chunk) shape came from.
     """
-    units = a.storage_chunks
+    units = storage_units(a)
     starts = tuple(s.start for s in region)
     label = name if name is not None else a.name
     dim_names = dims if dims is not None else a.dimension_names
@@ -262,7 +285,9 @@ def store(
 ) -> Delayed | None:
     """Write ``darr`` into ``a[region]``: one write task per target shard (chunk if unsharded).
 
-    ``compute=False`` returns a ``Delayed`` computing to the number of storage units written.
+    ``compute=False`` returns a ``Delayed`` computing to the number of storage units written
+    (on a store that returns receipts, an Icechunk fork's, a ``Tally`` whose ``receipts``
+    ``a.store.merge_receipts`` takes; the Delayed's own ``.compute()`` hands them over itself).
     Raises ``ChunkAlignmentError`` (naming variable, dimension, sizes and fix) before writing
     anything when dask blocks would share a shard, unless ``align_chunks=True`` rechunks them.
     ``name``/``dims`` label error messages (default: the array's name and dimension names).
@@ -279,7 +304,7 @@ def store(
         value = np.asarray(darr)
         reg = normalize_region(region, a.shape, value.shape, a_label)
         if compute:  # one writer, one batched call: nothing to coordinate
-            a.set_region(reg, value)
+            _set_region(a, reg, value)
             return None
         return _as_write(dask.delayed(_write_whole, pure=False)(value, a, reg), a)
 
@@ -287,7 +312,7 @@ def store(
     new_chunks = plan_chunks(darr, a, reg, align_chunks=align_chunks, name=name, dims=dims)
     if new_chunks is not None:
         darr = darr.rechunk(new_chunks, method="tasks")
-    units = a.storage_chunks
+    units = storage_units(a)
     starts = tuple(s.start for s in reg)
     prove_disjoint(darr.chunks, units, starts)  # the ownership proof, whatever path led here
 
@@ -300,6 +325,7 @@ def store(
         d = _write_graph(darr, a, starts, token)
     if not compute:
         return d
-    compute_with_progress(d, progress=progress, **compute_kwargs)
+    (result,) = compute_with_progress(d, progress=progress, **compute_kwargs)
+    a.store.merge_receipts(receipts_of(result))  # what the workers' copies of a fork wrote
     a.invalidate_cache()  # the workers rewrote shards this (client) Array may have indexes of
     return None

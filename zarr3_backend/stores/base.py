@@ -78,6 +78,11 @@ class Store(ABC):
     #: (``WriteConflictError``); stores that leave it False accept such writes unguarded.
     refuses_unguarded_partial_writes: bool = False
 
+    #: True for stores whose copies in other processes (dask workers) keep what they write to
+    #: themselves until it is handed back (an Icechunk ForkSession): each write task then returns
+    #: the copy's ``write_receipt()``, and the client's store takes them in ``merge_receipts``.
+    returns_receipts: bool = False
+
     def __init__(self, *, read_only: bool = False) -> None:
         self.read_only = read_only
 
@@ -180,6 +185,20 @@ class Store(ABC):
             if child not in seen:
                 seen.add(child)
                 yield child
+
+    # ---- receipts (``returns_receipts`` stores) -----------------------------------------------
+    def write_receipt(self) -> object | None:
+        """What a write task on this store hands back to the client (None: nothing to hand back)."""
+        return None
+
+    @staticmethod
+    def combine_receipts(receipts: Sequence[object]) -> tuple[object, ...]:
+        """Fewer receipts standing for all of ``receipts`` (run by the tasks that add up a write's
+        counts, so the receipts shrink on their way to the client); the default keeps them all."""
+        return tuple(receipts)
+
+    def merge_receipts(self, receipts: Sequence[object]) -> None:  # noqa: B027 - a no-op default
+        """Take the receipts of a finished write into this (the client's) store."""
 
     # ---- identity --------------------------------------------------------------------------
     def with_read_only(self, read_only: bool = True) -> Store:

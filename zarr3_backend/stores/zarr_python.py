@@ -8,8 +8,9 @@ async API runs on zarr-python's own event loop (see ``_run``); batched calls gat
 requests there, at most ``concurrency`` in flight.
 
 Icechunk specifics live here too, because they ride on its zarr-python store: pickling rules
-for sessions (``__reduce__``) and ``commit``, which turns Icechunk's conflict errors into
-``WriteConflictError``.
+for sessions (``__reduce__``), the receipts of writes through a ``ForkSession`` on dask workers
+(each worker's copy of the fork, merged back into the client's), and ``commit``, which turns
+Icechunk's conflict errors into ``WriteConflictError``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import asyncio
 import pickle
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..byte_range import ByteRange
@@ -74,9 +76,36 @@ def _byte_request(byte_range: ByteRange | None) -> Any:
     return RangeByteRequest(byte_range.offset, byte_range.offset + byte_range.length)
 
 
-def _rebuild(data: bytes, read_only: bool, concurrency: int) -> ZarrPythonStore:
-    """Pickle helper: unpickle the wrapped store, then wrap it again."""
-    return ZarrPythonStore(pickle.loads(data), read_only=read_only, concurrency=concurrency)
+@dataclass(frozen=True)
+class Inherited:
+    """The keys (and erased directory prefixes) that a fork's store had changed in its fork
+    when it was copied for a dask worker: the copy must not change them again.
+
+    Icechunk merges a fork's whole change set, what it inherited included, so a worker's fork
+    would bring an inherited chunk back over another worker's rewrite of it when merged."""
+
+    keys: frozenset[str] = frozenset()
+    prefixes: tuple[str, ...] = ()
+
+    def covers(self, key: str) -> bool:
+        """Whether ``key`` was changed before the copy was made."""
+        return key in self.keys or any(key.startswith(p) for p in self.prefixes)
+
+
+def _rebuild(
+    data: bytes, read_only: bool, concurrency: int, inherited: Inherited | None = None
+) -> ZarrPythonStore:
+    """Pickle helper: unpickle the wrapped store, then wrap it again (marked as a copy)."""
+    store = ZarrPythonStore(pickle.loads(data), read_only=read_only, concurrency=concurrency)
+    if inherited is not None:
+        store._inherited = inherited
+    return store
+
+
+def _distinct(objects: Iterable[Any]) -> list[Any]:
+    """``objects`` without Nones and without repeats of one object (tasks run in one worker
+    return that worker's one fork)."""
+    return list({id(o): o for o in objects if o is not None}.values())
 
 
 def _is_icechunk_store(obj: object) -> bool:
@@ -101,9 +130,13 @@ class ZarrPythonStore(Store):
     ``read_only`` defaults to the wrapped store's flag; a read-only view of a writable store
     is allowed, a writable view of a read-only store is refused. ``close`` leaves the wrapped
     store open: it belongs to the caller. Pickles by pickling the wrapped store, under that
-    store's rules: an Icechunk writable session refuses (fork it), and a writable view of a
-    fork's store is refused too, since changes written by a worker through a copy would never
-    come back to be merged (see ``commit``).
+    store's rules: an Icechunk writable session refuses (fork it). A writable fork's store
+    pickles, and returns receipts: the dask write tasks hand each worker's copy of the fork back
+    to the client, which merges them into the fork it wrote to (``merge_receipts``); then
+    ``session.merge(fork)`` and ``commit`` as Icechunk documents. One distributed write per
+    fresh fork (as Icechunk's ``to_icechunk``): Icechunk merges whole change sets, so a fork that
+    holds changes this store did not make is not sent to workers, and a worker's copy refuses
+    to change what the fork had changed before (``Inherited``).
     """
 
     #: Every request is a round trip through the wrapped store (often an object store).
@@ -128,6 +161,32 @@ class ZarrPythonStore(Store):
         # an Icechunk session is itself a transaction: its commit makes every write visible at
         # once, so the package's own staging and markers would only get in its way
         self.commits_externally = _is_icechunk_store(store)
+        # writes through a copy of a fork (on a dask worker) stay in the copy until merged back
+        self.returns_receipts = not read_only and _is_icechunk_fork_store(store)
+        # a fork's store records what it changes in its fork (None: not known, as when the fork
+        # held changes already), so that its copies on dask workers never change it again
+        # (see Inherited); a copy knows what it inherited
+        clean = self.returns_receipts and not store.session.has_uncommitted_changes
+        self._changed: set[str] | None = set() if clean else None
+        self._erased_dirs: set[str] = set()
+        self._inherited: Inherited | None = None  # set on a copy (another process)
+        self._receipt: Any = None
+
+    def _changing(self, keys: Iterable[str]) -> None:
+        """Record keys about to change in a fork (refuse, on a worker's copy, those it inherited)."""
+        if not self.returns_receipts:
+            return
+        if self._inherited is not None:
+            for key in keys:
+                if self._inherited.covers(key):
+                    raise WriteConflictError(
+                        f"{self!r}: key {key!r} was changed in this ForkSession before it was sent "
+                        "to dask workers; rewriting it there could be undone when the workers' "
+                        "forks are merged. Merge the fork into its session, commit, and write "
+                        "from a fresh fork"
+                    )
+        elif self._changed is not None:
+            self._changed.update(keys)
 
     # ---- plumbing --------------------------------------------------------------------------
     def _buffers(self) -> Any:
@@ -208,6 +267,7 @@ class ZarrPythonStore(Store):
         """Store ``value`` under ``key``."""
         self.check_writable(key)
         validate_key(key)
+        self._changing([key])
         self._call(f"set {key!r}", self._set(key, value))
 
     def set_many(self, items: Mapping[str, BytesLike]) -> None:
@@ -215,6 +275,7 @@ class ZarrPythonStore(Store):
         for key in items:
             self.check_writable(key)
             validate_key(key)
+        self._changing(items)
         calls = [lambda k=k, v=v: self._set(k, v) for k, v in items.items()]
         self._batch(f"writing {len(calls)} keys", calls)
 
@@ -222,6 +283,7 @@ class ZarrPythonStore(Store):
         """Remove ``key``; no error if it is missing."""
         self.check_writable(key)
         validate_key(key)
+        self._changing([key])
         self._call(f"delete {key!r}", self.store.delete(key))
 
     def erase_many(self, keys: Iterable[str]) -> None:
@@ -233,6 +295,7 @@ class ZarrPythonStore(Store):
         for key in keys:
             self.check_writable(key)
             validate_key(key)
+        self._changing(keys)
         is_metadata = [k == "zarr.json" or k.endswith("/zarr.json") for k in keys]
         for last in (False, True):
             calls = [
@@ -250,6 +313,9 @@ class ZarrPythonStore(Store):
             return
         if not self.store.supports_deletes:
             raise ReadOnlyError(f"the zarr-python store {self.store!r} cannot delete keys")
+        if self._inherited is not None:  # a copy: refuse to erase what it inherited
+            self._changing([k for k in self._inherited.keys if k.startswith(prefix)])
+        self._erased_dirs.add(prefix)
         self._call(f"delete_dir {prefix!r}", self.store.delete_dir(prefix.rstrip("/")))
 
     # ---- listing ---------------------------------------------------------------------------
@@ -277,6 +343,36 @@ class ZarrPythonStore(Store):
         names = self._call(f"list_dir {prefix!r}", self._list(self.store.list_dir(prefix.rstrip("/"))))
         return iter(dict.fromkeys(n.rstrip("/") for n in names))
 
+    # ---- receipts (an Icechunk ForkSession written to on dask workers) -----------------------
+    def write_receipt(self) -> Any:
+        """This copy's ForkSession, holding what was written through it (None in the process
+        that made the store: its writes are already in the fork). One object per copy, so the
+        receipts of tasks run by one worker are merged once (``store.session`` makes a new
+        wrapper at each call)."""
+        if not (self.returns_receipts and self._inherited is not None):
+            return None
+        if self._receipt is None:
+            self._receipt = self.store.session
+        return self._receipt
+
+    @staticmethod
+    def combine_receipts(receipts: Sequence[Any]) -> tuple[Any, ...]:
+        """One ForkSession holding the changes of all ``receipts`` (a fresh copy of the first,
+        so no worker's live fork is changed), as Icechunk's own dask reduction merges them."""
+        forks = _distinct(receipts)
+        if len(forks) < 2:
+            return tuple(forks)
+        merged = pickle.loads(pickle.dumps(forks[0]))
+        merged.merge(*forks[1:])
+        return (merged,)
+
+    def merge_receipts(self, receipts: Sequence[Any]) -> None:
+        """Merge the forks that write tasks sent back into the fork this store writes to."""
+        forks = _distinct(receipts)
+        if forks and self.returns_receipts:
+            self.store.session.merge(*forks)
+            self._changed = None  # the fork now holds what the workers wrote, keys unknown
+
     # ---- identity --------------------------------------------------------------------------
     def with_read_only(self, read_only: bool = True) -> ZarrPythonStore:
         """A store on the same wrapped object with another read-only flag."""
@@ -294,22 +390,38 @@ class ZarrPythonStore(Store):
     def __repr__(self) -> str:
         return f"ZarrPythonStore({self.store!r}, read_only={self.read_only})"
 
-    def __reduce__(self) -> tuple[Callable[..., ZarrPythonStore], tuple[bytes, bool, int]]:
-        """Pickle the wrapped store; refuse where the copy's writes would be lost or unsafe."""
-        if not self.read_only and _is_icechunk_fork_store(self.store):
+    def _inheritance(self) -> Inherited | None:
+        """What a copy of this store inherits (None for stores that return no receipts)."""
+        if not self.returns_receipts:
+            return None
+        if self._inherited is not None:  # a copy copied again
+            return self._inherited
+        if self._changed is None:
             raise StoreArgumentError(
-                f"{self!r} writes into an Icechunk ForkSession: a copy sent to another process "
-                "would write into its own fork, whose changes never come back to be merged. "
-                "Send the fork itself to the workers (each writes through fork.store there and "
-                "returns the fork), then session.merge(*forks) and commit"
+                f"{self!r} writes into an Icechunk ForkSession that holds changes this store did "
+                "not make (made before it, or merged from dask workers): forks of it on workers "
+                "would carry them back and could undo each other's chunks when merged. Write "
+                "from a fresh fork for each distributed write: session.merge(fork), commit, "
+                "then fork the new session"
             )
+        # a directory erased and made anew (its zarr.json written) is a new node: its chunks
+        # start empty, so writing them is safe
+        prefixes = tuple(p for p in self._erased_dirs if p + "zarr.json" not in self._changed)
+        return Inherited(frozenset(self._changed), prefixes)
+
+    def __reduce__(self) -> tuple[Callable[..., ZarrPythonStore], tuple[Any, ...]]:
+        """Pickle the wrapped store (an Icechunk writable session refuses: fork it). A fork's
+        copy returns what it writes as receipts (``write_receipt``) and refuses to change again
+        what the fork had changed when it was copied (``Inherited``); a fork holding changes
+        this store did not make is refused."""
+        inherited = self._inheritance()
         try:
             data = pickle.dumps(self.store)
         except Exception as e:
             raise StoreArgumentError(
                 f"cannot pickle {self!r} (for dask workers or another process): {type(e).__name__}: {e}"
             ) from e
-        return _rebuild, (data, self.read_only, self.concurrency)
+        return _rebuild, (data, self.read_only, self.concurrency, inherited)
 
 
 def commit(session: Any, message: str, **kwargs: Any) -> str:

@@ -7,6 +7,11 @@ and the commit then erases what mode="w" replaces, puts the data in place and wr
 leaves the old state (or, once its manifest is written, a state the next write finishes).
 ``compute=False`` commits the metadata (and numpy data) now and returns a Delayed that writes the
 dask data straight to the store, as xarray's initialise-then-fill pattern needs.
+
+On a store whose worker copies return receipts (an Icechunk fork's store, ``Store.returns_receipts``)
+the receipts of the dask writes are merged into the store before ``execute`` returns; with
+``compute=False`` the Delayed computes to them instead (``fork.merge(*delayed.compute())``), since
+a Delayed computed by ``dask.compute`` or a client cannot hand them to the store itself.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from ..core.commit import Transaction
 from ..core.group import Group
 from ..core.metadata import GroupMetadata, to_bytes
 from ..core.paths import join_prefix, metadata_key
+from ..dask.tree import Tally, receipts_of, sum_counts
 from ..dask.write import FusingDelayed
 from ..dask.write import store as dask_store
 from ..errors import GroupNotFoundError, WriteConflictError, Zarr3Error
@@ -40,12 +46,16 @@ def root_is_consolidated(store: Store) -> bool:
     return root.metadata.consolidated_metadata is not None
 
 
-def _finish(*_: Any) -> None:
-    return None
+def _finish(*results: Any) -> tuple[Any, ...] | None:
+    """The receipts the finished writes carry, combined by their store (a tuple), or None when
+    they carry none."""
+    total = sum_counts(list(results))
+    return receipts_of(total) if isinstance(total, Tally) else None
 
 
 def combine(writes: list[Any]) -> Delayed:
-    """One Delayed that runs every pending write of ``writes`` (dask stores or Delayeds)."""
+    """One Delayed that runs every pending write of ``writes`` (dask stores or Delayeds); it
+    computes to the writes' receipts on a store that returns them, else to None."""
     finish = delayed(_finish, pure=False)(*writes)
     return FusingDelayed(finish.key, finish.dask)
 
@@ -83,7 +93,8 @@ def execute(
                 plan, txn.staging, store if not compute else txn.staging, align_chunks=align_chunks
             )
         if compute and lazy:
-            run(*lazy)
+            # a store whose workers' copies keep their writes (an Icechunk fork) gets them back
+            store.merge_receipts(receipts_of(run(*lazy)))
         txn.commit(consolidate=consolidate and changes, redo=_redo(plans, store))
     if not compute:
         return combine(lazy)

@@ -192,10 +192,11 @@ def prepare(
     return plan
 
 
-def runner(progress: bool, chunkmanager_store_kwargs: dict[str, Any] | None) -> Callable[..., None]:
-    """The function that computes the dask writes (with a progress bar when asked)."""
+def runner(progress: bool, chunkmanager_store_kwargs: dict[str, Any] | None) -> Callable[..., tuple]:
+    """The function that computes the dask writes (with a progress bar when asked) and returns
+    their results (where stores that return receipts put them)."""
 
-    def run(*writes: Any) -> None:
-        compute_with_progress(*writes, progress=progress, **(chunkmanager_store_kwargs or {}))
+    def run(*writes: Any) -> tuple:
+        return compute_with_progress(*writes, progress=progress, **(chunkmanager_store_kwargs or {}))
 
     return run
