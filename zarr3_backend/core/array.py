@@ -879,6 +879,9 @@ class Array:
 
     def set_region(self, region: tuple[slice, ...], value: Any) -> None:
         """Write a box of step-1 slices; only storage units it covers partly are read first."""
+        if not self.metadata.chunk_grid.is_regular:
+            self[tuple(region)] = value
+            return
         self._write(indexing.basic_indexer(tuple(region), self.shape, self.storage_chunks), value)
 
     # ---- metadata changes ------------------------------------------------------------------

@@ -21,7 +21,7 @@ from ..core.group import Group
 from ..core.metadata import GroupMetadata, to_bytes
 from ..core.metadata_v2 import ARRAY_KEY, GROUP_KEY
 from ..core.paths import join_path, metadata_key, node_name
-from ..dask.alignment import check_deferred_edges, check_region_edges
+from ..dask.alignment import check_deferred_edges, check_region_edges, storage_units
 from ..dask.write import plan_chunks
 from ..errors import (
     ArgumentError,
@@ -359,11 +359,11 @@ def _check_ownership(
             for sl, d, n in zip(write.region, dims, target.shape, strict=True)
         )
         check_region_edges(
-            own, target.shape, target.storage_chunks, name=write.name, dims=dims, sharded=sharded
+            own, target.shape, storage_units(target), name=write.name, dims=dims, sharded=sharded
         )
     if lazy and not compute:
         check_deferred_edges(
-            write.region, target.shape, target.storage_chunks, name=write.name, dims=dims, sharded=sharded
+            write.region, target.shape, storage_units(target), name=write.name, dims=dims, sharded=sharded
         )
 
 
