@@ -187,7 +187,7 @@ def test_vlen_codec_errors_name_the_codec():
     data = VLenUTF8Codec().encode(np.array(["a", "b", "c"], dtype=STRING_NUMPY), spec)
     with pytest.raises(CorruptionError, match=r"'vlen-utf8'.*truncated|'vlen-utf8'.*cannot decode"):
         VLenUTF8Codec().decode(bytes(data)[:-1], spec)
-    with pytest.raises(CorruptionError, match=r"'vlen-utf8'.*decoded 3 items.*holds 4"):
+    with pytest.raises(CorruptionError, match=r"'vlen-utf8'.*says 3 items.*holds 4"):
         VLenUTF8Codec().decode(data, ChunkSpec((4,), STRING_NUMPY, ""))
     with pytest.raises(CodecError, match=r"'vlen-bytes'.*bytes"):
         VLenBytesCodec().encode(np.array(["text"], dtype=object), ChunkSpec((1,), np.dtype(object), b""))

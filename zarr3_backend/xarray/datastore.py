@@ -34,12 +34,15 @@ def array_encoding(array: Array, dims: tuple[str, ...]) -> dict[str, Any]:
     ``chunks`` is the read chunk (inner chunk when sharded), ``shards`` the shard shape or
     ``None``, ``shard_index`` the shard index settings, the codecs split as ``split_codecs``
     says, ``chunk_key_encoding`` as in ``zarr.json``, and ``preferred_chunks`` the unit of
-    storage (shard, else chunk) so that dask gets one task per stored object.
+    storage (shard, else chunk) so that dask gets one task per stored object. A rectilinear
+    grid gives, per axis, the lengths of its chunks (or shards) inside the array instead.
     """
-    layout = split_codecs(array.codecs, array.storage_chunks)
+    grid = array.metadata.chunk_grid
+    storage = grid.chunk_shape if grid.is_regular else _compact(grid.axis_chunks(array.shape))
+    layout = split_codecs(array.codecs, storage)
     encoding: dict[str, Any] = {
         "chunks": layout.pop("chunks"),
-        "preferred_chunks": dict(zip(dims, array.storage_chunks, strict=True)),
+        "preferred_chunks": dict(zip(dims, storage, strict=True)),
         "shards": layout.pop("shards"),
         **layout,
         "chunk_key_encoding": array.metadata.chunk_key_encoding.to_json(),
@@ -47,6 +50,14 @@ def array_encoding(array: Array, dims: tuple[str, ...]) -> dict[str, Any]:
     if array.dtype.kind == "T":  # numpy StringDType: tell CF encoding not to make it bytes
         encoding["dtype"] = array.dtype
     return encoding
+
+
+def _compact(axis_chunks: tuple[tuple[int, ...], ...]) -> tuple[int | tuple[int, ...], ...]:
+    """Per axis, one chunk length where the lengths are regular (all equal, the last one maybe
+    shorter), else the lengths: the form xarray's zarr engine gives a rectilinear grid."""
+    return tuple(
+        sizes[0] if len(set(sizes[:-1])) <= 1 and sizes[-1] <= sizes[0] else sizes for sizes in axis_chunks
+    )
 
 
 class Zarr3DataStore(AbstractDataStore):

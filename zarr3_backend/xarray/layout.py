@@ -37,6 +37,13 @@ def _as_tuple(value: Any, ndim: int, key: str, name: str) -> tuple[int, ...] | N
     if isinstance(value, int | np.integer):
         return (int(value),) * ndim
     items = list(value) if isinstance(value, list | tuple | np.ndarray) else None
+    if items is not None and any(isinstance(v, list | tuple) for v in items):
+        # what ``array_encoding`` reads from a rectilinear grid; refused as xarray's engine does
+        raise ArgumentTypeError(
+            f"encoding[{key!r}]={value!r} for variable {name!r} is a rectilinear (variable-sized) "
+            "grid: to_zarr cannot write one yet. To write a regular grid instead, clear the "
+            f"encoding (del ds[{name!r}].encoding[{key!r}]) and give the variable uniform chunks"
+        )
     if items is None or not all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in items):
         raise ArgumentTypeError(
             f"encoding[{key!r}] for variable {name!r} must be an int or a tuple of ints, got {value!r}"
