@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
 from xarray.backends.common import AbstractDataStore
 from xarray.core import indexing
 from xarray.core.utils import FrozenDict
@@ -109,9 +110,11 @@ class Zarr3DataStore(AbstractDataStore):
         as_mask = self._use_fill_as_mask
         if as_mask is None:  # xarray's default: the fill value masks in v2, not in v3
             as_mask = array.zarr_format == 2
+        if as_mask and array.dtype.fields is not None:
+            as_mask = False  # a record has no missing-value form: keep the dtype, fill in encoding
         if as_mask:
             if not v2_fill_value_is_null(array.metadata):  # v2's null: no fill value at all
-                attributes["_FillValue"] = array.fill_value
+                attributes["_FillValue"] = _hashable(array.fill_value)
         else:
             encoding["fill_value"] = array.fill_value
             where = f"array {self._describe(name)!r} attribute"
@@ -146,6 +149,12 @@ class Zarr3DataStore(AbstractDataStore):
     def close(self) -> None:
         if self._close_store:
             self.group.store.close()
+
+
+def _hashable(fill: Any) -> Any:
+    """The fill value as xarray's CF decoding can hold it (it puts fill values in a set): raw
+    bytes (``np.void``, which does not hash) as ``bytes``, masking like an ``S`` fill value."""
+    return fill.tobytes() if isinstance(fill, np.void) else fill
 
 
 def _has_text(value: Any) -> bool:
