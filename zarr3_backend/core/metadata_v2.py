@@ -6,7 +6,10 @@ The translation follows the v2 spec: ``order: "F"`` becomes a leading ``transpos
 stay array -> array codecs in their order (an object codec such as ``vlen-utf8`` becomes the
 array -> bytes codec), the ``compressor`` becomes a bytes -> bytes codec, the data type's byte
 order goes to the ``bytes`` codec, and keys use the ``v2`` chunk key encoding with the array's
-``dimension_separator``. Every translated document carries ``V2_MARKER`` (an ignorable extra
+``dimension_separator``. ``M8``/``m8`` dtypes become the ``numpy.datetime64``/``numpy.timedelta64``
+data types and structured dtypes (the ``[[name, dtype], ...]`` list, nested too) the ``struct``
+type, whose base64 fill value becomes per-field values; a structure mixing byte orders or
+holding a sub-array field has no v3 form and is refused, naming the field. Every translated document carries ``V2_MARKER`` (an ignorable extra
 field holding the original ``fill_value``), which makes its node read-only: this package reads
 Zarr v2 and writes only v3.
 """
