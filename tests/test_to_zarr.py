@@ -84,10 +84,13 @@ def test_cf_packing_times_and_strings_are_encoded_as_xarray_does(tmp_path):
     assert t2m["attributes"]["scale_factor"] == 0.01
     time = zarr_json(tmp_path / "p.zarr", "time")
     assert time["attributes"]["units"] == "hours since 2000-01-01"
-    for name in ("station", "owner"):  # fixed-width and object strings alike, as zarr-python's vlen strings
-        meta = zarr_json(tmp_path / "p.zarr", name)
-        assert meta["data_type"] == "string"
-        assert meta["codecs"][0]["name"] == "vlen-utf8"
+    # as xarray's engine stores them: fixed-width text keeps its width, object text is vlen
+    station = zarr_json(tmp_path / "p.zarr", "station")
+    assert station["data_type"]["name"] == "fixed_length_utf32"
+    assert station["data_type"]["configuration"]["length_bytes"] == ds.station.dtype.itemsize
+    owner = zarr_json(tmp_path / "p.zarr", "owner")
+    assert owner["data_type"] == "string"
+    assert owner["codecs"][0]["name"] == "vlen-utf8"
     for back in open_both(tmp_path / "p.zarr"):
         xr.testing.assert_allclose(back, ds, atol=0.006)
         assert np.isnan(back.t2m.values[0, 0, 0])

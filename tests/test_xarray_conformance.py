@@ -140,10 +140,6 @@ DESELECTED_WRITER: dict[str, str] = {
         "(a concurrent writer of the neighbour would lose rows), xarray writes them unchecked"
     ),
     "test_write_region_errors": "as test_write_region_mode: region x=0:2 cuts a chunk of 5",
-    "test_append_string_length_mismatch_raises": (
-        "text is stored as variable-length strings (vlen-utf8), so appending longer strings works "
-        "(as in test_append_string_length_mismatch_works); xarray stores fixed-width text"
-    ),
 }
 
 #: Where our reader differs, on purpose or for want of a typed error, from xarray's.

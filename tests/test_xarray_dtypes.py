@@ -413,7 +413,7 @@ def test_xarray_numcodecs_filters_identical_to_zarr_engine(tmp_path):
 @pytest.mark.parametrize("zarr_format", [2, 3])
 def test_fixed_width_text_read_from_a_store_writes_back(tmp_path, zarr_format):
     """A fixed-width text variable read back carries its source's ``bytes`` serializer in its
-    encoding; the copy is stored as variable-length strings, so that serializer is dropped."""
+    encoding; the copy is stored fixed-width too, as xarray's engine stores it."""
     ds = xr.Dataset(
         {
             "name": ("s", np.array(["ab", "cde"], dtype="<U3")),
@@ -426,8 +426,12 @@ def test_fixed_width_text_read_from_a_store_writes_back(tmp_path, zarr_format):
     src = xr.open_dataset(tmp_path / "src.zarr", engine="zarr3")
     assert src["name"].encoding["serializer"]["name"] == "bytes"  # fixed_length_utf32 there
     z3.to_zarr(src, tmp_path / "copy.zarr", mode="w")
+    copy = z3.open_group(tmp_path / "copy.zarr", mode="r")
+    assert copy["name"].dtype == np.dtype("<U3") and copy["raw"].dtype == np.dtype("S2")
     xr.testing.assert_identical(xr.open_dataset(tmp_path / "copy.zarr", engine="zarr3").load(), ds)
     # a serializer the user asks for is still checked against the data type
-    with pytest.raises(CodecError, match="bytes"):
-        z3.to_zarr(ds, tmp_path / "bad.zarr", mode="w", encoding={"name": {"serializer": {"name": "bytes"}}})
+    with pytest.raises(CodecError, match="vlen-bytes"):
+        z3.to_zarr(
+            ds, tmp_path / "bad.zarr", mode="w", encoding={"name": {"serializer": {"name": "vlen-bytes"}}}
+        )
     assert not (tmp_path / "bad.zarr").exists()  # nothing written

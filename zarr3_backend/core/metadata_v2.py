@@ -6,7 +6,10 @@ The translation follows the v2 spec: ``order: "F"`` becomes a leading ``transpos
 stay array -> array codecs in their order (an object codec such as ``vlen-utf8`` becomes the
 array -> bytes codec), the ``compressor`` becomes a bytes -> bytes codec, the data type's byte
 order goes to the ``bytes`` codec, and keys use the ``v2`` chunk key encoding with the array's
-``dimension_separator``. Every translated document carries ``V2_MARKER`` (an ignorable extra
+``dimension_separator``. ``M8``/``m8`` dtypes become the ``numpy.datetime64``/``numpy.timedelta64``
+data types and structured dtypes (the ``[[name, dtype], ...]`` list, nested too) the ``struct``
+type, whose base64 fill value becomes per-field values; a structure mixing byte orders or
+holding a sub-array field has no v3 form and is refused, naming the field. Every translated document carries ``V2_MARKER`` (an ignorable extra
 field holding the original ``fill_value``), which makes its node read-only: this package reads
 Zarr v2 and writes only v3.
 """
@@ -22,7 +25,7 @@ import numpy as np
 
 from ..codecs.numcodecs_adapter import NUMCODECS_KINDS
 from ..errors import DataTypeError, MetadataError, Zarr3Error
-from .dtypes import MAX_ITEMSIZE, data_type_from_numpy, parse_data_type
+from .dtypes import MAX_ITEMSIZE, DataType, data_type_from_numpy, parse_data_type
 from .metadata import check_json_depth
 from .paths import join_path
 
@@ -64,22 +67,79 @@ def _codec_config(config: Any, field: str, path: str) -> tuple[str, dict[str, An
     return config["id"], rest
 
 
-def _data_type(dtype: Any, filters: list, path: str) -> tuple[Any, dict[str, Any], list]:
-    """``(v3 data_type, array -> bytes codec, remaining filters)`` for a v2 ``dtype``; the
-    ``bytes`` codec's byte order is set once the filters are known."""
-    if not isinstance(dtype, str):
+def _descr_entry(entry: Any, path: str) -> tuple[str, Any]:
+    """One ``[name, type]`` field of a v2 structured ``dtype`` as numpy's ``(name, type)`` pair
+    (a nested structure's type converted too); sub-array fields have no v3 data type."""
+    if (
+        not isinstance(entry, list)
+        or len(entry) not in (2, 3)
+        or not isinstance(entry[0], str)
+        or not isinstance(entry[1], str | list)
+    ):
         raise _fail(
             path,
             ARRAY_KEY,
-            f"field 'dtype': structured data types are not supported, got {dtype!r}",
+            f"field 'dtype': a structured field must be [name, dtype] or [name, dtype, shape], got {entry!r}",
             DataTypeError,
         )
+    if len(entry) == 3:
+        raise _fail(
+            path,
+            ARRAY_KEY,
+            f"field 'dtype': field {entry[0]!r} is a sub-array {entry[2]!r}; the Zarr v3 struct data "
+            "type has no sub-array fields",
+            DataTypeError,
+        )
+    name, ftype = entry[0], entry[1]
+    return name, [_descr_entry(e, path) for e in ftype] if isinstance(ftype, list) else ftype
+
+
+def _byte_order(npdt: np.dtype, path: str, field: str = "") -> str | None:
+    """``"<"`` or ``">"``: the one byte order of a dtype's multi-byte values (every field of a
+    structure), ``None`` when byte order does not matter; mixed orders are refused, naming the
+    field, since the v3 ``bytes`` codec has one ``endian`` for the whole element."""
+    if npdt.fields is None:
+        if npdt.itemsize <= 1 or npdt.kind in "SV":
+            return None
+        return ">" if _endian(npdt) == "big" else "<"
+    found: str | None = None
+    for fname in npdt.names:
+        where = f"{field}.{fname}" if field else fname
+        order = _byte_order(npdt.fields[fname][0], path, where)
+        if order is not None and found is not None and order != found:
+            raise _fail(
+                path,
+                ARRAY_KEY,
+                f"field 'dtype': structured field {where!r} is {'big' if order == '>' else 'little'}-endian "
+                "but earlier fields are not; the Zarr v3 bytes codec has one byte order per element",
+                DataTypeError,
+            )
+        found = found or order
+    return found
+
+
+def _numpy_dtype(dtype: Any, path: str) -> np.dtype:
+    """The numpy dtype of a v2 ``dtype`` field: a type string or a structured list."""
     try:
-        npdt = np.dtype(dtype)
+        if isinstance(dtype, list):
+            return np.dtype([_descr_entry(e, path) for e in dtype])
+        if isinstance(dtype, str):
+            return np.dtype(dtype)
     except (TypeError, ValueError) as e:
         raise _fail(
             path, ARRAY_KEY, f"field 'dtype': {dtype!r} is not a data type ({e})", DataTypeError
         ) from None
+    raise _fail(
+        path, ARRAY_KEY, f"field 'dtype' must be a string or a list of fields, got {dtype!r}", DataTypeError
+    )
+
+
+def _data_type(npdt: np.dtype, filters: list, path: str) -> tuple[Any, dict[str, Any], list]:
+    """``(v3 data_type, array -> bytes codec, remaining filters)`` for a v2 ``dtype`` (parsed by
+    ``_numpy_dtype``); the ``bytes`` codec's byte order is set once the filters are known.
+    ``M8``/``m8`` become the ``numpy.datetime64``/``numpy.timedelta64`` types, structures the
+    ``struct`` type."""
+    dtype = npdt.str if npdt.fields is None else npdt.descr
     if npdt.itemsize > MAX_ITEMSIZE:
         raise _fail(
             path,
@@ -99,13 +159,7 @@ def _data_type(dtype: Any, filters: list, path: str) -> tuple[Any, dict[str, Any
             )
         name, serializer = _OBJECT_CODECS[codec_id]
         return name, {"name": serializer}, filters[1:]
-    if npdt.kind in "Mm":
-        raise _fail(
-            path,
-            ARRAY_KEY,
-            f"field 'dtype': {dtype!r} (numpy datetime64/timedelta64) is not supported",
-            DataTypeError,
-        )
+    _byte_order(npdt, path)  # refuse mixed byte orders before the type is built
     try:
         dt = data_type_from_numpy(npdt)
     except DataTypeError as e:
@@ -152,11 +206,12 @@ def _endian(dtype: np.dtype) -> str:
     return "big" if big else "little"
 
 
-def _fill_value(value: Any, kind: str, path: str) -> Any:
-    """The v3 JSON form of a v2 ``fill_value`` for an array of numpy ``kind`` (``None`` stays
-    ``None``: the caller picks the default)."""
+def _fill_value(value: Any, npdt: np.dtype, dt: DataType, path: str) -> Any:
+    """The v3 JSON form of a v2 ``fill_value`` for an array of numpy dtype ``npdt`` (``None``
+    stays ``None``: the caller picks the default)."""
     if value is None:
         return None
+    kind = npdt.kind
     # forms zarr-python 2 wrote, and reads: a number for an object (string) array, 0/1 for
     # bool, integral floats for integers
     if kind == "O" and isinstance(value, int | float) and not isinstance(value, bool):
@@ -167,9 +222,19 @@ def _fill_value(value: Any, kind: str, path: str) -> Any:
         return int(value)
     if kind == "V" and isinstance(value, str):  # v2 writes raw bytes as base64, v3 as a list
         try:
-            return list(base64.b64decode(value, validate=True))
+            raw = base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError) as e:
             raise _fail(path, ARRAY_KEY, f"field 'fill_value': not valid base64 ({e})") from None
+        if npdt.fields is None:
+            return list(raw)
+        # a structure: base64 of one record in the v2 dtype's byte order -> v3 per-field values
+        if len(raw) != npdt.itemsize:
+            raise _fail(
+                path,
+                ARRAY_KEY,
+                f"field 'fill_value': {len(raw)} bytes of base64, the structured dtype has {npdt.itemsize}",
+            )
+        return dt.fill_value_to_json(np.frombuffer(raw, dtype=npdt).astype(dt.numpy)[0])
     return value
 
 
@@ -203,10 +268,11 @@ def array_document(zarray: Any, zattrs: Any = None, path: str = "") -> dict[str,
     filters = zarray.get("filters") or []
     if not isinstance(filters, list):
         raise _fail(path, ARRAY_KEY, f"field 'filters' must be a list or null, got {filters!r}")
-    data_type, serializer, rest = _data_type(zarray["dtype"], filters, path)
+    npdt = _numpy_dtype(zarray["dtype"], path)
+    data_type, serializer, rest = _data_type(npdt, filters, path)
 
     codecs: list[dict[str, Any]] = []
-    stored = np.dtype(zarray["dtype"])  # the dtype whose bytes are stored (what the filters leave)
+    stored = npdt  # the dtype whose bytes are stored (what the filters leave)
     if order == "F" and len(shape) > 1:
         codecs.append({"name": "transpose", "configuration": {"order": list(range(len(shape)))[::-1]}})
     byte_filters: list[dict[str, Any]] = []  # filters that work on bytes (shuffle, checksums)
@@ -227,8 +293,9 @@ def array_document(zarray: Any, zattrs: Any = None, path: str = "") -> dict[str,
             )
         stored = _filter_output(codec_id, conf, stored, path)
         codecs.append({"name": f"numcodecs.{codec_id}", "configuration": _native_dtypes(conf, path)})
-    if serializer["name"] == "bytes" and stored.itemsize > 1 and stored.kind not in "SV":
-        serializer["configuration"] = {"endian": _endian(stored)}  # of what the filters leave
+    order = _byte_order(stored, path) if serializer["name"] == "bytes" else None
+    if order is not None:  # of what the filters leave
+        serializer["configuration"] = {"endian": "big" if order == ">" else "little"}
     codecs.append(serializer)
     codecs.extend(byte_filters)
     compressor = zarray.get("compressor")
@@ -237,9 +304,9 @@ def array_document(zarray: Any, zattrs: Any = None, path: str = "") -> dict[str,
         codecs.append({"name": f"numcodecs.{codec_id}", "configuration": conf})
 
     attrs = _attributes(zattrs, path)
-    fill = _fill_value(zarray.get("fill_value"), np.dtype(zarray["dtype"]).kind, path)
-    if fill is None:  # "no fill value": missing chunks read as the type's zero
-        dt = parse_data_type(data_type)
+    dt = parse_data_type(data_type)
+    fill = _fill_value(zarray.get("fill_value"), npdt, dt, path)
+    if fill is None:  # "no fill value": missing chunks read as the type's default
         fill = dt.fill_value_to_json(dt.default_fill_value())
     doc: dict[str, Any] = {
         "zarr_format": 3,

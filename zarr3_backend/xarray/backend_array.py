@@ -10,33 +10,38 @@ import numpy as np
 from xarray.backends.common import BackendArray
 from xarray.core import indexing
 
+from ..core import rectilinear
 from ..core.array import Array
 
 
 class Zarr3BackendArray(BackendArray):
     """A read-only xarray ``BackendArray`` over one ``zarr3_backend`` Array."""
 
-    __slots__ = ("_array", "dtype", "shape")
+    __slots__ = ("_array", "_regular", "dtype", "shape")
 
     def __init__(self, array: Array) -> None:
         self._array = array
         self.shape = tuple(array.shape)
         self.dtype = array.dtype
+        #: a rectilinear grid is read through ``core.rectilinear`` (orthogonal selections only:
+        #: xarray then splits a vectorized selection into an outer one and a numpy step)
+        self._regular = array.metadata.chunk_grid.is_regular
 
     def get_array(self) -> Array:
         """The wrapped core Array (for writers that need its metadata)."""
         return self._array
 
     def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
-        if isinstance(key, indexing.VectorizedIndexer):
+        support = indexing.IndexingSupport.VECTORIZED
+        if not self._regular:  # xarray hands on a basic or outer key; rectilinear.read takes both
+            method, support = self._rectilinear, indexing.IndexingSupport.OUTER
+        elif isinstance(key, indexing.VectorizedIndexer):
             method = self._vindex
         elif isinstance(key, indexing.OuterIndexer):
             method = self._oindex
         else:
             method = self._getitem
-        value = indexing.explicit_indexing_adapter(
-            key, self.shape, indexing.IndexingSupport.VECTORIZED, method
-        )
+        value = indexing.explicit_indexing_adapter(key, self.shape, support, method)
         return self._as_array(value)
 
     async def async_getitem(self, key: indexing.ExplicitIndexer) -> np.ndarray:
@@ -49,6 +54,9 @@ class Zarr3BackendArray(BackendArray):
 
     def _oindex(self, key: tuple) -> Any:
         return self._array.oindex[key]
+
+    def _rectilinear(self, key: tuple) -> Any:
+        return rectilinear.read(self._array, key)
 
     def _vindex(self, key: tuple) -> Any:
         return self._array.vindex[arrayize(key, self.shape)]

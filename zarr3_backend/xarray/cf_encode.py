@@ -172,6 +172,7 @@ def encode_like_stored(var: Variable, stored: Variable, name: str) -> Variable:
     var = var.copy(deep=False)
     if var.dtype.kind in "mMO" and isinstance(var.data, da.Array):
         var = var.load()  # times are small: encode them now so errors come before any write
+    _check_text_width(name, stored.dtype, _text_dtype(var))
     var.encoding = {
         k: v for k, v in stored.encoding.items() if k not in ("chunks", "shards", "preferred_chunks")
     }
@@ -190,6 +191,36 @@ def encode_like_stored(var: Variable, stored: Variable, name: str) -> Variable:
     for w in caught:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return encoded
+
+
+def _text_width(dtype: np.dtype) -> int:
+    """Characters (``U``) or bytes (``S``) one fixed-width text element holds."""
+    return dtype.itemsize // 4 if dtype.kind == "U" else dtype.itemsize
+
+
+def _text_dtype(var: Variable) -> np.dtype | None:
+    """The fixed-width dtype that holds ``var``'s text: its own for ``S``/``U``, for object
+    text (in memory: ``encode_like_stored`` loads it) that of its longest string."""
+    if var.dtype.kind in "SU":
+        return var.dtype
+    if var.dtype.kind != "O":
+        return None
+    values = [v for v in np.ravel(var.values) if isinstance(v, str | bytes)]
+    if not values:
+        return None
+    longest = max(len(v) for v in values)
+    return np.dtype(f"U{longest}") if isinstance(values[0], str) else np.dtype(f"S{longest}")
+
+
+def _check_text_width(name: str, stored: np.dtype, new: np.dtype | None) -> None:
+    """Refuse text longer than a fixed-width store holds (numpy would truncate it silently,
+    also when object text, which passes the dtype check xarray makes, is cast to it)."""
+    if new is not None and stored.kind in "SU" and _text_width(new) > _text_width(stored):
+        raise ArgumentError(
+            f"variable {name!r}: the store holds fixed-width text of dtype {stored} but the data to "
+            f"write has {new} (values up to {_text_width(new)} long), which would be truncated; "
+            "rewrite the variable with a wider (or a variable-length) dtype"
+        )
 
 
 def _same_cf_setting(key: str, a: Any, b: Any) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
 from xarray.backends.common import AbstractDataStore
 from xarray.core import indexing
 from xarray.core.utils import FrozenDict
@@ -34,12 +35,15 @@ def array_encoding(array: Array, dims: tuple[str, ...]) -> dict[str, Any]:
     ``chunks`` is the read chunk (inner chunk when sharded), ``shards`` the shard shape or
     ``None``, ``shard_index`` the shard index settings, the codecs split as ``split_codecs``
     says, ``chunk_key_encoding`` as in ``zarr.json``, and ``preferred_chunks`` the unit of
-    storage (shard, else chunk) so that dask gets one task per stored object.
+    storage (shard, else chunk) so that dask gets one task per stored object. A rectilinear
+    grid gives, per axis, the lengths of its chunks (or shards) inside the array instead.
     """
-    layout = split_codecs(array.codecs, array.storage_chunks)
+    grid = array.metadata.chunk_grid
+    storage = grid.chunk_shape if grid.is_regular else _compact(grid.axis_chunks(array.shape))
+    layout = split_codecs(array.codecs, storage)
     encoding: dict[str, Any] = {
         "chunks": layout.pop("chunks"),
-        "preferred_chunks": dict(zip(dims, array.storage_chunks, strict=True)),
+        "preferred_chunks": dict(zip(dims, storage, strict=True)),
         "shards": layout.pop("shards"),
         **layout,
         "chunk_key_encoding": array.metadata.chunk_key_encoding.to_json(),
@@ -47,6 +51,14 @@ def array_encoding(array: Array, dims: tuple[str, ...]) -> dict[str, Any]:
     if array.dtype.kind == "T":  # numpy StringDType: tell CF encoding not to make it bytes
         encoding["dtype"] = array.dtype
     return encoding
+
+
+def _compact(axis_chunks: tuple[tuple[int, ...], ...]) -> tuple[int | tuple[int, ...], ...]:
+    """Per axis, one chunk length where the lengths are regular (all equal, the last one maybe
+    shorter), else the lengths: the form xarray's zarr engine gives a rectilinear grid."""
+    return tuple(
+        sizes[0] if len(set(sizes[:-1])) <= 1 and sizes[-1] <= sizes[0] else sizes for sizes in axis_chunks
+    )
 
 
 class Zarr3DataStore(AbstractDataStore):
@@ -98,9 +110,11 @@ class Zarr3DataStore(AbstractDataStore):
         as_mask = self._use_fill_as_mask
         if as_mask is None:  # xarray's default: the fill value masks in v2, not in v3
             as_mask = array.zarr_format == 2
+        if as_mask and array.dtype.fields is not None:
+            as_mask = False  # a record has no missing-value form: keep the dtype, fill in encoding
         if as_mask:
             if not v2_fill_value_is_null(array.metadata):  # v2's null: no fill value at all
-                attributes["_FillValue"] = array.fill_value
+                attributes["_FillValue"] = _hashable(array.fill_value)
         else:
             encoding["fill_value"] = array.fill_value
             where = f"array {self._describe(name)!r} attribute"
@@ -135,6 +149,12 @@ class Zarr3DataStore(AbstractDataStore):
     def close(self) -> None:
         if self._close_store:
             self.group.store.close()
+
+
+def _hashable(fill: Any) -> Any:
+    """The fill value as xarray's CF decoding can hold it (it puts fill values in a set): raw
+    bytes (``np.void``, which does not hash) as ``bytes``, masking like an ``S`` fill value."""
+    return fill.tobytes() if isinstance(fill, np.void) else fill
 
 
 def _has_text(value: Any) -> bool:

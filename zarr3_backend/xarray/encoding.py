@@ -265,9 +265,12 @@ def split_chain(chain: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {"filters": tuple(filters), "serializer": serializer, "compressors": tuple(compressors)}
 
 
-def split_codecs(codecs: Sequence[Mapping[str, Any]], grid_shape: Sequence[int]) -> dict[str, Any]:
+def split_codecs(
+    codecs: Sequence[Mapping[str, Any]], grid_shape: Sequence[int | Sequence[int]]
+) -> dict[str, Any]:
     """The layout encoding keys of an array with codec chain ``codecs`` and chunk grid shape
-    ``grid_shape``, in a form both ``to_zarr`` writers (ours and xarray's) write back.
+    ``grid_shape`` (per axis, a chunk length, or the chunk lengths of a rectilinear grid), in a
+    form both ``to_zarr`` writers (ours and xarray's) write back.
 
     Returns ``chunks``, ``shards``, ``shard_index`` and either the split chain (``filters``,
     ``serializer``, ``compressors``) or, when the chain cannot be split, the whole chain as
@@ -281,7 +284,7 @@ def split_codecs(codecs: Sequence[Mapping[str, Any]], grid_shape: Sequence[int])
       grid shape, ``shards`` ``None`` and ``codecs`` the chain as written.
     """
     chain = [dict(c) for c in codecs]
-    grid = tuple(int(n) for n in grid_shape)
+    grid = tuple(int(n) if isinstance(n, int | np.integer) else tuple(int(m) for m in n) for n in grid_shape)
     at = next((i for i, c in enumerate(chain) if c.get("name") == SHARDING), None)
     if at is None:
         return {"chunks": grid, "shards": None, SHARD_INDEX_KEY: None, **split_chain(chain)}

@@ -21,13 +21,18 @@ _VALID_ENCODING = ZARR_ENCODING_KEYS | {"codecs", "shard_index"}
 _LAYOUT_KEYS = ("compressors", "filters", "serializer")
 
 
-def _dtype_for_store(dtype: np.dtype) -> Any:
-    """The data type to create: text (fixed, object or StringDType) is stored as zarr-python
-    writes Python strings, ``string`` with the ``vlen-utf8`` codec."""
-    if dtype.kind in "UT":
+def _dtype_for_store(dtype: np.dtype, serializer: Any) -> Any:
+    """The data type to create, as zarr-python (through xarray's engine) stores each kind of
+    text: fixed-width numpy text keeps its width (``<U`` as ``fixed_length_utf32``, ``S`` as
+    ``null_terminated_bytes``), unless the ``vlen-utf8``/``vlen-bytes`` serializer asks for
+    variable-length; object and StringDType text is variable-length ``string``."""
+    if dtype.kind in "TO":
         return "string"
-    if dtype.kind == "O":
+    name = _codec_name(serializer)
+    if dtype.kind == "U" and name == "vlen-utf8":
         return "string"
+    if dtype.kind == "S" and name == "vlen-bytes":
+        return "variable_length_bytes"
     return dtype
 
 
@@ -37,6 +42,13 @@ def _as_tuple(value: Any, ndim: int, key: str, name: str) -> tuple[int, ...] | N
     if isinstance(value, int | np.integer):
         return (int(value),) * ndim
     items = list(value) if isinstance(value, list | tuple | np.ndarray) else None
+    if items is not None and any(isinstance(v, list | tuple) for v in items):
+        # what ``array_encoding`` reads from a rectilinear grid; refused as xarray's engine does
+        raise ArgumentTypeError(
+            f"encoding[{key!r}]={value!r} for variable {name!r} is a rectilinear (variable-sized) "
+            "grid: to_zarr cannot write one yet. To write a regular grid instead, clear the "
+            f"encoding (del ds[{name!r}].encoding[{key!r}]) and give the variable uniform chunks"
+        )
     if items is None or not all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in items):
         raise ArgumentTypeError(
             f"encoding[{key!r}] for variable {name!r} must be an int or a tuple of ints, got {value!r}"
@@ -141,7 +153,10 @@ def creation_kwargs(
     shards = _as_tuple(encoding.get("shards"), ndim, "shards", name)
     if chunks is None:
         chunks = _default_chunks(var, shards if encoding.get("codecs") is None else None)
-    kwargs: dict[str, Any] = {"shape": var.shape, "dtype": _dtype_for_store(var.dtype)}
+    kwargs: dict[str, Any] = {
+        "shape": var.shape,
+        "dtype": _dtype_for_store(var.dtype, encoding.get("serializer")),
+    }
     codecs = encoding.get("codecs")
     if codecs is not None:
         if user_encoding:
@@ -164,12 +179,12 @@ def creation_kwargs(
         if "filters" in encoding:
             kwargs["filters"] = _codec_list(encoding["filters"])
         serializer = encoding.get("serializer")
+        variable_length = isinstance(kwargs["dtype"], str)
         if serializer is not None and not (
-            # text is stored as variable-length strings: a fixed-width source's ``bytes``
-            # serializer read back from a store does not apply (one the user gave still fails)
-            kwargs["dtype"] == "string"
-            and not user_encoding
-            and _codec_name(serializer) not in _TEXT_SERIALIZERS
+            # a serializer read back from a store that stored the text the other way (a
+            # fixed-width source's ``bytes``, a variable-length one's ``vlen-*``) does not
+            # apply: the data's dtype decides (one the user gave still fails)
+            not user_encoding and variable_length != (_codec_name(serializer) in _TEXT_SERIALIZERS)
         ):
             kwargs["serializer"] = _as_codec(serializer)
     if encoding.get("chunk_key_encoding") is not None:
