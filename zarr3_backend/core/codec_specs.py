@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..codecs import Codec
+from ..codecs.bytes import endian_matters
 from ..errors import CodecError, ShapeError
 from .dtypes import DataType
 
@@ -65,9 +66,10 @@ def default_serializer(dt: DataType) -> dict:
         return (
             {"name": "vlen-bytes"} if dt.name in ("bytes", "variable_length_bytes") else {"name": "vlen-utf8"}
         )
+    # bare "bytes" where byte order means nothing (S, V, one-byte fields), as zarr-python writes it
     return (
         {"name": "bytes", "configuration": {"endian": "little"}}
-        if dt.numpy.itemsize > 1
+        if endian_matters(dt.numpy)
         else {"name": "bytes"}
     )
 
