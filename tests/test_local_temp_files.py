@@ -70,3 +70,21 @@ def test_temp_files_of_a_killed_writer_are_removed_and_a_live_ones_kept(tmp_path
         if child.poll() is None:
             child.kill()
             child.wait(timeout=30)
+
+
+def test_repair_removes_dead_writers_temp_files_everywhere_and_keeps_live_ones(tmp_path):
+    """``zarr3_backend.repair`` sweeps the whole store (a write sweeps only where it writes)."""
+    import zarr3_backend as z3
+    from zarr3_backend.stores.local import _temp_name
+
+    root = tmp_path / "data.zarr"
+    (root / "a" / "c" / "7").mkdir(parents=True)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
+    mine = _temp_name()
+    tag = mine[len(TEMP_PREFIX) :].split(".")[0]
+    dead = f"{TEMP_PREFIX}{tag}.{int(gone.stdout)}-1-x.beef"
+    (root / "a" / "c" / "7" / dead).write_bytes(b"torn")
+    (root / "a" / mine).write_bytes(b"in flight")  # this live process's
+    z3.repair(str(root))
+    assert not (root / "a" / "c" / "7" / dead).exists()
+    assert (root / "a" / mine).exists()

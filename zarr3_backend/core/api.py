@@ -131,10 +131,13 @@ def _write_new_node(store: Store, path: str, doc: bytes, overwrite: bool) -> Non
 
 
 def repair(store: Any, *, storage_options: dict | None = None, all_writers: bool = False) -> list[str]:
-    """Finish (roll forward) or drop the writes that dead writers left unfinished in ``store``;
-    returns their ids. ``all_writers=True`` also takes over writes whose writer cannot be judged
+    """Finish (roll forward) or drop the writes that dead writers left unfinished in ``store``, and
+    remove dead writers' temporary files; returns the writes' ids. ``all_writers=True`` also takes over writes whose writer cannot be judged
     (another host), for when the caller knows that nothing else writes."""
-    return repair_writes(_resolve_store(store, "r+", storage_options), only_dead=not all_writers)
+    store = _resolve_store(store, "r+", storage_options)
+    done = repair_writes(store, only_dead=not all_writers)
+    store.remove_dead_temporaries()  # what a killed writer left beside the keys
+    return done
 
 
 def array_metadata(

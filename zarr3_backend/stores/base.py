@@ -140,6 +140,11 @@ class Store(ABC):
             self.set(dst, value)
             self.erase(src)
 
+    def remove_dead_temporaries(self) -> list[str]:
+        """Remove what killed writers of this store left beside the keys (temporary files);
+        returns where they were. Stores whose writes leave nothing of the kind: nothing to do."""
+        return []
+
     def erase_prefix(self, prefix: str) -> None:
         """Remove every key under ``prefix``."""
         self.check_writable(prefix)

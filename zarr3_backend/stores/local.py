@@ -511,6 +511,21 @@ class LocalStore(Store):
                 raise
         raise AssertionError("unreachable")
 
+    def remove_dead_temporaries(self) -> list[str]:
+        """Every temporary file of a dead writer on this host, anywhere under root, removed
+        (the explicit repair; writes sweep only the directories they write into)."""
+        removed = []
+        for directory, _dirs, files in os.walk(self.root):
+            for name in files:
+                if _dead_writers_temp(name):
+                    path = os.path.join(directory, name)
+                    try:
+                        os.unlink(path)
+                    except OSError:
+                        continue
+                    removed.append(os.path.relpath(path, self.root).replace(os.sep, "/"))
+        return sorted(removed)
+
     def _sweep(self, directory: str, dfd: int) -> None:
         """Remove the temporary files of dead writers from ``directory`` (checked, open as
         ``dfd``): once per directory per store object, so a write costs no scan after the first."""
