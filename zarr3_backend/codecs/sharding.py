@@ -282,7 +282,7 @@ class ShardingCodec(ArrayBytesCodec):
     """
 
     name = "sharding_indexed"
-    #: ``CodecChain.encode`` passes its ``write_empty_chunks`` flag on to this codec's ``encode``.
+    #: ``encode``/``encode_into`` take the chain's ``write_empty_chunks`` flag.
     takes_write_empty_chunks: ClassVar[bool] = True
     #: ``decode_partial``/``encode_partial`` read and rewrite only the inner chunks a region touches.
     partial_decodable: ClassVar[bool] = True

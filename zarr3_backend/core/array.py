@@ -430,7 +430,7 @@ class Array:
 
         ``adopt`` (True, or a set of ``id(out)``) names outputs filled by exactly one shard region;
         for those the decoded array itself is returned in ``{id(out): array}`` instead of copied."""
-        partial_ok = self._chain.is_partial_decodable
+        partial_ok = self._shard_codec is not None  # the codec reads regions of a unit itself
         whole = [(o, p) for o, p in items if p.is_complete or not partial_ok]
         parts = [(o, p) for o, p in items if not (p.is_complete or not partial_ok)]
         fill = self.fill_value
