@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..byte_range import ByteRange
-from ..errors import CodecError, ResourceLimitError
+from ..errors import CodecError, CorruptionError, ResourceLimitError
 
 #: Reads several byte ranges of one stored value in one batched call; ``None`` when missing.
 RangeReader = Callable[[Sequence[ByteRange | None]], list[bytes | None]]
@@ -111,6 +111,29 @@ class ArrayArrayCodec(Codec):
 class ArrayBytesCodec(Codec):
     """array -> bytes: serialises the array, e.g. ``bytes`` or ``sharding_indexed``."""
 
+    # ---- capabilities the chain and the core ask for (defaults built on encode/decode) -----
+    #: True when ``encode`` takes a ``write_empty_chunks`` keyword (codecs that drop fill parts
+    #: of a chunk themselves: sharding); ``encode_into`` passes the flag on to those.
+    takes_write_empty_chunks: ClassVar[bool] = False
+
+    #: True when the codec reads and writes regions of one stored value itself, fetching only
+    #: the parts a selection needs (sharding's ``decode_partial``/``encode_partial``).
+    partial_decodable: ClassVar[bool] = False
+
+    def encode_into(
+        self, chunk: np.ndarray, spec: ChunkSpec, out: memoryview | None, *, write_empty_chunks: bool = False
+    ) -> Buffer | None:
+        """``encode``'s bytes, written into ``out`` (writable scratch, may be ``None``) and returned
+        as a view of it where the codec can. Default: ``encode``, ``out`` unused."""
+        if self.takes_write_empty_chunks:
+            return self.encode(chunk, spec, write_empty_chunks=write_empty_chunks)  # type: ignore[call-arg]
+        return self.encode(chunk, spec)
+
+    def raw_dtype(self, spec: ChunkSpec) -> np.dtype | None:
+        """The stored element type when the encoded bytes are the chunk's elements in C order
+        (``bytes``): such bytes can be read straight into an output array. Default: ``None``."""
+        return None
+
     @abstractmethod
     def encode(self, chunk: np.ndarray, spec: ChunkSpec) -> Buffer | None:
         """Bytes for ``chunk``; ``None`` means "store nothing" (sharding: all inner chunks empty)."""
@@ -130,6 +153,27 @@ class ArrayBytesCodec(Codec):
 
 class BytesBytesCodec(Codec):
     """bytes -> bytes: compressors and checksums."""
+
+    # ---- capabilities the chain and the core ask for (defaults built on encode/decode) -----
+    #: True when ``decode_into`` decompresses straight into the caller's buffer (blosc, zstd):
+    #: the core then decodes plain chunks into their place in the output, with no chunk copy.
+    decodes_into: ClassVar[bool] = False
+
+    def encode_into(self, data: Buffer, spec: ChunkSpec, out: memoryview) -> Buffer:
+        """``encode``'s bytes, written into ``out`` (writable scratch) and returned as a view of
+        it where the codec can. Default: ``encode``, ``out`` unused."""
+        return self.encode(data, spec)
+
+    def decode_into(self, data: Buffer, spec: ChunkSpec, dest: memoryview) -> memoryview:
+        """``decode(data)`` written into ``dest`` (writable, exactly the decoded size); returns
+        ``dest``. Default: ``decode``, then one copy (``CorruptionError`` on another size)."""
+        decoded = as_bytes_view(self.decode(data, spec))
+        if len(decoded) != len(dest):
+            raise CorruptionError(
+                f"codec {self.name!r}: decodes to {len(decoded)} bytes, expected {len(dest)}"
+            )
+        dest[:] = decoded
+        return dest
 
     @abstractmethod
     def encode(self, data: Buffer, spec: ChunkSpec) -> Buffer: ...

@@ -77,6 +77,8 @@ class BloscCodec(BytesBytesCodec):
     """Blosc compression; ``shuffle``/``typesize`` left ``None`` are chosen by ``evolve``."""
 
     name: ClassVar[str] = "blosc"
+    #: ``decode_into`` decompresses straight into the caller's buffer.
+    decodes_into: ClassVar[bool] = True
     cname: str = "zstd"
     clevel: int = 5
     shuffle: str | None = None

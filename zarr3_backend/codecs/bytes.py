@@ -69,6 +69,10 @@ class BytesCodec(ArrayBytesCodec):
             raise CodecError(f"codec 'bytes': configuration key 'endian' is required for data type {dtype}")
         return dtype.newbyteorder("<" if self.endian == "little" else ">")
 
+    def raw_dtype(self, spec: ChunkSpec) -> np.dtype:
+        """Encoded bytes are the elements in C order: their stored type (``wire_dtype``)."""
+        return self.wire_dtype(spec.dtype)
+
     def encode(self, chunk: np.ndarray, spec: ChunkSpec) -> memoryview:
         """The chunk's bytes; a view of ``chunk`` itself (no copy) when it is already C-contiguous
         in the stored byte order, so the caller must not modify ``chunk`` while the bytes live."""

@@ -87,28 +87,24 @@ class CodecChain:
 
         ``write_empty_chunks`` reaches array->bytes codecs that drop fill parts themselves
         (sharding: ``takes_write_empty_chunks``); with it they store everything. ``out``, a
-        writable scratch buffer, lets the codec that produces the final bytes write into it (those
-        with ``encode_into``): the result may then be a view of ``out``, valid until it is reused.
+        writable scratch buffer, lets the codec that produces the final bytes write into it (its
+        ``encode_into``): the result may then be a view of ``out``, valid until it is reused.
         """
         for c, s in zip(self.array_array, self.specs, strict=False):
             chunk = c.encode(chunk, s)
-        ab_into = (
-            getattr(self.array_bytes, "encode_into", None)
-            if out is not None and not self.bytes_bytes
-            else None
+        # only the codec that produces the final bytes may write into ``out``
+        ab_out = out if not self.bytes_bytes else None
+        data = self.array_bytes.encode_into(
+            chunk, self.specs[-1], ab_out, write_empty_chunks=write_empty_chunks
         )
-        if ab_into is not None:  # writes into ``out`` itself (sharding of raw inner chunks)
-            return ab_into(chunk, self.specs[-1], out, write_empty_chunks=write_empty_chunks)
-        if getattr(self.array_bytes, "takes_write_empty_chunks", False):
-            data = self.array_bytes.encode(chunk, self.specs[-1], write_empty_chunks=write_empty_chunks)  # type: ignore[call-arg]
-        else:
-            data = self.array_bytes.encode(chunk, self.specs[-1])
-        if data is None:
-            return None
+        if data is None or not self.bytes_bytes:
+            return data
         last = len(self.bytes_bytes) - 1
         for k, c in enumerate(self.bytes_bytes):
-            into = getattr(c, "encode_into", None) if out is not None and k == last else None
-            data = c.encode(data, self.specs[-1]) if into is None else into(data, self.specs[-1], out)
+            if out is not None and k == last:
+                data = c.encode_into(data, self.specs[-1], out)
+            else:
+                data = c.encode(data, self.specs[-1])
         return data
 
     def decode(self, data: Buffer) -> np.ndarray:
@@ -170,4 +166,12 @@ class CodecChain:
     @property
     def is_partial_decodable(self) -> bool:
         """True when the array->bytes codec can read sub-regions (sharding) directly."""
-        return not self.array_array and not self.bytes_bytes and hasattr(self.array_bytes, "decode_partial")
+        return not self.array_array and not self.bytes_bytes and self.array_bytes.partial_decodable
+
+    @property
+    def raw_dtype(self) -> np.dtype | None:
+        """The stored element type when encoded chunks are plain C-order elements (the chain is
+        ``bytes`` alone), else ``None``: such chunks can be read straight into an output array."""
+        if self.array_array or self.bytes_bytes:
+            return None
+        return self.array_bytes.raw_dtype(self.specs[-1])

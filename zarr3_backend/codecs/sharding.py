@@ -282,8 +282,10 @@ class ShardingCodec(ArrayBytesCodec):
     """
 
     name = "sharding_indexed"
-    #: ``CodecChain.encode`` passes its ``write_empty_chunks`` flag on to this codec's ``encode``.
+    #: ``encode``/``encode_into`` take the chain's ``write_empty_chunks`` flag.
     takes_write_empty_chunks: ClassVar[bool] = True
+    #: ``decode_partial``/``encode_partial`` read and rewrite only the inner chunks a region touches.
+    partial_decodable: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -418,7 +420,7 @@ class ShardingCodec(ArrayBytesCodec):
         return _assemble(layout, parts)
 
     def encode_into(
-        self, chunk: np.ndarray, spec: ChunkSpec, out: memoryview, *, write_empty_chunks: bool = False
+        self, chunk: np.ndarray, spec: ChunkSpec, out: memoryview | None, *, write_empty_chunks: bool = False
     ) -> Buffer | None:
         """``encode``'s bytes written into ``out`` (writable) and returned as a view of it, for
         inner chunks of raw elements: each inner chunk is copied once, from ``chunk`` straight
@@ -429,7 +431,12 @@ class ShardingCodec(ArrayBytesCodec):
         shard = np.asarray(chunk)
         nb = layout.inner.spec.nbytes
         isz = layout.index_size
-        if wire is None or shard.shape != layout.shard_shape or len(out) < nb * math.prod(layout.grid) + isz:
+        if (
+            out is None
+            or wire is None
+            or shard.shape != layout.shard_shape
+            or len(out) < nb * math.prod(layout.grid) + isz
+        ):
             return self.encode(chunk, spec, write_empty_chunks=write_empty_chunks)
         dest = np.frombuffer(out, dtype=np.uint8)
         index = np.full((*layout.grid, 2), EMPTY, dtype=np.uint64)
@@ -663,12 +670,7 @@ class ShardingCodec(ArrayBytesCodec):
     def raw_inner_dtype(self, spec: ChunkSpec) -> np.dtype | None:
         """The stored element type when inner chunks are plain C-order elements (inner chain
         ``bytes`` alone), else ``None``: such chunks can be read straight into an output array."""
-        inner = self.layout(spec).inner
-        if inner.array_array or inner.bytes_bytes or getattr(inner.array_bytes, "name", None) != "bytes":
-            return None
-        if spec.dtype.hasobject:
-            return None
-        return inner.array_bytes.wire_dtype(spec.dtype)
+        return None if spec.dtype.hasobject else self.layout(spec).inner.raw_dtype
 
     def read_many_into(
         self,
@@ -799,7 +801,7 @@ def _outside_error(coords: tuple[int, ...], off: int, nb: int, available: int, g
 def _nested_sharding(layout: ShardLayout) -> Any:
     """The inner chain's sharding codec when inner chunks are shards read and written in parts."""
     inner = layout.inner
-    ok = inner.is_partial_decodable and hasattr(inner.array_bytes, "encode_partial")
+    ok = inner.is_partial_decodable and isinstance(inner.array_bytes, ShardingCodec)
     return inner.array_bytes if ok else None
 
 

@@ -31,6 +31,8 @@ class ZstdCodec(BytesBytesCodec):
     """Zstandard compression at ``level`` (0 = zstd's default), with an optional frame checksum."""
 
     name: ClassVar[str] = "zstd"
+    #: ``decode_into`` decompresses straight into the caller's buffer.
+    decodes_into: ClassVar[bool] = True
     level: int = 0
     checksum: bool = False
 

@@ -24,6 +24,8 @@ from .._threads import scratch_buffer, thread_map
 from ..byte_range import ByteRange
 from ..codecs import CodecChain
 from ..codecs.fill import is_fill
+from ..codecs.sharding import ShardingCodec
+from ..codecs.transpose import TransposeCodec
 from ..errors import CorruptionError, ReadOnlyError, ResourceLimitError, ShapeError, WriteConflictError
 from ..stores.base import Store
 from . import rectilinear
@@ -232,11 +234,10 @@ class Array:
             return self.storage_chunks
         inner = tuple(codec.chunk_shape)
         for c in reversed(self._chain.array_array):
-            order = getattr(c, "order", None)
-            if order is None:  # another array->array codec: no inner chunk in array coordinates
+            if not isinstance(c, TransposeCodec):  # no inner chunk in array coordinates
                 return self.storage_chunks
             back = [0] * len(inner)
-            for axis, size in zip(order, inner, strict=True):
+            for axis, size in zip(c.order, inner, strict=True):
                 back[axis] = size
             inner = tuple(back)
         return inner
@@ -281,10 +282,10 @@ class Array:
         return self.metadata.codec_chain()
 
     @cached_property
-    def _sharding(self) -> Any:
-        """The sharding codec when the chain is exactly one sharding_indexed codec."""
+    def _sharding(self) -> ShardingCodec | None:
+        """The sharding codec when it is the chain's array->bytes codec."""
         ab = self._chain.array_bytes
-        return ab if getattr(ab, "name", None) == "sharding_indexed" else None
+        return ab if isinstance(ab, ShardingCodec) else None
 
     def _chunk_key(self, coords: tuple[int, ...]) -> str:
         return join_path(self.path, self.metadata.chunk_key_encoding.encode_chunk_key(coords))
@@ -301,11 +302,9 @@ class Array:
         return "shard" if self._sharding is not None else "chunk"
 
     @cached_property
-    def _shard_codec(self) -> Any:
+    def _shard_codec(self) -> ShardingCodec | None:
         """The sharding codec when it is the whole chain (it then reads and writes parts itself)."""
-        chain = self._chain
-        ok = chain.is_partial_decodable and hasattr(chain.array_bytes, "encode_partial")
-        return chain.array_bytes if ok else None
+        return self._sharding if self._chain.is_partial_decodable else None
 
     def _fill_chunk(self) -> np.ndarray:
         return self._chain.spec.fill_array()
@@ -316,13 +315,14 @@ class Array:
         is plain C-order elements under bytes->bytes codecs whose innermost one can decode into a
         given buffer (blosc, zstd), else ``None``: such chunks skip the generic codec chain."""
         chain = self._chain
-        if chain.array_array or getattr(chain.array_bytes, "name", None) != "bytes":
+        wire = None if chain.array_array else chain.array_bytes.raw_dtype(chain.specs[-1])
+        if wire is None:
             return None
         bb = chain.bytes_bytes
         inner = bb[0] if bb else None
-        if inner is not None and not hasattr(inner, "decode_into"):
+        if inner is not None and not inner.decodes_into:
             return None
-        return chain.array_bytes.wire_dtype(chain.spec.dtype), bb[1:], inner
+        return wire, bb[1:], inner
 
     @cached_property
     def _chunk_nbytes(self) -> int:
@@ -377,13 +377,13 @@ class Array:
         """Stores with cheap synchronous reads (local files, memory): each CPU worker reads one
         chunk into reused scratch memory (or, for an uncompressed whole chunk whose output
         region is contiguous, straight into ``out``), decodes and scatters it."""
-        get_into = self.store.get_into  # type: ignore[attr-defined]
+        get_into = self.store.get_into
         fill = self.fill_value
         direct = self._direct
         raw = direct is not None and direct[2] is None and not direct[1] and direct[0] == self.dtype
         shape = self._chain.spec.shape
         # read-ahead: while chunk i is decoded, the kernel already fetches chunk i + AHEAD
-        hint = getattr(self.store, "will_need", None) if self._chunk_nbytes >= _HINT_MIN_BYTES else None
+        hint = self.store.will_need if self._chunk_nbytes >= _HINT_MIN_BYTES else None
         if hint is not None and len(keys) > 1:
             hint(keys[:_AHEAD])
 
@@ -430,12 +430,12 @@ class Array:
 
         ``adopt`` (True, or a set of ``id(out)``) names outputs filled by exactly one shard region;
         for those the decoded array itself is returned in ``{id(out): array}`` instead of copied."""
-        partial_ok = self._chain.is_partial_decodable
+        partial_ok = self._shard_codec is not None  # the codec reads regions of a unit itself
         whole = [(o, p) for o, p in items if p.is_complete or not partial_ok]
         parts = [(o, p) for o, p in items if not (p.is_complete or not partial_ok)]
         fill = self.fill_value
 
-        if whole and getattr(self.store, "inline_io", False):
+        if whole and self.store.inline_io:
             self._read_inline(whole, [self._chunk_key(p.chunk_coords) for _, p in whole])
         elif whole:
             keys = [self._chunk_key(p.chunk_coords) for _, p in whole]
@@ -492,12 +492,11 @@ class Array:
     @cached_property
     def _raw_shard_reads(self) -> bool:
         """Whether regions inside shards are read with ``ShardingCodec.read_many_into``: a
-        local store (``open_reader``), no shard-index cache, inner chunks stored as raw elements."""
+        store with cheap per-key calls (``inline_io``, its ``open_reader``), no shard-index cache, inner chunks stored as raw elements."""
         codec = self._shard_codec
         return (
             codec is not None
-            and getattr(self.store, "inline_io", False)
-            and hasattr(self.store, "open_reader")
+            and self.store.inline_io
             and self._index_cache is None
             and codec.raw_inner_dtype(self._chain.specs[-1]) is not None
         )
@@ -530,7 +529,7 @@ class Array:
             rest = list(range(len(parts)))
 
         def read_shard(key: str) -> None:
-            reader = self.store.open_reader(key)  # type: ignore[attr-defined]
+            reader = self.store.open_reader(key)
             if reader is None:
                 raise CorruptionError(f"shard {key!r} vanished while being read")
             try:
@@ -577,7 +576,7 @@ class Array:
                 out[p.out_selection] = sub
 
         # local files: reads are cheap system calls, so CPU-many threads beat a GIL convoy of 32
-        kind = "cpu" if getattr(self.store, "inline_io", False) else "io"
+        kind = "cpu" if self.store.inline_io else "io"
         tasks: list[Callable[[], None]] = [lambda k=k: read_shard(k) for k in by_shard]
         tasks += [lambda i=i: read_part(i) for i in rest]
         thread_map(lambda task: task(), tasks, kind=kind)
@@ -687,7 +686,7 @@ class Array:
         # scratch memory and writes it at once (bounded memory, encoding overlaps writing).
         # Only when no old unit must be decoded: a corrupt old unit must fail the call before
         # anything is written, so read-modify-writes encode everything first.
-        inline = getattr(self.store, "inline_io", False) and not stale
+        inline = self.store.inline_io and not stale
         nbytes = int(np.prod(unit)) * self.dtype.itemsize
         out_bytes = nbytes + 64  # room for a compressor's worst-case overhead, or a shard index
         if self._shard_codec is not None:

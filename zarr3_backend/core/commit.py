@@ -34,7 +34,7 @@ from .._threads import thread_map
 from ..byte_range import ByteRange
 from ..errors import InterruptedWriteError, MetadataError, WriteConflictError
 from ..stores import Store
-from ..stores.base import BytesLike
+from ..stores.base import BytesLike, PositionedReader
 from .metadata import WRITE_IN_PROGRESS_FIELD
 from .paths import metadata_key
 
@@ -191,19 +191,35 @@ class StagingStore(Store):
     def __repr__(self) -> str:
         return f"StagingStore({self.base!r}, {self.txn_id!r})"
 
+    # -- read-path capabilities: the base's, of the staged value when there is one
     @property
-    def inline_io(self) -> bool:
-        """Writes are as cheap as the base's (each is one base write)."""
-        return bool(getattr(self.base, "inline_io", False)) and hasattr(self.base, "get_into")
+    def inline_io(self) -> bool:  # type: ignore[override]
+        """As the base's: every call is one or two base calls."""
+        return self.base.inline_io
 
-    def get_into(self, key: str, alloc: Any) -> Any:
-        """The base's zero-copy read, of the staged value when there is one."""
-        got = self.base.get_into(self._data + key, alloc)  # type: ignore[attr-defined]
+    def get_into(
+        self, key: str, alloc: Callable[[int], memoryview], byte_range: ByteRange | None = None
+    ) -> memoryview | None:
+        """The base's ``get_into`` of the staged value when there is one."""
+        got = self.base.get_into(self._data + key, alloc, byte_range)
         if got is not None:
             return got
         if self.base.exists(self._tomb + key):
             return None
-        return self.base.get_into(key, alloc)  # type: ignore[attr-defined]
+        return self.base.get_into(key, alloc, byte_range)
+
+    def open_reader(self, key: str) -> PositionedReader | None:
+        """The base's reader of the staged value when there is one."""
+        reader = self.base.open_reader(self._data + key)
+        if reader is not None:
+            return reader
+        if self.base.exists(self._tomb + key):
+            return None
+        return self.base.open_reader(key)
+
+    def will_need(self, keys: Sequence[str]) -> None:
+        """Passed on to the base, for the staged values and the committed ones."""
+        self.base.will_need([self._data + k for k in keys] + list(keys))
 
     # -- reading
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:

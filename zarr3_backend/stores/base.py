@@ -8,8 +8,8 @@ concurrently. Missing keys read as ``None`` (never an exception per chunk).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
-from typing import TypeAlias
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from typing import Protocol, TypeAlias
 
 from ..byte_range import ByteRange
 from ..errors import ArgumentError, InvalidKeyError, ReadOnlyError, WriteConflictError
@@ -23,6 +23,51 @@ Version: TypeAlias = Hashable
 
 class StoreArgumentError(ArgumentError):
     """An argument choosing or configuring a store is invalid (type, mode, storage_options)."""
+
+
+class PositionedReader(Protocol):
+    """One value open for positioned reads into caller buffers (``Store.open_reader``)."""
+
+    size: int
+
+    def read_into(self, offset: int, buffers: Sequence[memoryview]) -> int: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> PositionedReader: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class ValueReader:
+    """Positioned reads of one value held in memory: what ``Store.open_reader`` gives by default
+    (the value read whole with ``get``); the shape of ``LocalStore``'s ``FileReader``."""
+
+    __slots__ = ("_view", "size")
+
+    def __init__(self, value: BytesLike) -> None:
+        self._view = memoryview(value).cast("B")
+        self.size = len(self._view)
+
+    def read_into(self, offset: int, buffers: Sequence[memoryview]) -> int:
+        """Fill ``buffers`` in order from ``offset``; the bytes copied (short only at the end)."""
+        got = 0
+        for buf in buffers:
+            part = self._view[offset + got : offset + got + len(buf)]
+            buf[: len(part)] = part
+            got += len(part)
+            if len(part) < len(buf):
+                break
+        return got
+
+    def close(self) -> None:
+        """Nothing to release (the value is plain memory)."""
+
+    def __enter__(self) -> ValueReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def rebuild_store(cls: type, args: tuple, kwargs: dict) -> Store:
@@ -85,6 +130,36 @@ class Store(ABC):
 
     def __init__(self, *, read_only: bool = False) -> None:
         self.read_only = read_only
+
+    # ---- read-path capabilities the core asks for (defaults built on ``get``) ----------------
+    #: True when per-key calls are cheap synchronous system calls (local files): the core then
+    #: reads, decodes and writes unit by unit from its CPU workers (``get_into``, ``set``,
+    #: ``open_reader``) instead of batching every value in memory with ``get_many``/``set_many``.
+    inline_io: bool = False
+
+    def get_into(
+        self, key: str, alloc: Callable[[int], memoryview], byte_range: ByteRange | None = None
+    ) -> memoryview | None:
+        """The value of ``key`` (or its ``byte_range``) in ``alloc(size)``, a writable buffer the
+        caller provides (a shorter one takes only its length); ``None`` when missing. Default:
+        ``get``, then one copy; stores that can read straight into the buffer override it."""
+        value = self.get(key, byte_range)
+        if value is None:
+            return None
+        buf = alloc(len(value))
+        n = min(len(buf), len(value))
+        buf[:n] = memoryview(value).cast("B")[:n]
+        return buf[:n]
+
+    def open_reader(self, key: str) -> PositionedReader | None:
+        """``key``'s value open for several positioned reads (``size``, ``read_into``; close it
+        or use it in ``with``); ``None`` when missing. Default: the value read whole with ``get``
+        (worth it only where ``inline_io``); stores with real positioned reads override it."""
+        value = self.get(key)
+        return None if value is None else ValueReader(value)
+
+    def will_need(self, keys: Sequence[str]) -> None:  # noqa: B027 - a no-op default
+        """A hint that ``keys`` will be read soon (read-ahead); default: nothing."""
 
     # ---- reading ---------------------------------------------------------------------------
     @abstractmethod

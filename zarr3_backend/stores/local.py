@@ -334,9 +334,8 @@ class LocalStore(Store):
         finally:
             os.close(fd)
 
-    #: Per-key calls are cheap synchronous system calls: callers (Array) may read, decode and
-    #: write chunk by chunk from their own worker threads instead of batching every value in
-    #: memory. A subclass that overrides get/get_many/set/set_many should set this to False.
+    #: Per-key calls are cheap synchronous system calls (``Store.inline_io``). A subclass that
+    #: overrides get/get_many/set/set_many should set this to False.
     inline_io = True
 
     def get_into(

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 
 from ..byte_range import ByteRange
-from .base import BytesLike, Store, Version, rebuild_store, validate_key, validate_prefix
+from .base import (
+    BytesLike,
+    PositionedReader,
+    Store,
+    ValueReader,
+    Version,
+    rebuild_store,
+    validate_key,
+    validate_prefix,
+)
 
 
 class MemoryStore(Store):
@@ -44,6 +53,26 @@ class MemoryStore(Store):
     def exists(self, key: str) -> bool:
         """Whether ``key`` holds a value."""
         return validate_key(key) in self._data
+
+    def get_into(
+        self, key: str, alloc: Callable[[int], memoryview], byte_range: ByteRange | None = None
+    ) -> memoryview | None:
+        """``Store.get_into`` copying once, from the stored value straight into ``alloc(size)``."""
+        value = self._data.get(validate_key(key))
+        if value is None:
+            return None
+        view = memoryview(value).cast("B")
+        if byte_range is not None:
+            view = view[byte_range.slice(len(view))]
+        buf = alloc(len(view))
+        n = min(len(buf), len(view))
+        buf[:n] = view[:n]
+        return buf[:n]
+
+    def open_reader(self, key: str) -> PositionedReader | None:
+        """``Store.open_reader`` over the stored value itself (values are immutable: no copy)."""
+        value = self._data.get(validate_key(key))
+        return None if value is None else ValueReader(value)
 
     # ---- writing ---------------------------------------------------------------------------
     def set(self, key: str, value: BytesLike) -> None:
