@@ -242,7 +242,7 @@ XR_CHILD = textwrap.dedent(
     import xarray as xr
     import zarr3_backend as z3
     sys.path.insert(0, sys.argv[4])
-    from test_fault_injection import dataset, xr_encoding
+    from test_fault_injection import dataset, same_layout, xr_encoding
 
     root, scenario, layout = sys.argv[1:4]
     print("ready", flush=True)
@@ -250,9 +250,9 @@ XR_CHILD = textwrap.dedent(
     if scenario == "create" or scenario == "w":
         z3.to_zarr(new, root, mode="w", encoding=xr_encoding(layout, new))
     elif scenario == "append":
-        z3.to_zarr(new.isel(time=slice(0, 24)).assign_coords(time=np.arange(120, 144)), root, append_dim="time")
+        z3.to_zarr(same_layout(new).isel(time=slice(0, 24)).assign_coords(time=np.arange(120, 144)), root, append_dim="time")
     elif scenario == "region":
-        z3.to_zarr(new.isel(time=slice(24, 96)).drop_vars(["time", "label"]), root, region={"time": slice(24, 96)})
+        z3.to_zarr(same_layout(new).isel(time=slice(24, 96)).drop_vars(["time", "label", "x"]), root, region={"time": slice(24, 96)})
     print("done", flush=True)
     """
 )
@@ -271,6 +271,12 @@ def dataset(new: bool = False):
     return ds.rename({"tp": "precip"}) if new else ds
 
 
+def same_layout(new):
+    """The new values in the old dataset's variables and attributes (what appends and region
+    writes bring)."""
+    return new.rename({"precip": "tp"}).assign_attrs(version=1)
+
+
 def xr_encoding(layout: str, ds) -> dict:
     enc = {"chunks": CHUNKS, **({"shards": SHARDS} if layout == "sharded" else {})}
     if layout != "blosc":
@@ -284,12 +290,15 @@ def xr_states(scenario: str):
         return [None, new]
     if scenario == "w":
         return [old, new]
+    same = same_layout(new)
     if scenario == "append":
-        grown = xr.concat([old, new.isel(time=slice(0, 24)).assign_coords(time=np.arange(120, 144))], "time")
-        return [old, grown.rename({"precip": "tp"}) if "precip" in grown else grown]
+        return [
+            old,
+            xr.concat([old, same.isel(time=slice(0, 24)).assign_coords(time=np.arange(120, 144))], "time"),
+        ]
     mixed = old.copy(deep=True)
-    mixed["t2m"][24:96] = new["t2m"][24:96].values
-    mixed["tp"][24:96] = new["precip"][24:96].values
+    mixed["t2m"][24:96] = same["t2m"][24:96].values
+    mixed["tp"][24:96] = same["tp"][24:96].values
     return [old, mixed]
 
 
