@@ -185,7 +185,7 @@ def test_remote_group_runs_for_z3(tmp_path, capsys):
         assert r["ok"], r
         assert r["latency_ms"] == 5 and r["value"] > 0
         assert r["requests"] >= r["round_trips"] >= 1 and r["peak_in_flight"] >= 1
-        assert r["requests"] == sum(r["requests_by_method"].values())
+        assert r["requests"] == sum(r["requests_by_method"].values()) and r["peak_hwm_delta_mib"] >= 0
     by_id = {r["workload"]: r for r in rows}
     size = remote_workloads.REMOTE_SIZES["tiny"]
     chunks = np.prod([s // c for s, c in zip(size.shape, size.chunks, strict=True)])
