@@ -294,6 +294,15 @@ def do_remote_open(runner: Runner) -> dict:
     return stats
 
 
+def remote_description(size_name: str, latencies: str) -> str:
+    """One line on the remote group's array and latencies, for the runner's header."""
+    size = REMOTE_SIZES[size_name]
+    return (
+        f"remote group: shape {size.shape} float32 ({size.nbytes / MiB:.0f} MiB), blosc chunks "
+        f"{size.chunks}, shards {size.shards}, {size.random_reads} random reads; {latencies} ms per request"
+    )
+
+
 # ---- the remote table ----------------------------------------------------------------------------
 REMOTE_COLUMNS = (
     "workload",

@@ -26,9 +26,10 @@ from .config import (
     REMOTE_LATENCIES_MS,
     SIZES,
     WORKLOADS,
+    WORKLOADS_BY_ID,
     Case,
 )
-from .remote_workloads import remote_table
+from .remote_workloads import remote_description, remote_table
 from .report import add_ratios, markdown_table, text_table
 from .worker import RESULT_PREFIX, run_case
 
@@ -178,6 +179,8 @@ def main(argv: list[str] | None = None) -> dict:
         f"size {size.name}: shape {size.shape} float32 ({size.nbytes / 2**20:.0f} MiB), "
         f"chunks {size.chunk}^3, shards {size.chunk}^3 of {size.inner}^3; {args.repeat} repetitions"
     )
+    if any(WORKLOADS_BY_ID[wid].remote for wid, _ in pairs):
+        print(remote_description(args.size, args.latency))
     print(
         f"page-cache eviction check: warm {eviction['warm_s']:.3f} s, evicted {eviction['cold_s']:.3f} s "
         f"-> {'evicts' if eviction['evicts'] else 'DOES NOT EVICT'}",
