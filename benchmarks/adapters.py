@@ -1,8 +1,9 @@
 """One adapter per library: the same operations spelled in each library's public API.
 
 Every adapter is imported lazily by name so a worker process only imports the library it
-measures. All stores are local directories; ``path`` is a store root, ``name`` the array inside
-it ("" for an array at the root).
+measures. ``path`` is a store root, ``name`` the array inside it ("" for an array at the root);
+roots are local directories, except in the remote group, where they are ``http://`` URLs of the
+latency server (``benchmarks/latency_server.py``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ class Adapter:
         raise NotImplementedError
 
     def xr_open(self, path: str) -> Any:
+        raise NotImplementedError
+
+    def xr_open_coords(self, path: str, consolidated: bool) -> Any:
+        """``open_dataset`` of a group, consolidated metadata used or not (remote workload E)."""
         raise NotImplementedError
 
     def to_zarr(self, ds: Any, path: str, size: Size) -> None:
@@ -90,6 +95,11 @@ class Z3Adapter(Adapter):
         import xarray as xr
 
         return xr.open_dataset(path, engine="zarr3", chunks={})
+
+    def xr_open_coords(self, path, consolidated):
+        import xarray as xr
+
+        return xr.open_dataset(path, engine="zarr3", chunks={}, consolidated=consolidated)
 
     def to_zarr(self, ds, path, size):
         self.z3.to_zarr(
@@ -139,8 +149,16 @@ class ZarrAdapter(Adapter):
     def read(self, path, name=""):
         return self.open(path, name)[...]
 
+    def store(self, path: str) -> Any:
+        """What zarr-python is given for a store root: the path or URL itself (zarr-python
+        makes its LocalStore, or its FsspecStore for a URL)."""
+        return path
+
     def open(self, path, name=""):
-        return self.zarr.open_array(os.path.join(path, name) if name else path, mode="r")
+        store = self.store(path)
+        if isinstance(store, str):
+            return self.zarr.open_array(os.path.join(path, name) if name else path, mode="r")
+        return self.zarr.open_array(store, path=name, mode="r")
 
     def read_one(self, handle, region):
         return handle[region]
@@ -158,7 +176,14 @@ class ZarrAdapter(Adapter):
     def xr_open(self, path):
         import xarray as xr
 
-        return xr.open_dataset(path, engine="zarr", chunks={}, consolidated=False, zarr_format=3)
+        return xr.open_dataset(self.store(path), engine="zarr", chunks={}, consolidated=False, zarr_format=3)
+
+    def xr_open_coords(self, path, consolidated):
+        import xarray as xr
+
+        return xr.open_dataset(
+            self.store(path), engine="zarr", chunks={}, consolidated=consolidated, zarr_format=3
+        )
 
     def to_zarr(self, ds, path, size):
         ds.to_zarr(
@@ -201,6 +226,40 @@ class ZarrFusedAdapter(ZarrAdapter):
         super().__init__()
 
 
+class ZarrObstoreAdapter(ZarrAdapter):
+    """zarr-python's ObjectStore on obstore's HTTPStore (remote group only)."""
+
+    name = "zarrobs"
+
+    def __init__(self) -> None:
+        import obstore  # noqa: F401 - fail early (-> "not installed") when it is missing
+
+        super().__init__()
+
+    def versions(self) -> dict[str, str]:
+        from importlib.metadata import version
+
+        return {**super().versions(), "obstore": version("obstore")}
+
+    def store(self, path):
+        from obstore.store import HTTPStore
+        from zarr.storage import ObjectStore
+
+        if "://" not in path:
+            raise NotImplementedError("the obstore variant reads over HTTP only (the remote group)")
+        return ObjectStore(HTTPStore.from_url(path, client_options={"allow_http": True}), read_only=True)
+
+
+class Zarr64Adapter(ZarrAdapter):
+    """zarr-python's fsspec store with ``async.concurrency`` raised from its default to 64."""
+
+    name = "zarr64"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.zarr.config.set({"async.concurrency": 64})
+
+
 class TensorstoreAdapter(Adapter):
     """tensorstore's zarr3 driver on the file kvstore, default context (no chunk cache)."""
 
@@ -217,7 +276,9 @@ class TensorstoreAdapter(Adapter):
 
         return {"tensorstore": version("tensorstore")}
 
-    def _kv(self, path: str, name: str = "") -> dict:
+    def _kv(self, path: str, name: str = "") -> dict | str:
+        if "://" in path:  # a URL (the remote group): tensorstore's http kvstore parses it
+            return "/".join(p.strip("/") for p in (path, name) if p) + "/"
         return {"driver": "file", "path": os.path.join(path, name, "") if name else path + "/"}
 
     def write(self, path, src, size, fixture):
@@ -260,6 +321,11 @@ class TensorstoreAdapter(Adapter):
         chunks = self.open(path, VAR).chunk_layout.read_chunk.shape
         return ds.chunk(dict(zip(DIMS, chunks, strict=True)))
 
+    def xr_open_coords(self, path, consolidated):
+        import xarray_tensorstore
+
+        return xarray_tensorstore.open_zarr(path, context=self.context, consolidated=consolidated)
+
 
 ADAPTERS: dict[str, type[Adapter]] = {
     "z3": Z3Adapter,
@@ -267,6 +333,8 @@ ADAPTERS: dict[str, type[Adapter]] = {
     "zarrfused": ZarrFusedAdapter,
     "zarrs": ZarrsAdapter,
     "tensorstore": TensorstoreAdapter,
+    "zarrobs": ZarrObstoreAdapter,
+    "zarr64": Zarr64Adapter,
 }
 
 

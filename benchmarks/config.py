@@ -39,7 +39,11 @@ SIZES = {
 #: FusedCodecPipeline, zarr-python with the zarrs (Rust) codec pipeline, tensorstore.
 #: ``numpy`` and ``file`` name the reference points.
 LIBS = ("z3", "zarr", "zarrfused", "zarrs", "tensorstore")
-ANCHORS = ("zarr", "zarrfused", "zarrs", "tensorstore")
+#: Libraries measured only in the remote group (over HTTP): zarr-python on obstore's HTTPStore
+#: (its ObjectStore), and zarr-python's fsspec store with ``async.concurrency`` 64.
+REMOTE_ONLY_LIBS = ("zarrobs", "zarr64")
+ALL_LIBS = LIBS + REMOTE_ONLY_LIBS
+ANCHORS = ("zarr", "zarrfused", "zarrs", "tensorstore", *REMOTE_ONLY_LIBS)
 
 
 @dataclass(frozen=True)
@@ -48,12 +52,14 @@ class Workload:
 
     id: str
     title: str
-    kind: str  # write | read | random_one | random_batch | xr_mean[_in_memory] | to_zarr | copy | file_* | icechunk_read
+    kind: str  # write | read | random_one | random_batch | xr_mean[_in_memory] | to_zarr | copy | file_* | icechunk_read | remote_*
     fixture: str | None = None  # raw | blosc | sharded (the store read from / layout written)
     cold: bool = False
     unit: str = "GB/s"
     libs: tuple[str, ...] = LIBS
     distributed: bool = False
+    remote: str | None = None  # the remote group: the store served over HTTP (remote_workloads)
+    latency_ms: float | None = None  # the remote group: latency the server adds to each request
 
 
 REFERENCE_LIBS = ("numpy", "file")
@@ -117,6 +123,53 @@ WORKLOADS: tuple[Workload, ...] = (
         libs=("z3", "zarr"),
     ),
 )
+
+#: Latencies (ms per request) the remote group is defined at: 20 and 100 are measured by
+#: default (``--latency``); 5 keeps the smoke test quick.
+REMOTE_LATENCIES_MS = (5, 20, 100)
+DEFAULT_LATENCIES_MS = (20, 100)
+REMOTE_LIBS = ("z3", "zarr", "zarrobs", "zarr64", "tensorstore")
+_REMOTE = (
+    # (id stem, title, kind, served store, unit, libs)
+    ("r_a_read_blosc", "(A) remote: whole blosc array, ~500 objects", "remote_read", "blosc", "GB/s"),
+    ("r_b_read_sharded", "(B) remote: the same array sharded", "remote_read", "sharded", "GB/s"),
+    (
+        "r_c_random_batch",
+        "(C) remote: random inner-chunk reads, one call",
+        "remote_random_batch",
+        "sharded",
+        "reads/s",
+    ),
+    (
+        "r_d_xr_mean",
+        "(D) remote: open_dataset(chunks={}) + mean(time), threads",
+        "remote_xr_mean",
+        "blosc",
+        "GB/s",
+    ),
+    ("r_e_open", "(E) remote: open_dataset with 6 index coordinates", "remote_open", "coords", "opens/s"),
+    (
+        "r_e_open_consolidated",
+        "(E) remote: the same, consolidated",
+        "remote_open",
+        "coords_consolidated",
+        "opens/s",
+    ),
+)
+REMOTE_WORKLOADS = tuple(
+    Workload(
+        f"{stem}_{ms}ms",
+        f"{title}, {ms} ms per request",
+        kind,
+        unit=unit,
+        libs=REMOTE_LIBS,
+        remote=store,
+        latency_ms=ms,
+    )
+    for ms in REMOTE_LATENCIES_MS
+    for stem, title, kind, store, unit in _REMOTE
+)
+WORKLOADS += REMOTE_WORKLOADS
 WORKLOADS_BY_ID = {w.id: w for w in WORKLOADS}
 
 

@@ -19,7 +19,17 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from . import data, envs
-from .config import LIBS, REFERENCE_LIBS, SIZES, WORKLOADS, Case
+from .config import (
+    ALL_LIBS,
+    DEFAULT_LATENCIES_MS,
+    REFERENCE_LIBS,
+    REMOTE_LATENCIES_MS,
+    SIZES,
+    WORKLOADS,
+    WORKLOADS_BY_ID,
+    Case,
+)
+from .remote_workloads import remote_description, remote_table
 from .report import add_ratios, markdown_table, text_table
 from .worker import RESULT_PREFIX, run_case
 
@@ -43,7 +53,15 @@ PACKAGES = (
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     p.add_argument("--size", choices=sorted(SIZES), default="full", help="data size (default: full, 512 MiB)")
-    p.add_argument("--libs", default=",".join(LIBS), help=f"comma-separated subset of {','.join(LIBS)}")
+    p.add_argument(
+        "--libs", default=",".join(ALL_LIBS), help=f"comma-separated subset of {','.join(ALL_LIBS)}"
+    )
+    p.add_argument(
+        "--latency",
+        default=",".join(map(str, DEFAULT_LATENCIES_MS)),
+        help="remote group: comma-separated ms added to each HTTP request, of "
+        f"{','.join(map(str, REMOTE_LATENCIES_MS))} (default: {','.join(map(str, DEFAULT_LATENCIES_MS))})",
+    )
     p.add_argument("--workloads", default="", help="comma-separated workload ids or prefixes (default: all)")
     p.add_argument("--no-reference", action="store_true", help="skip the numpy/file reference points")
     p.add_argument("--repeat", type=int, default=5, help="timed repetitions per case (median reported)")
@@ -68,13 +86,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def select(args: argparse.Namespace) -> list[tuple[str, str]]:
     """The (workload id, lib) cases to run, in table order."""
     libs = [x for x in args.libs.split(",") if x]
-    unknown = set(libs) - set(LIBS)
+    unknown = set(libs) - set(ALL_LIBS)
     if unknown:
-        raise SystemExit(f"unknown libs {sorted(unknown)}; choose from {LIBS}")
+        raise SystemExit(f"unknown libs {sorted(unknown)}; choose from {ALL_LIBS}")
+    latencies = {float(x) for x in args.latency.split(",") if x}
+    if latencies - set(REMOTE_LATENCIES_MS):
+        raise SystemExit(f"--latency {args.latency}: choose from {REMOTE_LATENCIES_MS} ms")
     wanted = [x for x in args.workloads.split(",") if x]
     cases = []
     for k, w in enumerate(WORKLOADS):
         if wanted and not any(w.id == x or w.id.startswith(x) for x in wanted):
+            continue
+        if w.latency_ms is not None and w.latency_ms not in latencies:
             continue
         chosen = [lib for lib in w.libs if (lib in REFERENCE_LIBS and not args.no_reference) or lib in libs]
         # the library that runs first after another workload varies: no library always pays
@@ -156,6 +179,8 @@ def main(argv: list[str] | None = None) -> dict:
         f"size {size.name}: shape {size.shape} float32 ({size.nbytes / 2**20:.0f} MiB), "
         f"chunks {size.chunk}^3, shards {size.chunk}^3 of {size.inner}^3; {args.repeat} repetitions"
     )
+    if any(WORKLOADS_BY_ID[wid].remote for wid, _ in pairs):
+        print(remote_description(args.size, args.latency))
     print(
         f"page-cache eviction check: warm {eviction['warm_s']:.3f} s, evicted {eviction['cold_s']:.3f} s "
         f"-> {'evicts' if eviction['evicts'] else 'DOES NOT EVICT'}",
@@ -175,7 +200,7 @@ def main(argv: list[str] | None = None) -> dict:
     for i, r in enumerate(results):
         r["run_order"] = i
     workload_pos = {w.id: i for i, w in enumerate(WORKLOADS)}
-    lib_pos = {lib: i for i, lib in enumerate((*REFERENCE_LIBS, *LIBS))}
+    lib_pos = {lib: i for i, lib in enumerate((*REFERENCE_LIBS, *ALL_LIBS))}
     results.sort(key=lambda r: (workload_pos[r["workload"]], lib_pos[r["lib"]]))  # table order
     best = add_ratios(results)
     meta = {
@@ -194,6 +219,9 @@ def main(argv: list[str] | None = None) -> dict:
     report = {"meta": meta, "best_anchor": best, "results": results}
     print()
     print(text_table(results))
+    remote = remote_table(results)
+    if remote:
+        print("\nremote group: traffic of the last repetition\n" + remote)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -201,7 +229,8 @@ def main(argv: list[str] | None = None) -> dict:
     path.write_text(json.dumps(report, indent=1))
     print(f"\nwrote {path} ({meta['elapsed_s']:.0f} s)")
     if args.markdown:
-        Path(args.markdown).write_text(markdown_table(results) + "\n")
+        remote = remote_table(results, markdown=True)
+        Path(args.markdown).write_text(markdown_table(results) + "\n" + (f"\n{remote}\n" if remote else ""))
     return report
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from . import copy_workloads, data
+from . import copy_workloads, data, remote_workloads
 from .config import GB, SIZES, WORKLOADS_BY_ID, Case, MiB, Size, Workload
 
 RESULT_PREFIX = "BENCH-RESULT "
@@ -151,6 +151,10 @@ class Runner:
     # ---- workloads ---------------------------------------------------------------------------
     do_cli_copy = copy_workloads.do_cli_copy
     do_read_write_copy = copy_workloads.do_read_write_copy
+    do_remote_read = remote_workloads.do_remote_read
+    do_remote_random_batch = remote_workloads.do_remote_random_batch
+    do_remote_xr_mean = remote_workloads.do_remote_xr_mean
+    do_remote_open = remote_workloads.do_remote_open
 
     def run(self) -> dict:
         kind = self.w.kind

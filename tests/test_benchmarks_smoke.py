@@ -12,13 +12,13 @@ import os
 import numpy as np
 import pytest
 
-from benchmarks import adapters, data, envs, run
+from benchmarks import adapters, data, envs, latency_server, remote_workloads, run
 from benchmarks.config import SIZES, WORKLOADS, WORKLOADS_BY_ID, Case
 from benchmarks.report import add_ratios, markdown_table, text_table
 from benchmarks.worker import run_case
 
 TINY = SIZES["tiny"]
-FAST = [w.id for w in WORKLOADS if not w.distributed]
+FAST = [w.id for w in WORKLOADS if not w.distributed and w.remote is None]  # remote: own tests
 
 
 def _run(tmp_path, *extra):
@@ -52,11 +52,7 @@ def test_suite_runs_every_workload_for_z3(tmp_path, capsys):
     assert on_disk["results"] == json.loads(json.dumps(report["results"]))
     rows = on_disk["results"]
     expected = {
-        (w.id, lib)
-        for w in WORKLOADS
-        if not w.distributed
-        for lib in w.libs
-        if lib in ("z3", "numpy", "file")
+        (w.id, lib) for w in WORKLOADS if w.id in FAST for lib in w.libs if lib in ("z3", "numpy", "file")
     }
     assert {(r["workload"], r["lib"]) for r in rows} == expected
     for r in rows:
@@ -175,3 +171,160 @@ def test_library_order_rotates_between_workloads_and_the_table_does_not(tmp_path
     for wid, libs in per_workload.items():  # every chosen library still runs exactly once
         expected = [x for x in WORKLOADS_BY_ID[wid].libs if x in ("z3", "zarr", "tensorstore")]
         assert sorted(libs) == sorted(expected)
+
+
+# ---- the remote group (benchmarks/remote_workloads.py, benchmarks/latency_server.py) -----------
+REMOTE_5MS = [w.id for w in WORKLOADS if w.latency_ms == 5]
+
+
+def test_remote_group_runs_for_z3(tmp_path, capsys):
+    _, on_disk, md = _run(tmp_path, "--inprocess", "--workloads", "r_", "--latency", "5", "--no-reference")
+    rows = on_disk["results"]
+    assert [r["workload"] for r in rows] == REMOTE_5MS and {r["lib"] for r in rows} == {"z3"}
+    for r in rows:
+        assert r["ok"], r
+        assert r["latency_ms"] == 5 and r["value"] > 0
+        assert r["requests"] >= r["round_trips"] >= 1 and r["peak_in_flight"] >= 1
+        assert r["requests"] == sum(r["requests_by_method"].values()) and r["peak_hwm_delta_mib"] >= 0
+    by_id = {r["workload"]: r for r in rows}
+    size = remote_workloads.REMOTE_SIZES["tiny"]
+    chunks = np.prod([s // c for s, c in zip(size.shape, size.chunks, strict=True)])
+    # A reads every chunk object; A and B send the whole (compressed) array
+    assert by_id["r_a_read_blosc_5ms"]["requests"] >= chunks
+    assert by_id["r_a_read_blosc_5ms"]["bytes_sent"] > size.nbytes / 4
+    assert by_id["r_b_read_sharded_5ms"]["bytes_sent"] > size.nbytes / 4  # blosc: about 2x
+    # z3 reads A's chunks concurrently, not one at a time
+    assert by_id["r_a_read_blosc_5ms"]["peak_in_flight"] > 1
+    # consolidated metadata saves the per-array zarr.json requests
+    assert by_id["r_e_open_consolidated_5ms"]["requests"] < by_id["r_e_open_5ms"]["requests"]
+    assert by_id["r_e_open_5ms"]["unit"] == "opens/s"
+    printed = capsys.readouterr().out
+    assert "remote group" in printed and "round trips" in printed and "round trips" in md
+    for w in REMOTE_5MS:
+        assert md.count(w) == 2  # the main table and the remote table
+
+
+def test_remote_wrong_result_is_caught(tmp_path, monkeypatch):
+    real_read = adapters.Z3Adapter.read
+
+    def corrupt(self, path, name=""):
+        out = real_read(self, path, name)
+        out[0, 1, 2] += 1
+        return out
+
+    monkeypatch.setattr(adapters.Z3Adapter, "read", corrupt)
+    row = run_case(Case("r_a_read_blosc_5ms", "z3", "tiny", str(tmp_path), 1))
+    assert not row["ok"] and "WRONG RESULT" in row["error"] and "blosc" in row["error"]
+
+
+def test_latency_option_selects_remote_workloads():
+    default = {wid for wid, _ in run.select(run.parse_args(["--libs", "z3", "--workloads", "r_"]))}
+    assert default == {w.id for w in WORKLOADS if w.latency_ms in (20, 100)}
+    five = run.select(run.parse_args(["--libs", "z3", "--workloads", "r_", "--latency", "5"]))
+    assert [wid for wid, _ in five] == REMOTE_5MS
+    everything = run.select(run.parse_args(["--libs", "zarrobs,zarr64", "--no-reference"]))
+    assert everything and all(WORKLOADS_BY_ID[wid].remote for wid, _ in everything)
+    with pytest.raises(SystemExit, match="choose from"):
+        run.select(run.parse_args(["--latency", "7"]))
+
+
+def test_round_trips_count_groups_of_overlapping_requests():
+    assert latency_server.round_trips([]) == 0
+    assert latency_server.round_trips([(0, 1), (2, 3), (4, 5)]) == 3  # one after another
+    assert latency_server.round_trips([(0, 3), (1, 2), (2.5, 4), (5, 6)]) == 2  # chained overlaps
+    assert latency_server.round_trips([(5, 6), (0, 1), (0.5, 5.5)]) == 1  # in any order
+
+
+def _http(url, method="GET", headers=None):
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def test_latency_server_ranges_listings_and_counts(tmp_path):
+    body = os.urandom(1000)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f.bin").write_bytes(body)
+    with latency_server.running(tmp_path, 1) as server:
+        f = server.url + "/d/f.bin"
+        assert _http(f)[::2] == (200, body)
+        status, headers, got = _http(f, headers={"Range": "bytes=10-19"})
+        assert (status, got, headers["Content-Range"]) == (206, body[10:20], "bytes 10-19/1000")
+        assert _http(f, headers={"Range": "bytes=990-"})[::2] == (206, body[990:])
+        assert _http(f, headers={"Range": "bytes=-5"})[::2] == (206, body[-5:])
+        assert _http(f, headers={"Range": "bytes=1000-"})[0] == 416
+        status, headers, got = _http(f, method="HEAD")
+        assert (status, headers["Content-Length"], got) == (200, "1000", b"")
+        assert _http(server.url + "/d/missing")[0] == 404
+        assert _http(server.url + "/../etc/passwd")[0] == 404
+        assert b'href="/d/f.bin"' in _http(server.url + "/d/")[2]  # what fsspec's ls parses
+        status, _, dav = _http(server.url + "/d", method="PROPFIND", headers={"Depth": "1"})
+        assert status == 207 and b"<href>/d/f.bin</href>" in dav and b"<getcontentlength>1000<" in dav
+        stats = server.stats()
+        assert stats["requests"] == 10 and stats["round_trips"] == 10 and stats["peak_in_flight"] == 1
+        file_bytes = sum(e[5] for e in stats["log"] if e[3] == "/d/f.bin")
+        assert file_bytes == 1000 + 10 + 10 + 5 and stats["bytes_sent"] == sum(e[5] for e in stats["log"])
+        assert stats["by_method"] == {"GET": 8, "HEAD": 1, "PROPFIND": 1}
+        server.reset()
+        assert server.stats()["requests"] == 0  # the admin requests are not counted
+
+
+def test_latency_server_overlaps_requests(tmp_path):
+    """Requests sent together wait out their latency together: none holds another back."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    (tmp_path / "f").write_bytes(b"x" * 100)
+    n = 8
+    barrier = threading.Barrier(n)
+
+    def get(_):
+        barrier.wait()
+        return _http(server.url + "/f", headers={"Range": "bytes=0-9"})[0]
+
+    with latency_server.running(tmp_path, 300) as server, ThreadPoolExecutor(n) as pool:
+        assert list(pool.map(get, range(n))) == [206] * n
+        stats = server.stats()
+    assert stats["requests"] == n and stats["peak_in_flight"] == n and stats["round_trips"] == 1
+
+
+def test_latency_server_stops_when_its_parent_is_gone(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    code = (
+        "import os, subprocess, sys\n"
+        "p = subprocess.Popen([sys.executable, '-m', 'benchmarks.latency_server', sys.argv[1], "
+        "'--parent-pid', str(os.getpid())], stdout=subprocess.PIPE, text=True)\n"
+        "print(p.stdout.readline().strip(), p.pid, flush=True)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(run.REPO), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env, check=True
+    )
+    ready, port, pid = out.stdout.split()
+    assert ready == latency_server.READY.strip() and int(port) > 0
+    deadline = time.monotonic() + 60
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower()
+
+
+@pytest.mark.parametrize("lib", ["zarr", "zarrobs", "zarr64", "tensorstore"])
+def test_remote_anchors_read_over_http(tmp_path, lib):
+    """The anchors' HTTP paths (fsspec, obstore with its PROPFIND listing, tensorstore's http
+    kvstore) keep working; a library missing here is reported as skipped, never as a result."""
+    for wid in ("r_a_read_blosc_5ms", "r_e_open_5ms"):
+        row = run_case(Case(wid, lib, "tiny", str(tmp_path), 1))
+        if row.get("skipped"):
+            assert "not installed" in row["error"], row
+            continue
+        assert row["ok"], row
+        assert row["requests"] >= row["round_trips"] >= 1
