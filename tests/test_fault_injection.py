@@ -188,7 +188,13 @@ def test_kill_inside_the_commit_window(tmp_path, scenario, layout):
     """Killed after the manifest (readers still see the old state), after the first mark,
     part-way through the moves, and after the cleanup: refused (or old) until repaired, then
     exactly the new state."""
-    for kill_at in ["set:manifest.json:1", "set_if:zarr.json:1", "move::2", "erase_prefix:.z3-txn:1"]:
+    for kill_at in [
+        "set:manifest.json:1",
+        "set_if:zarr.json:1",
+        "_merge_dir::2",  # part-way through putting the values in place
+        "move_prefix::1",  # every value in place, no document written yet
+        "erase_prefix:.z3-txn:1",
+    ]:
         root = tmp_path / kill_at.replace(":", "-")
         make_old(root, layout)
         assert run_child(root, scenario, layout, env={"KILL_AT": kill_at}) is None
@@ -406,17 +412,17 @@ def test_to_zarr_mode_w_killed_inside_its_commit(tmp_path):
     assert not leftovers(tmp_path)
 
 
-# Dies after the third value is put in place (LocalStore.move), inside the commit window.
+# Dies after the second directory of values is merged into place, inside the commit window.
 KILL_HOOK = textwrap.dedent(
     """
     import os, signal
     from zarr3_backend.stores import LocalStore
-    _move, _n = LocalStore.move, [0]
-    def _dying_move(self, src, dst):
-        _move(self, src, dst)
+    _merge, _n = LocalStore._merge_dir, [0]
+    def _dying_merge(self, *args):
+        _merge(self, *args)
         _n[0] += 1
-        if _n[0] >= 3:
+        if _n[0] >= 2:
             os.kill(os.getpid(), signal.SIGKILL)
-    LocalStore.move = _dying_move
+    LocalStore._merge_dir = _dying_merge
     """
 )

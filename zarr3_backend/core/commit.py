@@ -446,10 +446,7 @@ def _apply(
 
     lost: list[str] = []  # units another writer changed that could not be merged again
 
-    def place(key: str) -> None:
-        if key not in expected:
-            store.move(data + key, key)
-            return
+    def place(key: str) -> None:  # a read-modify-written unit: put in place if unchanged
         value = store.get(data + key)
         if value is None:  # moved by an earlier, interrupted run of this commit
             return
@@ -460,8 +457,11 @@ def _apply(
                 lost.append(key)  # the other writer's value stays; the commit goes on without it
         store.erase(data + key)
 
-    if staged:
-        thread_map(place, staged, kind="io")
+    checked = [k for k in staged if k in expected]
+    if checked:
+        thread_map(place, checked, kind="io")
+    if len(checked) < len(staged):
+        store.move_prefix(data, "")  # the rest at once (whole new directories in one rename)
     erased = [k[len(tomb) :] for k in store.list_prefix(tomb)]
     erased = [k for k in erased if k not in staged_set]
     store.erase_many([k for k in erased if k not in expected])

@@ -11,6 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Protocol, TypeAlias
 
+from .._threads import thread_map
 from ..byte_range import ByteRange
 from ..errors import ArgumentError, InvalidKeyError, ReadOnlyError, WriteConflictError
 
@@ -206,6 +207,12 @@ class Store(ABC):
         """Remove many keys in one call; missing keys are ignored."""
         for k in keys:
             self.erase(k)
+
+    def move_prefix(self, src: str, dst: str) -> None:
+        """Move every key under the directory prefix ``src`` to the same name under ``dst``
+        (each move atomic for its readers); stores that can move whole directories override."""
+        keys = list(self.list_prefix(src))
+        thread_map(lambda key: self.move(key, dst + key[len(src) :]), keys, kind="io")
 
     def move(self, src: str, dst: str) -> None:
         """Put the value of ``src`` under ``dst`` (replacing it, atomically for readers of

@@ -635,6 +635,38 @@ class LocalStore(Store):
             paths[key] = self._path(key)
         thread_map(lambda k: self._write(k, paths[k], items[k]), list(items), kind="io")
 
+    def move_prefix(self, src: str, dst: str) -> None:
+        """Merge the directory of ``src`` into that of ``dst``: an entry whose destination does
+        not exist yet is renamed whole (a new array's chunk tree in one rename), an existing
+        directory is merged into, a file replaces the file it lands on (each rename atomic)."""
+        self.check_writable(dst or None)
+        source = self._path(dir_prefix(src)[:-1])
+        target = self.root if dst == "" else self._path(dir_prefix(dst)[:-1])
+        if os.path.isdir(source):
+            self._merge_dir(dst, source, target)
+
+    def _merge_dir(self, key: str, source: str, target: str) -> None:
+        if os.path.islink(target) or not self._inside(os.path.realpath(target)):
+            raise InvalidKeyError(f"store key {key!r} resolves outside the store root {self.root!r}")
+        os.makedirs(target, exist_ok=True)
+        with os.scandir(source) as it:
+            entries = [e for e in it if not e.name.startswith(TEMP_PREFIX)]
+        for e in entries:
+            there = os.path.join(target, e.name)
+            sub = f"{key}/{e.name}" if key else e.name
+            if e.is_dir(follow_symlinks=False):
+                if not os.path.lexists(there):
+                    try:
+                        os.rename(e.path, there)
+                        continue
+                    except OSError:
+                        pass  # made meanwhile: merge into it
+                self._merge_dir(sub, e.path, there)
+            elif os.path.islink(there) or os.path.isdir(there):
+                raise InvalidKeyError(f"store key {sub!r}: a directory or link is in the way of a value")
+            else:
+                os.replace(e.path, there)
+
     def move(self, src: str, dst: str) -> None:
         """One rename of ``src``'s file onto ``dst``: readers of ``dst`` see the old or the new
         value; a missing ``src`` does nothing (a re-run move)."""
