@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 import zarr3_backend as z3
+from zarr3_backend._owner import host_tag
 from zarr3_backend.cli import main
 from zarr3_backend.cli.check import temp_owner
 
@@ -301,7 +302,7 @@ def _dead_write(store_path, with_manifest: bool) -> str:
     gone = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
     )
-    txn = f"1-{int(gone.stdout)}-1-x-abcd1234"
+    txn = f"1-{int(gone.stdout)}-1-x-{host_tag()}-abcd1234"  # as core.commit.new_txn_id names it
     base = Path(store_path, ".z3-txn", txn)
     (base / "data" / "sub" / "b" / "c").mkdir(parents=True)
     # a whole chunk of sub/b (crc32c over 3 int32 values 7, 8, 9)

@@ -8,6 +8,7 @@ the host's boot, its pid and its start time (pids are reused; start times are no
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import socket
 from dataclasses import dataclass
@@ -95,3 +96,11 @@ def token_is_dead(token: str) -> bool:
     if now is None:
         return True
     return start != "x" and bool(now) and now != start
+
+
+@functools.cache
+def host_tag(host: str | None = None) -> str:
+    """A short file-name-safe tag of a host name (this host's by default): tokens name pid,
+    start time and boot but not the host, and a shared store is written from many hosts."""
+    name = socket.gethostname() if host is None else host
+    return hashlib.blake2b(name.encode(), digest_size=4).hexdigest()

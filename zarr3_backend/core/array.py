@@ -30,7 +30,7 @@ from ..errors import CorruptionError, ReadOnlyError, ResourceLimitError, ShapeEr
 from ..stores.base import Store
 from . import rectilinear
 from .attributes import Attributes
-from .commit import Transaction
+from .commit import Transaction, replace_document
 from .metadata import ArrayMetadata, to_bytes
 from .metadata_v2 import V2_MARKER
 from .paths import join_path, join_prefix, metadata_key, node_name
@@ -885,14 +885,14 @@ class Array:
 
     # ---- metadata changes ------------------------------------------------------------------
     def _write_metadata(self, metadata: ArrayMetadata) -> None:
-        self.store.set(metadata_key(self.path), to_bytes(metadata))
+        replace_document(self.store, metadata_key(self.path), to_bytes(metadata))  # keeps others' marks
         self.metadata = metadata
 
     def _set_attributes(self, attrs: dict) -> None:
         self._check_writable()
         new = self.metadata.evolve(attributes=attrs)
         data = to_bytes(new)  # validates (e.g. NaN in attributes) before anything is written
-        self.store.set(metadata_key(self.path), data)
+        replace_document(self.store, metadata_key(self.path), data)
         # keep in memory exactly what a reader of the document will see
         self.metadata = new.evolve(attributes=json.loads(data)["attributes"])
 
@@ -915,8 +915,8 @@ class Array:
         new_grid = grid.grid_shape(new_shape)
         old_grid = grid.grid_shape(self.shape)
         new_meta = self.metadata.evolve(shape=new_shape)
+        doomed = []
         if any(n < o for n, o in zip(new_grid, old_grid, strict=True)):
-            doomed = []
             prefix = join_prefix(self.path)
             encoding = self.metadata.chunk_key_encoding
             for key in self.store.list_prefix(prefix):
@@ -929,14 +929,18 @@ class Array:
                     continue
                 if len(coords) == self.ndim and any(c >= n for c, n in zip(coords, new_grid, strict=True)):
                     doomed.append(key)
+        if not doomed:  # one document: already atomic
             self._write_metadata(new_meta)
-            if self._index_cache is not None:
-                self._index_cache.invalidate(doomed)
-            self.store.erase_many(doomed)
-            if self._index_cache is not None:
-                self._index_cache.invalidate(doomed)
-        else:
-            self._write_metadata(new_meta)
+            return
+        # the new shape and the erases in one transaction: a crash never shows the new shape
+        # over chunks it should have dropped (a later growth would bring them back)
+        documents = {metadata_key(self.path): to_bytes(new_meta)}
+        with Transaction(self.store, guard=(self.path,), documents=documents) as txn:
+            txn.staging.erase_many(doomed)
+            txn.commit()
+        self.metadata = new_meta
+        if self._index_cache is not None:
+            self._index_cache.invalidate(doomed)
 
     def append(self, data: Any, axis: int = 0) -> None:
         """Grow along ``axis`` and write ``data`` into the new part: validated first, then the

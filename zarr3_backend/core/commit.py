@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from .._owner import current_owner, token_is_dead
+from .._owner import current_owner, host_tag, token_is_dead
 from .._threads import thread_map
 from ..byte_range import ByteRange
 from ..errors import InterruptedWriteError, MetadataError, WriteConflictError
@@ -47,14 +47,22 @@ _DOC_RETRIES = 64
 
 # ---- names -------------------------------------------------------------------------------------
 def new_txn_id() -> str:
-    """A fresh transaction id: creation time, the writer's liveness token and a random tail."""
-    return f"{int(time.time() * 1000):x}-{current_owner().token()}-{secrets.token_hex(4)}"
+    """A fresh transaction id: creation time, the writer's liveness token, its host's tag and a
+    random tail."""
+    return f"{int(time.time() * 1000):x}-{current_owner().token()}-{host_tag()}-{secrets.token_hex(4)}"
 
 
 def txn_owner_token(txn_id: str) -> str:
     """The writer token (``pid-start-boot``) inside a transaction id."""
     parts = txn_id.split("-")
-    return "-".join(parts[1:4]) if len(parts) == 5 else ""
+    return "-".join(parts[1:4]) if len(parts) == 6 else ""
+
+
+def writer_is_dead(txn_id: str) -> bool:
+    """True only when the write's process certainly no longer runs: it ran on this host (its
+    id says so) and its pid and start time are gone. Another host's writer is never judged."""
+    parts = txn_id.split("-")
+    return len(parts) == 6 and parts[4] == host_tag() and token_is_dead(txn_owner_token(txn_id))
 
 
 def txn_prefix(txn_id: str) -> str:
@@ -425,6 +433,8 @@ def _apply(
     # The erases run once, and record which documents go with them: a re-run (repair) must not
     # erase values or documents an earlier run already put in place.
     docs_gone = _erased_documents(store, base)
+    if docs_gone is None and store.get(base + _MANIFEST) is None:
+        return  # finished by another run (its manifest goes first): nothing may be erased again
     if docs_gone is None:
         keep, prefixes = set(guarded), manifest["erase_prefixes"]
         docs_gone = [
@@ -469,7 +479,10 @@ def _apply(
         version = expected[key]
         ok = not store.exists(key) if version is None else store.erase_if(key, version)
         if not ok:
-            _conflict(key, redo)
+            try:
+                _conflict(key, redo)
+            except WriteConflictError:
+                lost.append(key)  # as in place(): the other writer's value stays, the commit goes on
 
     docs = {k: v.encode() for k, v in manifest["documents"].items()}
     root = metadata_key("")
@@ -489,6 +502,7 @@ def _apply(
         store.erase(root)
     else:
         _write_final(store, root, root_doc, txn_id)
+    store.erase(base + _MANIFEST)  # first: a run that starts after this one finds it finished
     store.erase_prefix(base)
     if lost:
         raise WriteConflictError(
@@ -525,11 +539,28 @@ def wait_for_commits(store: Store, call: Callable[[], Any]) -> Any:
         try:
             return call()
         except InterruptedWriteError:
-            live = [t for t in pending_writes(store) if not token_is_dead(txn_owner_token(t))]
+            live = [t for t in pending_writes(store) if not writer_is_dead(t)]
             if not live or time.monotonic() > deadline:
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
+
+
+def _claim(store: Store, base: str) -> bool:
+    """Take a dead writer's transaction over, so that two repairers (processes or threads) never
+    run it at once, where the store has conditional writes; False when a live one holds it."""
+    if not store.supports_conditional_writes:
+        return True
+    token = current_owner().token()
+    me = f"{token}:{secrets.token_hex(4)}".encode()
+    if store.set_if(base + "claim", me, None):
+        return True
+    holder, version = store.get_versioned(base + "claim")
+    if holder is None:
+        return store.set_if(base + "claim", me, None)
+    if not token_is_dead(holder.decode(errors="replace").split(":")[0]):
+        return False  # a live repairer (perhaps another thread of this process) has it
+    return store.set_if(base + "claim", me, version)
 
 
 def repair(store: Store, *, only_dead: bool = True) -> list[str]:
@@ -539,10 +570,11 @@ def repair(store: Store, *, only_dead: bool = True) -> list[str]:
     (the caller knows no writer runs). Returns the ids it finished or dropped."""
     done = []
     for txn_id in pending_writes(store):
-        token = txn_owner_token(txn_id)
-        if only_dead and not (token and token_is_dead(token)):
+        if only_dead and not writer_is_dead(txn_id):
             continue
         base = txn_prefix(txn_id)
+        if not _claim(store, base):
+            continue  # another live repairer is finishing it
         raw = store.get(base + _MANIFEST)
         if raw is None:
             store.erase_prefix(base)

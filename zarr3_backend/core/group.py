@@ -30,6 +30,7 @@ from ..errors import (
 from ..stores.base import Store
 from .array import Array
 from .attributes import Attributes
+from .commit import replace_document
 from .metadata import ArrayMetadata, GroupMetadata, load_json, parse_node, parse_node_json, to_bytes
 from .metadata_v2 import (
     ARRAY_KEY,
@@ -257,7 +258,7 @@ class Group:
             extra_fields=self.metadata.extra_fields,
         )
         data = to_bytes(new)
-        self.store.set(metadata_key(self.path), data)
+        replace_document(self.store, metadata_key(self.path), data)  # keeps writers' in-flight marks
         self.metadata = GroupMetadata(
             attributes=json.loads(data)["attributes"],
             consolidated_metadata=new.consolidated_metadata,

@@ -18,8 +18,6 @@ calls); elsewhere the store has no conditional writes and leaves temporary files
 from __future__ import annotations
 
 import errno
-import functools
-import hashlib
 import os
 import secrets
 import shutil
@@ -29,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from crc32c import crc32c
 
-from .._owner import current_owner, token_is_dead
+from .._owner import current_owner, host_tag, token_is_dead
 from .._threads import thread_map
 from ..byte_range import ByteRange
 from ..errors import InvalidKeyError, StoreError
@@ -66,17 +64,10 @@ _LOCK_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
 _UNCONDITIONAL = object()  # ``_write``'s ``expected`` for a plain ``set``
 
 
-@functools.cache
-def _host_tag(host: str) -> str:
-    """A short file-name-safe tag of a host name: the owner token names pid, start time and
-    boot but not the host, and a directory on a shared file system is written from many."""
-    return hashlib.blake2b(host.encode(), digest_size=4).hexdigest()
-
-
 def _temp_name() -> str:
     """A new temporary file name carrying this writer's identity (see ``_dead_writers_temp``)."""
     owner = current_owner()
-    return f"{TEMP_PREFIX}{_host_tag(owner.host)}.{owner.token()}.{secrets.token_hex(6)}"
+    return f"{TEMP_PREFIX}{host_tag(owner.host)}.{owner.token()}.{secrets.token_hex(6)}"
 
 
 def _dead_writers_temp(name: str) -> bool:
@@ -86,7 +77,7 @@ def _dead_writers_temp(name: str) -> bool:
     if not name.startswith(TEMP_PREFIX) or len(parts) != 3:
         return False
     host, token, _ = parts
-    return host == _host_tag(current_owner().host) and token_is_dead(token)
+    return host == host_tag(current_owner().host) and token_is_dead(token)
 
 
 def _file_id(info: os.stat_result) -> tuple[int, int, int, int]:
@@ -646,7 +637,8 @@ class LocalStore(Store):
             self._merge_dir(dst, source, target)
 
     def _merge_dir(self, key: str, source: str, target: str) -> None:
-        if os.path.islink(target) or not self._inside(os.path.realpath(target)):
+        # the root is trusted as given (it may be a link); nothing below it may be one
+        if (target != self.root and os.path.islink(target)) or not self._inside(os.path.realpath(target)):
             raise InvalidKeyError(f"store key {key!r} resolves outside the store root {self.root!r}")
         os.makedirs(target, exist_ok=True)
         with os.scandir(source) as it:
@@ -665,7 +657,21 @@ class LocalStore(Store):
             elif os.path.islink(there) or os.path.isdir(there):
                 raise InvalidKeyError(f"store key {sub!r}: a directory or link is in the way of a value")
             else:
-                os.replace(e.path, there)
+                self._replace_into(sub, e.path, there)
+
+    def _replace_into(self, key: str, source: str, there: str) -> None:
+        """``os.replace``, making the target's directory again if a concurrent erase pruned it."""
+        for attempt in range(_WRITE_RETRIES):
+            try:
+                os.replace(source, there)
+                return
+            except FileNotFoundError:
+                if not os.path.exists(source) or attempt == _WRITE_RETRIES - 1:
+                    raise
+                if _DIR_FD:
+                    self._make_dirs(key, os.path.dirname(there))
+                else:
+                    os.makedirs(os.path.dirname(there), exist_ok=True)
 
     def move(self, src: str, dst: str) -> None:
         """One rename of ``src``'s file onto ``dst``: readers of ``dst`` see the old or the new

@@ -1,0 +1,92 @@
+"""Unit tests of the commit protocol's rules (core/commit.py) found by review: who may take a
+write over, which hosts are judged, links at the root, marks kept by document writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import zarr3_backend as z3
+from zarr3_backend._owner import current_owner, host_tag
+from zarr3_backend.core.commit import _claim, markers, repair, txn_prefix, writer_is_dead
+from zarr3_backend.core.metadata import WRITE_IN_PROGRESS_FIELD
+from zarr3_backend.errors import InterruptedWriteError
+from zarr3_backend.stores import LocalStore, MemoryStore
+
+
+def _gone_pid() -> int:
+    return int(
+        subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True).stdout
+    )
+
+
+def test_only_writers_of_this_host_are_judged_dead():
+    pid = _gone_pid()
+    assert writer_is_dead(f"1-{pid}-1-x-{host_tag()}-abcd")
+    assert not writer_is_dead(f"1-{pid}-1-x-{host_tag('elsewhere')}-abcd")  # maybe alive there
+    assert not writer_is_dead(f"1-{pid}-1-x-abcd")  # no host named: never judged
+    me = current_owner()
+    assert not writer_is_dead(f"1-{me.token()}-{host_tag()}-abcd")
+
+
+def test_repair_leaves_another_hosts_write_alone():
+    store = MemoryStore()
+    txn = f"1-{_gone_pid()}-1-x-{host_tag('elsewhere')}-abcd"
+    store.set(txn_prefix(txn) + "data/k", b"v")
+    assert repair(store) == []
+    assert store.get(txn_prefix(txn) + "data/k") == b"v"
+    assert repair(store, only_dead=False) == [txn]
+
+
+def test_one_repairer_at_a_time_and_a_dead_ones_claim_is_taken_over():
+    store = MemoryStore()
+    base = txn_prefix("t")
+    assert _claim(store, base)
+    assert not _claim(store, base)  # held by a live repairer (another thread of this process too)
+    store.set(base + "claim", f"{_gone_pid()}-1-x:beef".encode())
+    assert _claim(store, base)
+
+
+def test_a_store_whose_root_is_a_link_commits(tmp_path):
+    (tmp_path / "real").mkdir()
+    os.symlink(tmp_path / "real", tmp_path / "link")
+    a = z3.create_array(str(tmp_path / "link"), path="x", shape=(8,), dtype="i4", chunks=(2,))
+    a[...] = np.arange(8)
+    np.testing.assert_array_equal(z3.open_array(str(tmp_path / "link"), path="x")[...], np.arange(8))
+    assert not list(LocalStore(tmp_path / "link").list_prefix(".z3-txn/"))
+
+
+@pytest.mark.parametrize("what", ["array-attrs", "group-attrs", "resize-grow"])
+def test_document_writes_keep_other_writers_marks(what):
+    store = MemoryStore()
+    g = z3.open_group(store, mode="w")
+    a = g.create_array("x", shape=(4,), dtype="i4", chunks=(2,))
+    key = "zarr.json" if what == "group-attrs" else "x/zarr.json"
+    doc = json.loads(store.get(key))
+    doc[WRITE_IN_PROGRESS_FIELD] = {"must_understand": True, "id": "w", "writes": {"w": {}}}
+    store.set(key, json.dumps(doc).encode())
+    if what == "array-attrs":
+        a.attrs["note"] = 1
+    elif what == "group-attrs":
+        g.attrs["note"] = 1
+    else:
+        a.resize((6,))
+    assert "w" in markers(json.loads(store.get(key)))
+    with pytest.raises(InterruptedWriteError):
+        z3.open_node(store, path="" if what == "group-attrs" else "x")
+
+
+def test_shrinking_is_one_transaction():
+    store = MemoryStore()
+    a = z3.create_array(store, path="x", shape=(8,), dtype="i4", chunks=(2,), fill_value=0)
+    a[...] = 7
+    a.resize((4,))
+    assert sorted(store.list_prefix("x/c/")) == ["x/c/0", "x/c/1"]
+    a.resize((8,))
+    np.testing.assert_array_equal(z3.open_array(store, path="x")[...], [7, 7, 7, 7, 0, 0, 0, 0])
+    assert not list(store.list_prefix(".z3-txn/"))
