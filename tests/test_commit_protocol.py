@@ -90,3 +90,17 @@ def test_shrinking_is_one_transaction():
     a.resize((8,))
     np.testing.assert_array_equal(z3.open_array(store, path="x")[...], [7, 7, 7, 7, 0, 0, 0, 0])
     assert not list(store.list_prefix(".z3-txn/"))
+
+
+def test_two_read_modify_writes_of_one_unit_in_one_transaction_keep_both():
+    from zarr3_backend.core.array import Array
+    from zarr3_backend.core.commit import Transaction
+
+    store = MemoryStore()
+    a = z3.create_array(store, path="x", shape=(8,), dtype="i4", chunks=(8,), fill_value=0)
+    with Transaction(store, guard=("x",)) as txn:
+        staged = Array(txn.staging, "x", a.metadata)
+        staged[0:4] = 1
+        staged[4:8] = 2  # reads the unit again: must see the first write, not the stored one
+        txn.commit()
+    np.testing.assert_array_equal(z3.open_array(store, path="x")[...], [1, 1, 1, 1, 2, 2, 2, 2])

@@ -252,9 +252,16 @@ class StagingStore(Store):
         return [self.get(k, r) for k, r in key_ranges]
 
     def get_versioned(self, key: str) -> tuple[bytes | None, Any]:
-        """The base's value and version; the commit re-checks that version before replacing."""
+        """The value this transaction sees (its own staged value or erase first, else the
+        base's) with the base's version, which the commit re-checks before replacing; the first
+        version read of a key is the one checked."""
         value, version = self.base.get_versioned(key)
-        self.expected[key] = version
+        self.expected.setdefault(key, version)
+        staged = self.base.get(self._data + key)
+        if staged is not None:
+            return staged, version
+        if self.base.exists(self._tomb + key):
+            return None, version
         return value, version
 
     # -- writing
