@@ -20,7 +20,6 @@ from click.testing import CliRunner
 import zarr3_backend as z3
 from zarr3_backend._owner import host_tag
 from zarr3_backend.cli import main
-from zarr3_backend.cli.check import temp_owner
 
 # the package's `check` attribute is the click command: take the module itself
 check_module = importlib.import_module("zarr3_backend.cli.check")
@@ -162,8 +161,9 @@ def test_check_orphans_temp_files_and_write_records(store_path):
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
     )
-    dead_name = f".z3tmp-{int(dead.stdout)}-x-x.0a1b"  # a writer that has exited
-    live_name = f".z3tmp-{os.getpid()}-x-x.0a1c"  # this process: alive
+    # named as LocalStore names them: .z3tmp-<host tag>.<owner token>.<random>
+    dead_name = f".z3tmp-{host_tag()}.{int(dead.stdout)}-x-x.0a1b"  # a writer that has exited
+    live_name = f".z3tmp-{host_tag()}.{os.getpid()}-x-x.0a1c"  # this process: alive
     Path(store_path, "sub", "b", "c", dead_name).write_bytes(b"partial")
     Path(store_path, "t", live_name).write_bytes(b"partial")
     result = run("check", store_path, "--json")
@@ -191,15 +191,27 @@ def test_check_repair_clean_after_removing_leftovers(store_path):
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
     )
-    Path(store_path, "t", f".z3tmp-{int(dead.stdout)}-x-x.01").write_bytes(b"partial")
+    Path(store_path, "t", f".z3tmp-{host_tag()}.{int(dead.stdout)}-x-x.01").write_bytes(b"partial")
     result = run("check", store_path, "--repair")
     assert result.exit_code == 0, result.output
     assert "REPAIRED t/.z3tmp-" in result.output and result.output.strip().endswith("ok")
 
 
-def test_temp_owner_parsing():
-    assert temp_owner(".z3tmp-123-456-abcdef01.9f9f") == "123-456-abcdef01"
-    assert temp_owner(".z3tmp-0123456789abcdef") is None  # older names carry no writer
+def test_temp_file_names_are_read_by_the_stores_own_rule(tmp_path):
+    """What check reports is what LocalStore writes: a real temporary name of this live process,
+    a dead writer's, another host's, and an older name without a writer."""
+    from zarr3_backend.cli.check import TempFile
+    from zarr3_backend.stores.local import _temp_name
+
+    mine = TempFile(f"a/{_temp_name()}")
+    assert mine.owner is not None and not mine.writer_dead
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    assert TempFile(f"a/.z3tmp-{host_tag()}.{int(gone.stdout)}-1-x.9f").writer_dead
+    assert not TempFile(f"a/.z3tmp-{host_tag('elsewhere')}.{int(gone.stdout)}-1-x.9f").writer_dead
+    old = TempFile("a/.z3tmp-0123456789abcdef")
+    assert old.owner is None and not old.writer_dead
 
 
 def test_check_v2_store(tmp_path):

@@ -15,7 +15,6 @@ from typing import Any
 
 import click
 
-from .._owner import token_is_dead
 from .._threads import thread_map
 from ..core.api import open_group, open_node, repair
 from ..core.array import Array
@@ -24,7 +23,7 @@ from ..core.info import array_keys, classify_keys, read_batches, shard_index
 from ..core.paths import join_path, join_prefix
 from ..errors import Zarr3Error
 from ..stores.base import Store
-from ..stores.local import TEMP_PREFIX, LocalStore
+from ..stores.local import TEMP_PREFIX, LocalStore, dead_writers_temp, temp_file_writer
 from ._common import EXIT_PROBLEMS, emit_json, json_option, path_option, store_for, typed_errors
 
 #: Metadata documents a node may hold (v3 and v2).
@@ -36,12 +35,18 @@ class TempFile:
     """A leftover temporary file: its key (relative to the store root) and its writer's state."""
 
     key: str
-    owner: str | None  # the writer's owner token, ``None`` for names that carry none
+
+    @property
+    def owner(self) -> str | None:
+        """The writer's owner token, ``None`` for names that carry none."""
+        writer = temp_file_writer(self.key.rpartition("/")[2])
+        return None if writer is None else writer[1]
 
     @property
     def writer_dead(self) -> bool:
-        """True only when the name carries a writer that certainly no longer runs."""
-        return self.owner is not None and token_is_dead(self.owner)
+        """True only when the name carries a writer of this host that certainly no longer runs
+        (the LocalStore's own rule)."""
+        return dead_writers_temp(self.key.rpartition("/")[2])
 
 
 @dataclass
@@ -75,13 +80,6 @@ class Report:
         }
 
 
-def temp_owner(name: str) -> str | None:
-    """The writer's owner token in a temporary file name ``.z3tmp-<token>.<random>``; ``None``
-    for names without one (older writers)."""
-    token, dot, _ = name[len(TEMP_PREFIX) :].rpartition(".")
-    return token if name.startswith(TEMP_PREFIX) and dot and token else None
-
-
 def find_temp_files(store: Store, prefix: str) -> list[TempFile]:
     """Leftover temporary files under ``prefix``: found on disk for a LocalStore (which hides
     them from listings), else among the listed keys."""
@@ -92,21 +90,13 @@ def find_temp_files(store: Store, prefix: str) -> list[TempFile]:
             for name in files:
                 if name.startswith(TEMP_PREFIX):
                     key = os.path.relpath(os.path.join(directory, name), store.root).replace(os.sep, "/")
-                    found.append(TempFile(key, temp_owner(name)))
+                    found.append(TempFile(key))
         return sorted(found, key=lambda t: t.key)
     return [
-        TempFile(k, temp_owner(k.rpartition("/")[2]))
+        TempFile(k)
         for k in sorted(store.list_prefix(prefix))
         if any(part.startswith(TEMP_PREFIX) for part in k.split("/"))
     ]
-
-
-def remove_temp_file(store: Store, temp: TempFile) -> None:
-    """Delete one temporary file (a path on disk for a LocalStore, else a key)."""
-    if isinstance(store, LocalStore):
-        os.unlink(os.path.join(store.root, *temp.key.split("/")))
-    else:
-        store.erase(temp.key)
 
 
 def check_unit(array: Array, key: str, data: Any) -> str | None:
@@ -186,12 +176,8 @@ def scan(store: Store, path: str, *, show_progress: bool) -> Report:
 def repair_store(store: Store, report: Report) -> list[str]:
     """Finish or roll back dead writers' writes (``zarr3_backend.repair``) and remove dead
     writers' temporary files. Returns what was repaired."""
-    done = [f"write {t}" for t in repair(store)]
-    for temp in report.temporary:
-        if temp.writer_dead:
-            remove_temp_file(store, temp)
-            done.append(temp.key)
-    return done
+    done = [f"write {t}" for t in repair(store)]  # also removes dead writers' temporary files
+    return done + [t.key for t in report.temporary if t.writer_dead]
 
 
 def _print(report: Report) -> None:

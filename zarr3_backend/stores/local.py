@@ -65,19 +65,25 @@ _UNCONDITIONAL = object()  # ``_write``'s ``expected`` for a plain ``set``
 
 
 def _temp_name() -> str:
-    """A new temporary file name carrying this writer's identity (see ``_dead_writers_temp``)."""
+    """A new temporary file name carrying this writer's identity (see ``dead_writers_temp``)."""
     owner = current_owner()
     return f"{TEMP_PREFIX}{host_tag(owner.host)}.{owner.token()}.{secrets.token_hex(6)}"
 
 
-def _dead_writers_temp(name: str) -> bool:
-    """Whether ``name`` is a temporary file of a writer on this host that is certainly gone;
-    never for another host's writers or for names not made by ``_temp_name``."""
+def temp_file_writer(name: str) -> tuple[str, str] | None:
+    """``(host tag, owner token)`` of the writer a temporary file name carries, or ``None`` for
+    names not made by ``_temp_name`` (older writers, or not a temporary file)."""
     parts = name[len(TEMP_PREFIX) :].split(".")
     if not name.startswith(TEMP_PREFIX) or len(parts) != 3:
-        return False
-    host, token, _ = parts
-    return host == host_tag(current_owner().host) and token_is_dead(token)
+        return None
+    return parts[0], parts[1]
+
+
+def dead_writers_temp(name: str) -> bool:
+    """Whether ``name`` is a temporary file of a writer on this host that is certainly gone;
+    never for another host's writers or for names not made by ``_temp_name``."""
+    writer = temp_file_writer(name)
+    return writer is not None and writer[0] == host_tag(current_owner().host) and token_is_dead(writer[1])
 
 
 def _file_id(info: os.stat_result) -> tuple[int, int, int, int]:
@@ -507,7 +513,7 @@ class LocalStore(Store):
         removed = []
         for directory, _dirs, files in os.walk(self.root):
             for name in files:
-                if _dead_writers_temp(name):
+                if dead_writers_temp(name):
                     path = os.path.join(directory, name)
                     try:
                         os.unlink(path)
@@ -528,7 +534,7 @@ class LocalStore(Store):
         except OSError:
             return  # cleanup is best effort: the write itself decides success
         for name in names:
-            if _dead_writers_temp(name):
+            if dead_writers_temp(name):
                 try:
                     os.unlink(name, dir_fd=dfd)
                 except OSError:
