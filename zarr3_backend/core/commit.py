@@ -392,7 +392,8 @@ class Transaction:
         _apply(self.store, manifest, self.staging.expected, redo)
 
 
-def _root_is_consolidated(store: Store) -> bool:
+def root_is_consolidated(store: Store) -> bool:
+    """Whether the store's root group document holds consolidated metadata (one read)."""
     raw = store.get(metadata_key(""))
     try:
         doc = json.loads(raw) if raw is not None else None
@@ -404,7 +405,7 @@ def _root_is_consolidated(store: Store) -> bool:
 def _guarded_keys(store: Store, manifest: Mapping[str, Any]) -> list[str]:
     """Every existing ``zarr.json`` the commit changes or guards, the deepest first."""
     keys = set(manifest["documents"]) | set(manifest["guard"])
-    if manifest.get("consolidate") is not None or _root_is_consolidated(store):
+    if manifest.get("consolidate") is not None or root_is_consolidated(store):
         keys.add(metadata_key(""))
     for prefix in manifest["erase_prefixes"]:
         keys.update(k for k in store.list_prefix(prefix) if k.rsplit("/", 1)[-1] == "zarr.json")
@@ -604,6 +605,7 @@ __all__ = [
     "pending_writes",
     "repair",
     "replace_document",
+    "root_is_consolidated",
     "wait_for_commits",
     "with_markers",
 ]

@@ -32,18 +32,9 @@ from ..core.paths import join_prefix, metadata_key
 from ..dask.tree import Tally, receipts_of, sum_counts
 from ..dask.write import FusingDelayed
 from ..dask.write import store as dask_store
-from ..errors import GroupNotFoundError, WriteConflictError, Zarr3Error
+from ..errors import WriteConflictError
 from ..stores.base import Store
 from .write_plan import WritePlan
-
-
-def root_is_consolidated(store: Store) -> bool:
-    """Whether the store's root group holds consolidated metadata (a read; writes nothing)."""
-    try:
-        root = open_group(store, path="", mode="r+")
-    except (GroupNotFoundError, Zarr3Error):
-        return False
-    return root.metadata.consolidated_metadata is not None
 
 
 def _finish(*results: Any) -> tuple[Any, ...] | None:

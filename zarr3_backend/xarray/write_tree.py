@@ -9,12 +9,13 @@ from typing import Any
 import xarray as xr
 from dask.delayed import Delayed
 
+from ..core.commit import root_is_consolidated
 from ..core.group import Group
 from ..core.paths import join_path, normalize_path
 from ..errors import Zarr3Error
 from ..stores import make_store
 from .write_args import UnknownVariableError, check_zarr_format, choose_mode
-from .write_exec import execute, root_is_consolidated
+from .write_exec import execute
 from .writer import WriteOptions, prepare, runner
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import xarray as xr
 from dask.delayed import Delayed
 
+from ..core.commit import root_is_consolidated
 from ..core.group import Group
 from ..core.paths import normalize_path
 from ..dask.progress import compute_with_progress
@@ -38,7 +39,7 @@ from .write_args import (
     open_existing,
     validate_names,
 )
-from .write_exec import execute, root_is_consolidated
+from .write_exec import execute
 from .write_plan import WritePlan, plan_write, refuse_clashes
 from .write_region import resolve_region
 from .write_sources import detach_from_target
