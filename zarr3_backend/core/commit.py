@@ -375,7 +375,7 @@ class Transaction:
             if consolidate:
                 from .consolidate import consolidated_root_document
 
-                root = consolidated_root_document(self.store, self.id, None)
+                root = consolidated_root_document(self.store, None)
                 if root is not None:
                     self.store.set(metadata_key(""), root)
             return
@@ -505,7 +505,7 @@ def _apply(
     if manifest.get("consolidate") is not None:
         from .consolidate import consolidated_root_document
 
-        root_doc = consolidated_root_document(store, txn_id, root_doc)
+        root_doc = consolidated_root_document(store, root_doc)
     if root_doc is None and root in guarded and "" in manifest["erase_prefixes"]:
         store.erase(root)
     else:

@@ -30,7 +30,7 @@ def consolidated(group: Group) -> GroupMetadata:
     )
 
 
-def consolidated_root_document(store: Store, txn_id: str, root_doc: bytes | None) -> bytes | None:
+def consolidated_root_document(store: Store, root_doc: bytes | None) -> bytes | None:
     """The root group's document (``root_doc``, else the stored one, without in-flight markers)
     with fresh consolidated metadata; ``None`` when the root is not a group."""
     raw = root_doc if root_doc is not None else store.get(metadata_key(""))
