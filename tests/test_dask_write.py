@@ -248,7 +248,7 @@ def test_each_call_writes_with_fresh_keys():
 class CachingLocalStore(LocalStore):
     """A local store that asks Arrays to cache shard indexes, as object stores do."""
 
-    cache_shard_index = True
+    costly_requests = True
 
     def __reduce__(self):
         return CachingLocalStore, (self.root,)

@@ -14,7 +14,7 @@ from zarr3_backend.core.shard_index_cache import ShardIndexCache
 class RemoteLikeStore(z3.MemoryStore):
     """A memory store that behaves like an object store: counts ranged requests, caches indexes."""
 
-    cache_shard_index = True
+    costly_requests = True
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)

@@ -167,7 +167,7 @@ class Array:
         self.read_only = read_only or store.read_only or self.zarr_format == 2
         self.write_empty_chunks = write_empty_chunks
         # object stores: shard indexes read through this Array object are kept (see shard_index_cache)
-        self._index_cache = ShardIndexCache() if store.cache_shard_index else None
+        self._index_cache = ShardIndexCache() if store.costly_requests else None
 
     # ---- description -----------------------------------------------------------------------
     @property

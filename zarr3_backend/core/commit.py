@@ -185,7 +185,7 @@ class StagingStore(Store):
         self._data = txn_prefix(txn_id) + "data/"
         self._tomb = txn_prefix(txn_id) + "erase/"
         self.expected: dict[str, Any] = {}
-        self.cache_shard_index = base.cache_shard_index
+        self.costly_requests = base.costly_requests
         self.supports_conditional_writes = base.supports_conditional_writes
         self.refuses_unguarded_partial_writes = base.refuses_unguarded_partial_writes
 

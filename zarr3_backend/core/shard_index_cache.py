@@ -1,6 +1,6 @@
 """A bounded LRU of decoded shard indexes, one per opened Array on an object store.
 
-Where a request is costly (stores with ``cache_shard_index = True``), reading a second inner
+Where a request is costly (stores with ``costly_requests = True``), reading a second inner
 chunk of a shard read before costs one ranged request instead of two. The cache lives and dies
 with its Array object: reopening an array starts afresh, so writes by other processes become
 visible on reopen (or after ``Array.invalidate_cache()``), and a stale index that fails its

@@ -14,6 +14,8 @@ from typing import Protocol, TypeAlias
 from .._threads import thread_map
 from ..byte_range import ByteRange
 from ..errors import ArgumentError, InvalidKeyError, ReadOnlyError, WriteConflictError
+from ..settings import Settings
+from ..settings import current as current_settings
 
 BytesLike = bytes | bytearray | memoryview
 
@@ -109,7 +111,7 @@ class Store(ABC):
 
     #: True for stores where one request is costly (object stores): the core then keeps decoded
     #: shard indexes in a bounded in-process cache instead of re-reading them.
-    cache_shard_index: bool = False
+    costly_requests: bool = False
 
     #: True for stores whose writes stay invisible until the store's own commit (an Icechunk
     #: session): the package's commit protocol then stages nothing and marks nothing.
@@ -161,6 +163,30 @@ class Store(ABC):
 
     def will_need(self, keys: Sequence[str]) -> None:  # noqa: B027 - a no-op default
         """A hint that ``keys`` will be read soon (read-ahead); default: nothing."""
+
+    def stream_partial_values(
+        self, key_ranges: Sequence[tuple[str, ByteRange | None]], *, in_flight: int | None = None
+    ) -> Iterator[tuple[int, BytesLike | None]]:
+        """Yield ``(position, value)`` for each of ``key_ranges`` as it lands, in any order, with
+        at most ``in_flight`` (default: ``settings.requests_in_flight``) requests outstanding or
+        landed but not yet taken: the consumer's pace bounds the memory held. Values are as
+        ``get_partial_values`` gives them. Default: ``get_partial_values`` in batches, in order;
+        stores with an event loop override it to hand each value over as it lands."""
+        n = max(1, in_flight or self.settings.requests_in_flight)
+        for start in range(0, len(key_ranges), n):
+            values = self.get_partial_values(key_ranges[start : start + n])
+            yield from enumerate(values, start)
+
+    # ---- settings --------------------------------------------------------------------------
+    #: This store's own setting overrides (names of ``zarr3_backend.settings.Settings``), from
+    #: its ``storage_options={"zarr3": {...}}`` or constructor; see ``settings``.
+    setting_overrides: Mapping[str, object] = {}
+
+    @property
+    def settings(self) -> Settings:
+        """The settings in force for this store now (environment, this store's own overrides,
+        then ``zarr3_backend.settings.using`` blocks); read when a call starts."""
+        return current_settings(self.setting_overrides)
 
     # ---- reading ---------------------------------------------------------------------------
     @abstractmethod

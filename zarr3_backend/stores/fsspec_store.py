@@ -259,7 +259,7 @@ class FsspecStore(Store):
         return self._fs.unstrip_protocol(self.root)
 
     @property
-    def cache_shard_index(self) -> bool:
+    def costly_requests(self) -> bool:
         """Object stores (async filesystems) ask the core to cache shard indexes: a request
         there costs a round trip."""
         return _is_async(self._fs)

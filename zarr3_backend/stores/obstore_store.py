@@ -199,7 +199,7 @@ class ObstoreStore(Store):
     writer could undo; refused by default).
     """
 
-    cache_shard_index = True
+    costly_requests = True
 
     def __init__(
         self,

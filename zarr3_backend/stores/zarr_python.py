@@ -140,7 +140,7 @@ class ZarrPythonStore(Store):
     """
 
     #: Every request is a round trip through the wrapped store (often an object store).
-    cache_shard_index = True
+    costly_requests = True
 
     def __init__(self, store: Any, *, read_only: bool | None = None, concurrency: int | None = None) -> None:
         if not is_zarr_python_store(store):
