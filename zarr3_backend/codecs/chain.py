@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -123,14 +123,17 @@ class CodecChain:
         return not self.bytes_bytes or self.bytes_bytes[0].decodes_into
 
     def decode_to(
-        self, data: Buffer, target: np.ndarray | None = None, scratch: memoryview | None = None
+        self,
+        data: Buffer,
+        target: np.ndarray | None = None,
+        scratch: Callable[[int], memoryview] | None = None,
     ) -> np.ndarray | None:
         """Decode one chunk without intermediate copies where the chain allows it.
 
         With ``decodes_into_target`` and ``target`` (a C-contiguous array of the chunk's shape
         and native dtype) the innermost codec decompresses into ``target`` and ``None`` is
-        returned. Otherwise the decoded chunk is returned, possibly a read-only view of
-        ``scratch`` (writable bytes, valid until the caller reuses them)."""
+        returned. Otherwise the decoded chunk is returned, possibly a view of ``scratch(n)``
+        (writable bytes the caller lends, asked for only once the frame's size is checked)."""
         if not self.decodes_into_target:
             return self.decode(data)
         spec = self.specs[-1]
@@ -151,11 +154,7 @@ class CodecChain:
                 inner.decode_into(data, spec, memoryview(target.reshape(-1).view(np.uint8)))
                 return None
             else:
-                dest = (
-                    scratch
-                    if scratch is not None and len(scratch) >= nbytes
-                    else memoryview(bytearray(nbytes))
-                )
+                dest = scratch(nbytes) if scratch is not None else memoryview(bytearray(nbytes))
                 data = inner.decode_into(data, spec, dest[:nbytes])
         if len(data) != nbytes:
             raise CorruptionError(

@@ -64,7 +64,7 @@ def scatter(
     chain = pipe.chain
     direct = keep is None and chain.decodes_into_target
     target = whole_chunk_target(p, out, chain.spec.shape) if direct else None
-    scratch = scratch_buffer(chain.spec.nbytes, 1) if direct else None
+    scratch = _scratch if direct else None
     try:
         chunk = chain.decode_to(data, target, scratch)
     except CorruptionError as e:
@@ -74,6 +74,10 @@ def scatter(
     if keep is not None:
         keep(chunk)
     out[p.out_selection] = chunk[p.chunk_selection]
+
+
+def _scratch(nbytes: int) -> memoryview:
+    return scratch_buffer(nbytes, 1)
 
 
 def _serve_cached(cache: ChunkCache, whole: list[Item], keys: list[str]) -> tuple[list[Item], list[str]]:

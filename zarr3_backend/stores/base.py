@@ -174,7 +174,11 @@ class Store(ABC):
         stores with an event loop override it to hand each value over as it lands."""
         n = max(1, in_flight or self.settings.requests_in_flight)
         for start in range(0, len(key_ranges), n):
-            values = self.get_partial_values(key_ranges[start : start + n])
+            batch = key_ranges[start : start + n]
+            if all(r is None for _, r in batch):  # whole values: the store's own batched call
+                values = self.get_many([k for k, _ in batch])
+            else:
+                values = self.get_partial_values(batch)
             yield from enumerate(values, start)
 
     # ---- settings --------------------------------------------------------------------------
