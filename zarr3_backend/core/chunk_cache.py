@@ -3,7 +3,7 @@
 Sliding-window and repeated reads (a notebook re-plotting a slice, overlapping dask windows)
 re-fetch and re-decode the same chunks; with ``chunk_cache_bytes`` set (see
 ``zarr3_backend.settings``) the pipeline keeps decoded units here and serves them again. One
-cache is shared by every Array of one store (stores compare equal by location), and every write
+cache is shared by every Array of the same stored data (``Store.data_identity``), and every write
 this process makes through the pipeline drops what it replaced. Writes by other processes are
 not seen until the entries age out or ``Array.invalidate_cache()`` is called: the cache is off by
 default for that reason.
@@ -12,15 +12,16 @@ default for that reason.
 from __future__ import annotations
 
 import threading
-import weakref
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 
 import numpy as np
 
 from ..stores.base import Store
 
-_caches: weakref.WeakKeyDictionary[Store, ChunkCache] = weakref.WeakKeyDictionary()
+#: One cache per stored data (``Store.data_identity``): Arrays opened read-only and read-write on
+#: the same data share it, so a write through one drops what the other cached.
+_caches: dict[Hashable, ChunkCache] = {}
 _registry_lock = threading.Lock()
 
 
@@ -87,8 +88,9 @@ def chunk_cache_of(store: Store) -> ChunkCache | None:
     if size <= 0 or store.commits_externally:
         return None
     with _registry_lock:
-        cache = _caches.get(store)
+        key = store.data_identity
+        cache = _caches.get(key)
         if cache is None:
-            cache = _caches[store] = ChunkCache(size)
+            cache = _caches[key] = ChunkCache(size)
     cache.max_bytes = size
     return cache

@@ -317,6 +317,13 @@ class Store(ABC):
     def merge_receipts(self, receipts: Sequence[object]) -> None:  # noqa: B027 - a no-op default
         """Take the receipts of a finished write into this (the client's) store."""
 
+    # ---- what the data is ---------------------------------------------------------------------
+    @property
+    def data_identity(self) -> Hashable:
+        """Equal for stores on the same data, whatever their read-only flags (the key of the
+        core's caches shared between Arrays). Default: the store object itself."""
+        return self
+
     # ---- identity --------------------------------------------------------------------------
     def with_read_only(self, read_only: bool = True) -> Store:
         """A store on the same data with another read-only flag."""
