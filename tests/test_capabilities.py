@@ -25,6 +25,7 @@ from zarr3_backend.codecs.gzip import GzipCodec
 from zarr3_backend.codecs.sharding import ShardingCodec
 from zarr3_backend.codecs.zstd import ZstdCodec
 from zarr3_backend.core.commit import StagingStore
+from zarr3_backend.core.shard_reads import raw_shard_reads
 from zarr3_backend.errors import CorruptionError
 from zarr3_backend.stores.base import Store, ValueReader
 from zarr3_backend.stores.local import LocalStore
@@ -120,7 +121,7 @@ def test_a_store_with_only_the_abstract_methods_reads_and_writes(store_cls, layo
     np.testing.assert_array_equal(got[0], data[0:4, 0:3])
     np.testing.assert_array_equal(got[1], data[6:14, 1:18])
     # the inline paths (get_into, open_reader, will_need) run on the defaults when declared
-    assert reopened._raw_shard_reads == (store_cls is InlineDictStore and layout == "sharded raw")
+    assert raw_shard_reads(reopened._pipeline) == (store_cls is InlineDictStore and layout == "sharded raw")
 
 
 def test_default_get_into_copies_into_the_callers_buffer():
@@ -285,7 +286,7 @@ def test_local_shard_regions_go_through_one_positioned_reader_per_shard(tmp_path
     )
     a[...] = data
     a = z3.open_array(store)
-    assert a._raw_shard_reads
+    assert raw_shard_reads(a._pipeline)
     spy = a.store  # the read-only copy open_array made
     np.testing.assert_array_equal(a[2:14, 3:13], data[2:14, 3:13])  # a region in each of 4 shards
     assert sorted(spy.calls["open_reader"]) == ["c/0/0", "c/0/1", "c/1/0", "c/1/1"]
@@ -339,7 +340,7 @@ def test_raw_dtype_and_partial_decoding_are_declared():
 def test_direct_chunk_decoding_only_when_the_innermost_codec_declares_it(compressors, direct):
     a = z3.create_array(z3.MemoryStore(), shape=(8,), dtype="u2", chunks=(4,), compressors=compressors)
     a[...] = np.arange(8)
-    assert (a._direct is not None) == direct
+    assert a._pipeline.chain.decodes_into_target == direct
     np.testing.assert_array_equal(a[...], np.arange(8))
 
 

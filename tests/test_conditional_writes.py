@@ -14,7 +14,7 @@ from concurrent_writers import SHAPE, create, layout, lost, value, writer
 from servers import MotoS3, s3_options
 
 import zarr3_backend as z3
-from zarr3_backend.core import array as array_module
+from zarr3_backend.core import unit_writes as array_module
 from zarr3_backend.errors import WriteConflictError
 from zarr3_backend.stores import FsspecStore, LocalStore, MemoryStore, StoreArgumentError
 from zarr3_backend.stores.base import Store

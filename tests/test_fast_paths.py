@@ -20,8 +20,9 @@ from zarr3_backend import _threads
 from zarr3_backend.byte_range import ByteRange
 from zarr3_backend.codecs.base import ChunkSpec
 from zarr3_backend.codecs.blosc import BloscCodec
+from zarr3_backend.codecs.fill import is_fill
 from zarr3_backend.codecs.zstd import ZstdCodec
-from zarr3_backend.core.array import is_fill
+from zarr3_backend.core.shard_reads import raw_shard_reads, shard_indexes
 from zarr3_backend.errors import ChecksumError, CorruptionError, InvalidKeyError, ReadOnlyError
 from zarr3_backend.stores.local import LocalStore
 
@@ -607,7 +608,7 @@ def test_raw_inner_chunk_reads_match_numpy(tmp_path, index_location, endian):
     data = _data((16, 16))
     data[8:12, 12:16] = 0  # one inner chunk of fill: not stored, read as fill
     a = _raw_sharded(tmp_path, data, index_location=index_location, endian=endian)
-    assert a._raw_shard_reads
+    assert raw_shard_reads(a._pipeline)
     selections = [
         (slice(0, 4), slice(4, 8)),  # one whole inner chunk: read into the output itself
         (slice(0, 8), slice(0, 8)),  # a whole shard
@@ -627,10 +628,10 @@ def test_raw_inner_chunk_reads_match_numpy(tmp_path, index_location, endian):
 def test_raw_shard_fast_path_only_for_plain_inner_chunks(tmp_path):
     data = _data((16, 16))
     a, _ = _sharded(tmp_path, data, compressors=BLOSC)
-    assert not a._raw_shard_reads
+    assert not raw_shard_reads(a._pipeline)
     np.testing.assert_array_equal(a[0:4, 4:8], data[0:4, 4:8])
     mem = z3.create_array(z3.MemoryStore(), shape=(8,), dtype="f4", chunks=(2,), shards=(4,), fill_value=0)
-    assert not mem._raw_shard_reads
+    assert not raw_shard_reads(mem._pipeline)
 
 
 def _rewrite_index(path, layout, mutate):
@@ -653,7 +654,7 @@ def _rewrite_index(path, layout, mutate):
 def test_raw_inner_chunk_pointing_outside_the_data_is_corruption(tmp_path, index_location):
     data = _data((16, 16))
     a = _raw_sharded(tmp_path, data, index_location=index_location)
-    layout = a._shard_codec.layout(a._chain.specs[-1])
+    layout = a._pipeline.shard_codec.layout(a._chain.specs[-1])
     path = tmp_path / "r" / "c" / "1" / "0"
 
     def past_the_end(index, size):  # inner chunk (1, 1) now ends in the index or past the end
@@ -672,7 +673,7 @@ def test_raw_inner_chunk_pointing_outside_the_data_is_corruption(tmp_path, index
 def test_raw_inner_chunk_of_the_wrong_size_is_corruption(tmp_path):
     data = _data((16, 16))
     a = _raw_sharded(tmp_path, data)
-    layout = a._shard_codec.layout(a._chain.specs[-1])
+    layout = a._pipeline.shard_codec.layout(a._chain.specs[-1])
 
     def shorter(index, size):
         index[0, 1, 1] -= 4
@@ -686,7 +687,7 @@ def test_rewritten_shard_is_read_afresh_not_from_the_index_memo(tmp_path):
     data = _data((16, 16))
     a = _raw_sharded(tmp_path, data)
     np.testing.assert_array_equal(a[0:4, 0:4], data[0:4, 0:4])
-    assert a._index_memo and all(not i.flags.writeable for i in a._index_memo.values())
+    assert a._pipeline.index_memo and all(not i.flags.writeable for i in a._pipeline.index_memo.values())
     w = z3.open_array(str(tmp_path / "r"), mode="r+")
     w[0:4, 0:4] = 0  # the inner chunk is dropped: the shard's index changes
     w[4:8, 4:8] = 7
@@ -718,19 +719,19 @@ def test_get_regions_results_from_shared_slabs_are_independent(tmp_path, monkeyp
 
 def test_outputs_carve_aligned_views_only_for_small_plain_arrays(monkeypatch):
     from zarr3_backend import _slabs
-    from zarr3_backend.core import array as array_mod
+    from zarr3_backend.core import read_outputs as array_mod
 
     monkeypatch.setattr(_slabs, "SLAB_BYTES", 64 * 1024)
     monkeypatch.setattr(_slabs, "POOL", _slabs.BufferPool(2**20))
     shapes = [(1000,)] * 100 + [(3,), (0,), (64 * 1024,), (2**18,)]
-    outs = array_mod._outputs(shapes, np.dtype("f8"))
+    outs = array_mod.outputs(shapes, np.dtype("f8"))
     assert [o.shape for o in outs] == shapes
     assert all(o.ctypes.data % 64 == 0 for o in outs[:-4])
     assert outs[-2].base is None  # too big to share a slab, too small for the pool
     assert outs[-1].base is not None and outs[-1].base.nbytes >= 2 * 2**20  # a pooled buffer of its own
     assert outs[0].base is not None and outs[0].base is outs[5].base  # a shared slab
     assert outs[0].base.base is None  # the pooled slab itself, so pooled reuse can see its views
-    objs = array_mod._outputs([(2,)] * 3, np.dtype(object))
+    objs = array_mod.outputs([(2,)] * 3, np.dtype(object))
     assert all(o.dtype == object and o.base is None for o in objs)
 
 
@@ -782,9 +783,9 @@ class _CountingReader:
 def test_read_many_into_merges_neighbouring_inner_chunks(tmp_path):
     data = _data((16, 16))
     a = _raw_sharded(tmp_path, data)  # shards 8x8 of 4x4 inner chunks, stored in C order
-    codec, spec = a._shard_codec, a._chain.specs[-1]
+    codec, spec = a._pipeline.shard_codec, a._chain.specs[-1]
     raw = (tmp_path / "r" / "c" / "0" / "0").read_bytes()
-    index = a._shard_indexes(["c/0/0"])["c/0/0"]
+    index = shard_indexes(a._pipeline, ["c/0/0"])["c/0/0"]
     reader = _CountingReader(raw)
     outs = [np.empty((4, 4), "f4") for _ in range(4)]
     jobs = [
@@ -803,9 +804,9 @@ def test_read_many_into_merges_neighbouring_inner_chunks(tmp_path):
 def test_read_many_into_reports_a_shard_that_shrank_while_reading(tmp_path):
     data = _data((16, 16))
     a = _raw_sharded(tmp_path, data)
-    codec, spec = a._shard_codec, a._chain.specs[-1]
+    codec, spec = a._pipeline.shard_codec, a._chain.specs[-1]
     raw = (tmp_path / "r" / "c" / "0" / "0").read_bytes()
-    index = a._shard_indexes(["c/0/0"])["c/0/0"]
+    index = shard_indexes(a._pipeline, ["c/0/0"])["c/0/0"]
     reader = _CountingReader(raw)
     reader.data = raw[:100]  # size still says whole: the file shrank after it was opened
     with pytest.raises(CorruptionError, match=r"past the end.*inner chunk \(0, 1\)"):

@@ -63,7 +63,7 @@ def test_own_writes_invalidate():
 def test_stores_without_the_flag_do_not_cache():
     a, _ = make(z3.MemoryStore())
     a[0, 0]
-    assert a._index_cache is None
+    assert a._pipeline.index_cache is None
 
 
 def test_reopening_sees_shards_rewritten_elsewhere():
@@ -87,7 +87,7 @@ def test_stale_cached_index_is_detected_and_reread():
     )
     a[...] = np.random.default_rng(0).random((16, 16))
     a[1, 1]  # caches the index
-    stale = a._index_cache.get("x/c/0/0").copy()
+    stale = a._pipeline.index_cache.get("x/c/0/0").copy()
     new = np.zeros((16, 16))
     new[5, 6] = 42.0  # compresses to other sizes: the shard's offsets move
     _external_rewrite(store, new)
@@ -95,7 +95,7 @@ def test_stale_cached_index_is_detected_and_reread():
     fresh = codec.read_index(lambda ranges: [z3.MemoryStore.get(store, "x/c/0/0", r) for r in ranges], spec)
     assert not np.array_equal(stale, fresh)
     assert a[5, 6] == 42.0  # the stale index fails its checks, then is re-read
-    np.testing.assert_array_equal(a._index_cache.get("x/c/0/0"), fresh)
+    np.testing.assert_array_equal(a._pipeline.index_cache.get("x/c/0/0"), fresh)
 
 
 def test_index_fetched_before_a_write_is_not_cached_after_it():

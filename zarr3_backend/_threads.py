@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Generator, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 import numpy as np
@@ -93,3 +93,56 @@ def scratch_buffer(nbytes: int, slot: int = 0) -> memoryview:
         if nbytes <= SCRATCH_KEEP_MAX:
             buffers[slot] = buf
     return memoryview(buf)[:nbytes]
+
+
+def map_bounded(
+    fn: Callable[[T], None],
+    items: Iterable[T],
+    weight: Callable[[T], int],
+    limit: int,
+    kind: str = "cpu",
+) -> None:
+    """Run ``fn`` on each of ``items`` on the ``kind`` pool as they come, while the ``weight``
+    of the items handed out but not finished stays within ``limit`` (one item always goes):
+    a producer that yields as data lands is consumed at the pace of the workers, with bounded
+    memory. The first error stops the intake (the iterator is closed) and is raised once the
+    running calls finished. Runs inline when called from a thread of the same pool."""
+    if getattr(_local, "kind", None) == kind or _SIZES[kind] <= 1:
+        for item in items:
+            fn(item)
+        return
+    pool = _pool(kind)
+    running: dict[Future, int] = {}
+    held = 0
+    error: BaseException | None = None
+
+    def settle(done: Iterable[Future]) -> None:
+        nonlocal held, error
+        for f in done:
+            held -= running.pop(f)
+            exc = f.exception()
+            if exc is not None and error is None:
+                error = exc
+
+    iterator = iter(items)
+    try:
+        for item in iterator:
+            w = weight(item)
+            while running and held + w > limit:
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                settle(done)
+            if error is not None:
+                break
+            running[pool.submit(fn, item)] = w
+            held += w
+            if error is None:
+                settle([f for f in running if f.done()])
+            if error is not None:
+                break
+    finally:
+        if error is not None and isinstance(iterator, Generator):
+            iterator.close()  # a producer of landing values: its outstanding requests stop
+        done, _ = wait(list(running))
+        settle(done)
+    if error is not None:
+        raise error

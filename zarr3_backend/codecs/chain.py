@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -112,6 +112,55 @@ class CodecChain:
         data = self.decode_bytes(data)
         chunk = self.array_bytes.decode(data, self.specs[-1])
         return self.decode_array(chunk)
+
+    @cached_property
+    def decodes_into_target(self) -> bool:
+        """Whether ``decode_to`` can put a chunk's elements straight into a caller's array: the
+        chunk is plain C-order elements (``bytes``) under bytes->bytes codecs whose innermost
+        one decompresses into a given buffer (blosc, zstd), or under none."""
+        if self.array_array or self.array_bytes.raw_dtype(self.specs[-1]) is None:
+            return False
+        return not self.bytes_bytes or self.bytes_bytes[0].decodes_into
+
+    def decode_to(
+        self,
+        data: Buffer,
+        target: np.ndarray | None = None,
+        scratch: Callable[[int], memoryview] | None = None,
+    ) -> np.ndarray | None:
+        """Decode one chunk without intermediate copies where the chain allows it.
+
+        With ``decodes_into_target`` and ``target`` (a C-contiguous array of the chunk's shape
+        and native dtype) the innermost codec decompresses into ``target`` and ``None`` is
+        returned. Otherwise the decoded chunk is returned, possibly a view of ``scratch(n)``
+        (writable bytes the caller lends, asked for only once the frame's size is checked)."""
+        if not self.decodes_into_target:
+            return self.decode(data)
+        spec = self.specs[-1]
+        wire = self.array_bytes.raw_dtype(spec)
+        nbytes = spec.nbytes
+        inner = self.bytes_bytes[0] if self.bytes_bytes else None
+        for c in reversed(self.bytes_bytes[1:]):
+            data = c.decode(data, spec)
+        if inner is not None:
+            declared = inner.decoded_size(data)  # checked before any chunk-sized allocation
+            if declared is None:  # not declared: the bytes present bound what decodes
+                data = inner.decode(data, spec)
+            elif declared != nbytes:
+                raise CorruptionError(
+                    f"codec {inner.name!r}: frame decompresses to {declared} bytes, expected {nbytes}"
+                )
+            elif target is not None and target.dtype == wire:
+                inner.decode_into(data, spec, memoryview(target.reshape(-1).view(np.uint8)))
+                return None
+            else:
+                dest = scratch(nbytes) if scratch is not None else memoryview(bytearray(nbytes))
+                data = inner.decode_into(data, spec, dest[:nbytes])
+        if len(data) != nbytes:
+            raise CorruptionError(
+                f"codec 'bytes': chunk holds {len(data)} bytes, expected {nbytes} for shape {spec.shape} of {spec.dtype}"
+            )
+        return np.frombuffer(data, dtype=wire).reshape(spec.shape)
 
     def decode_bytes(self, data: Buffer) -> Buffer:
         """Undo the bytes->bytes codecs only. A size a frame declares (``decoded_size``) is

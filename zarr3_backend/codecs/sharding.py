@@ -659,6 +659,29 @@ class ShardingCodec(ArrayBytesCodec):
             thread_map(read_nested, partial, kind="io")
         return out
 
+    def partial_ranges(self, selection: Any, spec: ChunkSpec, index: np.ndarray) -> list[ByteRange] | None:
+        """The byte ranges ``decode_partial(read, selection, spec, index=index)`` reads, in its one
+        ``read`` call: a caller may fetch them for many shards at once and hand each shard's
+        results back through ``read``. ``None`` when the read takes more than one step (nested
+        shards covered partly); ``[]`` when it reads nothing."""
+        layout = self.layout(spec)
+        indexer = inner_indexer(selection, layout.shard_shape, layout.chunk_shape)
+        if math.prod(indexer.shape) == 0:
+            return []
+        nested = _nested_sharding(layout)
+        items = []
+        for q in indexer:
+            off, nb = int(index[q.chunk_coords][0]), int(index[q.chunk_coords][1])
+            if off == EMPTY:
+                continue
+            if nested is not None and not q.is_complete:
+                return None
+            items.append((q, off, nb))
+        if not items:
+            return []
+        guard = layout.index_size if layout.index_location == "end" else 0
+        return _span_ranges(items, guard)[2]
+
     def max_encoded_size(self, spec: ChunkSpec) -> int | None:
         """Every inner chunk at its largest, plus the index (``None`` when the inner codecs
         declare no bound): what an outer shard index may claim for a nested shard."""
@@ -858,11 +881,7 @@ def _read_whole_chunks(
     ``guard`` (the index size when it sits at the end) extends the highest range: fewer bytes
     back than asked means that range reaches into the index, so the index entry is corrupt.
     """
-    spans, placement = merge_ranges([(off, nb) for _, off, nb in items], MERGE_GAP)
-    ranges = [ByteRange(o, n) for o, n in spans]
-    if guard:
-        last_off, last_len = spans[-1]  # spans are sorted and disjoint: the last one ends highest
-        ranges[-1] = ByteRange(last_off, last_len + guard)
+    spans, placement, ranges = _span_ranges(items, guard)
     results = read(ranges)
     if len(results) != len(spans):
         raise CorruptionError(f"read returned {len(results)} values for {len(spans)} byte ranges")
@@ -895,6 +914,19 @@ def _read_whole_chunks(
     else:
         for i in range(len(items)):
             decode_one(i)
+
+
+def _span_ranges(
+    items: Sequence[tuple[indexing.ChunkProjection, int, int]], guard: int
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[ByteRange]]:
+    """The merged spans of ``items``' inner chunks, where each item lies in them, and the byte
+    ranges to read: the spans, the highest one extended by ``guard`` (see _read_whole_chunks)."""
+    spans, placement = merge_ranges([(off, nb) for _, off, nb in items], MERGE_GAP)
+    ranges = [ByteRange(o, n) for o, n in spans]
+    if guard:
+        last_off, last_len = spans[-1]  # spans are sorted and disjoint: the last one ends highest
+        ranges[-1] = ByteRange(last_off, last_len + guard)
+    return spans, placement, ranges
 
 
 def _decode_inner(

@@ -174,7 +174,11 @@ class Store(ABC):
         stores with an event loop override it to hand each value over as it lands."""
         n = max(1, in_flight or self.settings.requests_in_flight)
         for start in range(0, len(key_ranges), n):
-            values = self.get_partial_values(key_ranges[start : start + n])
+            batch = key_ranges[start : start + n]
+            if all(r is None for _, r in batch):  # whole values: the store's own batched call
+                values = self.get_many([k for k, _ in batch])
+            else:
+                values = self.get_partial_values(batch)
             yield from enumerate(values, start)
 
     # ---- settings --------------------------------------------------------------------------
@@ -312,6 +316,13 @@ class Store(ABC):
 
     def merge_receipts(self, receipts: Sequence[object]) -> None:  # noqa: B027 - a no-op default
         """Take the receipts of a finished write into this (the client's) store."""
+
+    # ---- what the data is ---------------------------------------------------------------------
+    @property
+    def data_identity(self) -> Hashable:
+        """Equal for stores on the same data, whatever their read-only flags (the key of the
+        core's caches shared between Arrays). Default: the store object itself."""
+        return self
 
     # ---- identity --------------------------------------------------------------------------
     def with_read_only(self, read_only: bool = True) -> Store:

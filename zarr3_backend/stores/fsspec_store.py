@@ -18,7 +18,7 @@ import functools
 import os
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -771,6 +771,11 @@ class FsspecStore(Store):
         other = copy.copy(self)
         other.read_only = read_only
         return other
+
+    @property
+    def data_identity(self) -> Hashable:
+        """The root as a URL."""
+        return (FsspecStore, self.url)
 
     def __eq__(self, other: object) -> bool:
         """Equal when filesystem (fsspec's token), root and flag are equal."""

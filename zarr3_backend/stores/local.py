@@ -23,7 +23,7 @@ import secrets
 import shutil
 import stat
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 
 from crc32c import crc32c
 
@@ -838,6 +838,11 @@ class LocalStore(Store):
     def with_read_only(self, read_only: bool = True) -> LocalStore:
         """A store on the same directory with another read-only flag."""
         return LocalStore(self.root, read_only=read_only)
+
+    @property
+    def data_identity(self) -> Hashable:
+        """The root directory."""
+        return (LocalStore, self.root)
 
     def __eq__(self, other: object) -> bool:
         """Equal when both are LocalStores on the same root with the same flag."""

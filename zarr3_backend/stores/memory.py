@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, MutableMapping
 
 from ..byte_range import ByteRange
 from .base import (
@@ -188,6 +188,11 @@ class MemoryStore(Store):
         other.__dict__.update(self.__dict__)
         other.read_only = read_only
         return other
+
+    @property
+    def data_identity(self) -> Hashable:
+        """The dict of values: stores on the same dict hold the same data."""
+        return (MemoryStore, id(self._data))
 
     def __eq__(self, other: object) -> bool:
         """Equal when both are MemoryStores on the same dict with the same flag."""

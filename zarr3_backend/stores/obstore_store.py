@@ -665,6 +665,11 @@ class ObstoreStore(Store):
         other.read_only = read_only
         return other
 
+    @property
+    def data_identity(self) -> Hashable:
+        """The root URL."""
+        return (ObstoreStore, self.url)
+
     def __eq__(self, other: object) -> bool:
         """Equal when URL, options and flag are equal."""
         if not isinstance(other, ObstoreStore):

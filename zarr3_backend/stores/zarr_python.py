@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -377,6 +377,11 @@ class ZarrPythonStore(Store):
     def with_read_only(self, read_only: bool = True) -> ZarrPythonStore:
         """A store on the same wrapped object with another read-only flag."""
         return ZarrPythonStore(self.store, read_only=read_only, concurrency=self.concurrency)
+
+    @property
+    def data_identity(self) -> Hashable:
+        """The wrapped store object."""
+        return (ZarrPythonStore, id(self.store))
 
     def __eq__(self, other: object) -> bool:
         """Equal when both wrap the same object with the same flag."""

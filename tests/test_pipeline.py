@@ -1,0 +1,170 @@
+"""The chunk pipeline: streamed reads with a bounded window, one batched request for regions in
+many shards, and the opt-in decoded-chunk cache."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import zarr3_backend as z3
+from zarr3_backend import settings
+from zarr3_backend.stores import MemoryStore
+
+
+class StreamingStore(MemoryStore):
+    """A MemoryStore with costly requests that streams values one by one and records, for each
+    value handed out, how many bytes had been handed out and not yet decoded (the pipeline's
+    window), and every batched read call."""
+
+    costly_requests = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls: list[tuple[str, int]] = []
+        self.streamed: list[str] = []
+        self.lock = threading.Lock()
+
+    def get_many(self, keys):
+        self.calls.append(("get_many", len(keys)))
+        return super().get_many(keys)
+
+    def get_partial_values(self, key_ranges):
+        self.calls.append(("get_partial_values", len(key_ranges)))
+        return super().get_partial_values(key_ranges)
+
+    def stream_partial_values(self, key_ranges, *, in_flight=None):
+        self.calls.append(("stream", len(key_ranges)))
+        for i, (key, r) in enumerate(key_ranges):
+            self.streamed.append(key)
+            yield i, MemoryStore.get(self, key, r)
+
+
+def _array(store, **kw):
+    data = np.arange(64 * 64, dtype="f8").reshape(64, 64)
+    a = z3.create_array(store, shape=data.shape, dtype=data.dtype, **kw)
+    a[...] = data
+    return a, data
+
+
+def test_whole_units_on_a_costly_store_are_streamed_in_one_call():
+    store = StreamingStore()
+    _, data = _array(store, chunks=(8, 8), compressors=[{"name": "zstd"}])
+    store.calls.clear()
+    np.testing.assert_array_equal(z3.open_array(store, mode="r+")[...], data)
+    assert [c for c in store.calls if c[0] == "stream"] == [("stream", 64)]
+    assert not [c for c in store.calls if c[0] == "get_many"]
+
+
+def test_the_window_bounds_the_undecoded_bytes(monkeypatch):
+    """With a window smaller than two chunks, intake waits for decoding: never more than one
+    landed value beyond the window is undecoded at once."""
+    from zarr3_backend import _threads
+
+    store = StreamingStore()
+    _, data = _array(store, chunks=(8, 8))  # 512-byte chunks, uncompressed
+    held, peak = 0, 0
+    lock = threading.Lock()
+    real = _threads.map_bounded
+
+    def watching(fn, items, weight, limit, kind="cpu"):
+        def counted():
+            nonlocal held, peak
+            for item in items:
+                with lock:
+                    held += weight(item)
+                    peak = max(peak, held)
+                yield item
+
+        def run(item):
+            nonlocal held
+            try:
+                fn(item)
+            finally:
+                with lock:
+                    held -= weight(item)
+
+        real(run, counted(), weight, limit, kind)
+
+    monkeypatch.setattr("zarr3_backend.core.unit_reads.map_bounded", watching)
+    with settings.using(window_bytes=600):
+        np.testing.assert_array_equal(z3.open_array(store, mode="r+")[...], data)
+    assert 0 < peak <= 600 + 512
+
+
+def test_a_decoding_error_stops_the_stream_and_is_raised():
+    store = StreamingStore()
+    _array(store, chunks=(8, 8), compressors=[{"name": "zstd"}])
+    store.set("c/3/3", b"not zstd")
+    with pytest.raises(z3.errors.CorruptionError, match="c/3/3"):
+        z3.open_array(store, mode="r+")[...]
+
+
+def test_regions_in_many_shards_are_fetched_in_one_batched_call():
+    store = StreamingStore()
+    _, data = _array(store, chunks=(4, 4), shards=(16, 16), compressors=[{"name": "zstd"}])
+    store.calls.clear()
+    reopened = z3.open_array(store, mode="r+")
+    regions = [
+        (slice(i * 16 + 1, i * 16 + 3), slice(j * 16 + 5, j * 16 + 7)) for i in range(4) for j in range(4)
+    ]
+    got = reopened.get_regions(regions)
+    for g, r in zip(got, regions, strict=True):
+        np.testing.assert_array_equal(g, data[r])
+    # one call for the 16 shard indexes, one for every region's inner chunks
+    assert [c for c in store.calls if c[0] == "get_partial_values"] == [
+        ("get_partial_values", 16),
+        ("get_partial_values", 16),
+    ]
+
+
+def test_chunk_cache_is_off_by_default_and_serves_repeated_reads_when_on():
+    store = StreamingStore()
+    _, data = _array(store, chunks=(8, 8), compressors=[{"name": "zstd"}])
+    reopened = z3.open_array(store, mode="r+")
+    store.streamed.clear()
+    reopened[0:16, 0:16]
+    reopened[0:16, 0:16]
+    assert len(store.streamed) == 8  # no cache: every read fetches again
+    with settings.using(chunk_cache_bytes=1 << 20):
+        store.streamed.clear()
+        np.testing.assert_array_equal(reopened[0:16, 0:16], data[0:16, 0:16])
+        np.testing.assert_array_equal(reopened[8:24, 0:16], data[8:24, 0:16])  # a sliding window
+        assert len(store.streamed) == 6  # 4, then only the 2 new chunks
+        # another Array of the same store shares the cache
+        other = z3.open_array(store, mode="r+")
+        store.streamed.clear()
+        np.testing.assert_array_equal(other[0:16, 0:16], data[0:16, 0:16])
+        assert store.streamed == []
+
+
+def test_chunk_cache_is_invalidated_by_writes_and_bounded():
+    store = StreamingStore()
+    _, data = _array(store, chunks=(8, 8), compressors=[{"name": "zstd"}])
+    with settings.using(chunk_cache_bytes=4 * 512):
+        reader = z3.open_array(store, mode="r")  # a read-only view of the same data
+        writer = z3.open_array(store, mode="r+")
+        np.testing.assert_array_equal(reader[0:8, 0:16], data[0:8, 0:16])
+        writer[0:8, 0:8] = -1  # one unit: written in place
+        writer[0:16, 8:16] = -2  # two units: one transaction
+        data[0:8, 0:8] = -1
+        data[0:16, 8:16] = -2
+        np.testing.assert_array_equal(reader[0:16, 0:16], data[0:16, 0:16])
+        reader[...]  # 64 chunks through a 4-chunk cache
+        from zarr3_backend.core.chunk_cache import chunk_cache_of
+
+        cache = chunk_cache_of(store)
+        assert 0 < len(cache) <= 4 and cache.nbytes <= 4 * 512
+        np.testing.assert_array_equal(reader[...], data)
+
+
+def test_cached_units_are_not_views_of_reused_scratch_memory(tmp_path):
+    """Inline stores read into per-thread scratch memory; a cached unit must own its bytes."""
+    _, data = _array(str(tmp_path / "a"), chunks=(8, 8))
+    reopened = z3.open_array(str(tmp_path / "a"), mode="r")
+    with settings.using(chunk_cache_bytes=1 << 20):
+        first = reopened[0:8, 0:8].copy()
+        reopened[8:64, 8:64]  # reuses the threads' scratch memory many times over
+        np.testing.assert_array_equal(reopened[0:8, 0:8], first)
+        np.testing.assert_array_equal(first, data[0:8, 0:8])

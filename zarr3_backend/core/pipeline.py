@@ -1,0 +1,115 @@
+"""The chunk pipeline: the one place between an Array and its store and codecs.
+
+An Array resolves a selection to projections (which storage unit, which part of it, where in
+the output); the pipeline turns them into store requests, decodes and scatters what lands, and
+does the reverse for writes. It owns what that needs and nothing else: the codec chain bound to
+the array's chunks, the shard-index caches, the optional decoded-chunk cache of the store, and
+the settings in force when a call starts (threads, requests in flight, the window of compressed
+bytes). How whole units are read lives in ``unit_reads``, regions inside shards in
+``shard_reads``, writes in ``unit_writes``; this module routes between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..codecs import CodecChain
+from ..codecs.sharding import ShardingCodec
+from ..errors import CorruptionError
+from ..settings import Settings
+from ..stores.base import Store
+from . import shard_reads, unit_reads, unit_writes
+from .chunk_cache import ChunkCache, chunk_cache_of
+from .metadata import ArrayMetadata
+from .paths import join_path
+from .shard_index_cache import ShardIndexCache
+
+
+class ChunkPipeline:
+    """Reads and writes the storage units of one array (``metadata`` at ``path`` in ``store``)."""
+
+    def __init__(self, store: Store, path: str, metadata: ArrayMetadata) -> None:
+        self.store = store
+        self.path = path
+        self.metadata = metadata
+        self.chain: CodecChain = metadata.codec_chain()
+        ab = self.chain.array_bytes
+        #: The sharding codec when it is the chain's array->bytes codec.
+        self.sharding: ShardingCodec | None = ab if isinstance(ab, ShardingCodec) else None
+        #: The sharding codec when it is the whole chain: it then reads and writes regions itself.
+        self.shard_codec = self.sharding if self.chain.is_partial_decodable else None
+        #: What one stored object is called in error messages.
+        self.unit_name = "shard" if self.sharding is not None else "chunk"
+        settings = store.settings
+        #: Stores with costly requests keep decoded shard indexes (see shard_index_cache).
+        self.index_cache = (
+            ShardIndexCache(settings.shard_index_cache_bytes)
+            if store.costly_requests and self.sharding
+            else None
+        )
+        #: Decoded, checked shard indexes by their encoded bytes (a pure memo, never stale).
+        self.index_memo: dict[bytes, np.ndarray] = {}
+
+    def __getstate__(self) -> dict:  # a pickled pipeline (in a dask task) starts with empty caches
+        state = self.__dict__.copy()
+        state["index_cache"] = (
+            None if self.index_cache is None else ShardIndexCache(self.index_cache.max_bytes)
+        )
+        state["index_memo"] = {}
+        return state
+
+    # ---- what every step needs -----------------------------------------------------------
+    def key(self, coords: tuple[int, ...]) -> str:
+        """The store key of the storage unit at grid ``coords``."""
+        return join_path(self.path, self.metadata.chunk_key_encoding.encode_chunk_key(coords))
+
+    @property
+    def settings(self) -> Settings:
+        """The settings in force for this array's store now (read once per call)."""
+        return self.store.settings
+
+    @property
+    def chunk_cache(self) -> ChunkCache | None:
+        """The store's decoded-chunk cache, or None when ``chunk_cache_bytes`` is 0."""
+        return chunk_cache_of(self.store)
+
+    def decode(self, key: str, data: Any) -> np.ndarray:
+        """The decoded unit stored under ``key`` (errors name the key)."""
+        try:
+            return self.chain.decode(data)
+        except CorruptionError as e:
+            raise type(e)(f"{self.unit_name} {key!r}: {e}") from e
+
+    def with_store(self, store: Store) -> ChunkPipeline:
+        """This pipeline over another store (a transaction's staging view)."""
+        return ChunkPipeline(store, self.path, self.metadata)
+
+    # ---- reads ---------------------------------------------------------------------------
+    def read(self, items: Sequence[tuple[np.ndarray, Any]], adopt: Any = False) -> dict[int, np.ndarray]:
+        """Fill ``out[p.out_selection]`` for every ``(out, projection)``: whole storage units
+        inline or streamed, regions inside shards through the shards' indexes.
+
+        ``adopt`` (True, or a set of ``id(out)``) names outputs filled by exactly one shard
+        region; for those the decoded array itself is returned in ``{id(out): array}``."""
+        partial_ok = self.shard_codec is not None  # the codec reads regions of a unit itself
+        whole = [(o, p) for o, p in items if p.is_complete or not partial_ok]
+        parts = [(o, p) for o, p in items if not (p.is_complete or not partial_ok)]
+        if whole:
+            unit_reads.read_whole(self, whole)
+        return shard_reads.read_regions(self, parts, adopt) if parts else {}
+
+    # ---- writes --------------------------------------------------------------------------
+    def write(self, indexer: Any, value: np.ndarray, *, write_empty_chunks: bool = False) -> None:
+        """Encode and store each unit ``indexer`` touches (read-modify-write for partial ones)."""
+        unit_writes.write_units(self, indexer, value, write_empty_chunks=write_empty_chunks)
+
+    def forget(self, keys: Sequence[str] | None = None) -> None:
+        """Drop what the caches hold of ``keys`` (all when None): they were written."""
+        if self.index_cache is not None:
+            self.index_cache.invalidate(keys)
+        cache = self.chunk_cache
+        if cache is not None:
+            cache.invalidate(keys if keys is not None else None, prefix=self.path)
