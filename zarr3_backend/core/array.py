@@ -16,10 +16,8 @@ from typing import Any
 import numpy as np
 
 from .. import _slabs, indexing
-from .._threads import thread_map
 from ..codecs import CodecChain
 from ..codecs.sharding import ShardingCodec
-from ..codecs.transpose import TransposeCodec
 from ..errors import ReadOnlyError, ResourceLimitError, ShapeError
 from ..stores.base import Store
 from . import rectilinear
@@ -27,11 +25,11 @@ from .attributes import Attributes
 from .commit import Transaction, replace_document
 from .metadata import ArrayMetadata, to_bytes
 from .metadata_v2 import V2_MARKER
-from .paths import join_prefix, metadata_key, node_name
+from .paths import metadata_key, node_name
 from .pipeline import ChunkPipeline
-from .read_outputs import outputs
 from .selection import OIndex, VIndex, fancy_kind, flatten_nd
 from .unit_writes import OneUnit
+from .values import coerce_value
 
 
 def _spans_units(indexer: Any) -> bool:
@@ -135,18 +133,7 @@ class Array:
     def chunks(self) -> tuple[int, ...]:
         """The read chunk: the inner chunk shape when sharded (in the array's axis order, also
         when transposes come before the sharding codec), else the chunk grid's shape."""
-        codec = self._sharding
-        if codec is None:
-            return self.storage_chunks
-        inner = tuple(codec.chunk_shape)
-        for c in reversed(self._chain.array_array):
-            if not isinstance(c, TransposeCodec):  # no inner chunk in array coordinates
-                return self.storage_chunks
-            back = [0] * len(inner)
-            for axis, size in zip(c.order, inner, strict=True):
-                back[axis] = size
-            inner = tuple(back)
-        return inner
+        return self._pipeline.read_chunk_shape
 
     @property
     def codecs(self) -> list[dict]:
@@ -238,26 +225,8 @@ class Array:
         """The values of many boxes of step-1 slices in one call: every storage unit and shard
         index they touch is fetched once, in batched store calls, and decoded concurrently."""
         indexers = [indexing.basic_indexer(tuple(r), self.shape, self.storage_chunks) for r in regions]
-        first: dict[tuple, int] = {}  # a region asked for again is read once, then copied
-        source = [first.setdefault(_region_key(r, self.shape), i) for i, r in enumerate(regions)]
-        outs, items, single = outputs([ix.shape for ix in indexers], self.dtype), [], set()
-        for i, (indexer, out) in enumerate(zip(indexers, outs, strict=True)):
-            if source[i] != i:
-                continue
-            projections = list(indexer)
-            if len(projections) == 1:
-                single.add(id(out))
-            items.extend((out, p) for p in projections)
-        adopted = self._pipeline.read(items, adopt=single)
-        results = [adopted.get(id(out), out) for out in outs]
-        copies = [i for i, j in enumerate(source) if j != i]
-
-        def copy(i: int) -> None:
-            np.copyto(outs[i], results[source[i]])
-
-        if copies:
-            thread_map(copy, copies, kind="cpu")
-        return [outs[i] if source[i] != i else r for i, r in enumerate(results)]
+        keys = [_region_key(r, self.shape) for r in regions]
+        return self._pipeline.read_boxes(indexers, keys)
 
     @property
     def oindex(self) -> OIndex:
@@ -276,25 +245,7 @@ class Array:
             raise ReadOnlyError(f"array {self.path or '/'!r} is read-only{why}")
 
     def _coerce_value(self, value: Any, shape: tuple[int, ...]) -> np.ndarray:
-        try:
-            if self.dtype.kind in "OT":
-                arr = np.asarray(value, dtype=object)
-            else:
-                arr = np.asarray(value)
-                if arr.dtype != self.dtype:
-                    arr = arr.astype(
-                        self.dtype, casting="unsafe" if arr.dtype.kind in "biufc" else "same_kind"
-                    )
-            return np.broadcast_to(arr, shape)
-        except ValueError as e:
-            raise ShapeError(
-                f"array {self.path or '/'!r}: value of shape {np.shape(value)} cannot be written "
-                f"to a selection of shape {shape}"
-            ) from e
-        except TypeError as e:
-            raise ShapeError(
-                f"array {self.path or '/'!r}: cannot store value of type {type(value).__name__}: {e}"
-            ) from e
+        return coerce_value(value, self.dtype, shape, f"array {self.path or '/'!r}")
 
     def _write(self, indexer: Any, value: Any) -> None:
         if _spans_units(indexer) and not self.store.commits_externally:
@@ -401,20 +352,8 @@ class Array:
         new_grid = grid.grid_shape(new_shape)
         old_grid = grid.grid_shape(self.shape)
         new_meta = self.metadata.evolve(shape=new_shape)
-        doomed = []
-        if any(n < o for n, o in zip(new_grid, old_grid, strict=True)):
-            prefix = join_prefix(self.path)
-            encoding = self.metadata.chunk_key_encoding
-            for key in self.store.list_prefix(prefix):
-                rel = key[len(prefix) :]
-                if rel == "zarr.json" or "/zarr.json" in rel:
-                    continue
-                try:
-                    coords = encoding.decode_chunk_key(rel)
-                except Exception:  # not a chunk key of this array (e.g. stray file)
-                    continue
-                if len(coords) == self.ndim and any(c >= n for c, n in zip(coords, new_grid, strict=True)):
-                    doomed.append(key)
+        shrinks = any(n < o for n, o in zip(new_grid, old_grid, strict=True))
+        doomed = self._pipeline.stored_units_outside(new_grid) if shrinks else []
         if not doomed:  # one document: already atomic
             self._write_metadata(new_meta)
             return

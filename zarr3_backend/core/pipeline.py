@@ -16,15 +16,18 @@ from typing import Any
 
 import numpy as np
 
+from .._threads import thread_map
 from ..codecs import CodecChain
 from ..codecs.sharding import ShardingCodec
+from ..codecs.transpose import TransposeCodec
 from ..errors import CorruptionError
 from ..settings import Settings
 from ..stores.base import Store
 from . import shard_reads, unit_reads, unit_writes
 from .chunk_cache import ChunkCache, chunk_cache_of
 from .metadata import ArrayMetadata
-from .paths import join_path
+from .paths import join_path, join_prefix
+from .read_outputs import outputs
 from .shard_index_cache import ShardIndexCache
 
 
@@ -67,6 +70,23 @@ class ChunkPipeline:
         return join_path(self.path, self.metadata.chunk_key_encoding.encode_chunk_key(coords))
 
     @property
+    def read_chunk_shape(self) -> tuple[int, ...]:
+        """The read chunk: the inner chunk shape when sharded (in the array's axis order, also
+        when transposes come before the sharding codec), else the chunk grid's shape."""
+        storage = self.metadata.chunk_grid.chunk_shape
+        if self.sharding is None:
+            return storage
+        inner = tuple(self.sharding.chunk_shape)
+        for c in reversed(self.chain.array_array):
+            if not isinstance(c, TransposeCodec):  # no inner chunk in array coordinates
+                return storage
+            back = [0] * len(inner)
+            for axis, size in zip(c.order, inner, strict=True):
+                back[axis] = size
+            inner = tuple(back)
+        return inner
+
+    @property
     def settings(self) -> Settings:
         """The settings in force for this array's store now (read once per call)."""
         return self.store.settings
@@ -101,10 +121,54 @@ class ChunkPipeline:
             unit_reads.read_whole(self, whole)
         return shard_reads.read_regions(self, parts, adopt) if parts else {}
 
+    def read_boxes(self, indexers: Sequence[Any], keys: Sequence[Any]) -> list[np.ndarray]:
+        """The values of many selections in one ``read``: every storage unit and shard index
+        they touch is fetched once; a selection whose ``keys`` entry repeats is read once, then
+        copied. Small results are carved from shared slabs (``read_outputs.outputs``)."""
+        first: dict[Any, int] = {}
+        source = [first.setdefault(k, i) for i, k in enumerate(keys)]
+        outs, items, single = outputs([ix.shape for ix in indexers], self.metadata.data_type.numpy), [], set()
+        for i, (indexer, out) in enumerate(zip(indexers, outs, strict=True)):
+            if source[i] != i:
+                continue
+            projections = list(indexer)
+            if len(projections) == 1:
+                single.add(id(out))
+            items.extend((out, p) for p in projections)
+        adopted = self.read(items, adopt=single)
+        results = [adopted.get(id(out), out) for out in outs]
+        copies = [i for i, j in enumerate(source) if j != i]
+
+        def copy(i: int) -> None:
+            np.copyto(outs[i], results[source[i]])
+
+        if copies:
+            thread_map(copy, copies, kind="cpu")
+        return [outs[i] if source[i] != i else r for i, r in enumerate(results)]
+
     # ---- writes --------------------------------------------------------------------------
     def write(self, indexer: Any, value: np.ndarray, *, write_empty_chunks: bool = False) -> None:
         """Encode and store each unit ``indexer`` touches (read-modify-write for partial ones)."""
         unit_writes.write_units(self, indexer, value, write_empty_chunks=write_empty_chunks)
+
+    def stored_units_outside(self, grid_shape: Sequence[int]) -> list[str]:
+        """Keys of the stored units whose grid coordinates fall outside ``grid_shape`` (what a
+        shrinking resize must erase); found by listing the array's prefix."""
+        prefix = join_prefix(self.path)
+        encoding = self.metadata.chunk_key_encoding
+        ndim = len(grid_shape)
+        doomed = []
+        for key in self.store.list_prefix(prefix):
+            rel = key[len(prefix) :]
+            if rel == "zarr.json" or "/zarr.json" in rel:
+                continue
+            try:
+                coords = encoding.decode_chunk_key(rel)
+            except Exception:  # not a chunk key of this array (e.g. stray file)
+                continue
+            if len(coords) == ndim and any(c >= n for c, n in zip(coords, grid_shape, strict=True)):
+                doomed.append(key)
+        return doomed
 
     def forget(self, keys: Sequence[str] | None = None) -> None:
         """Drop what the caches hold of ``keys`` (all when None): they were written."""
