@@ -10,7 +10,8 @@ import numpy as np
 
 from .._threads import thread_map
 from ..byte_range import ByteRange
-from ..errors import CorruptionError
+from ..codecs.shard_index import ShardLayout
+from ..errors import CodecError, CorruptionError
 from .shard_view import ShardView, read_indexes
 
 if TYPE_CHECKING:
@@ -30,12 +31,21 @@ def _in_order(selection: Any, shape: tuple[int, ...]) -> bool:
     )
 
 
+def _layout(pipe: ChunkPipeline) -> ShardLayout:
+    """The layout of the array's shards; regions inside shards are read only when the sharding
+    codec is the whole chain (``pipe.shard_codec``)."""
+    codec = pipe.shard_codec
+    if codec is None:
+        raise CodecError(f"array {pipe.path or '/'!r}: its codec chain does not read regions inside shards")
+    return codec.layout(pipe.chain.specs[-1])
+
+
 def shard_indexes(
     pipe: ChunkPipeline, keys: list[str], refresh: bool = False
 ) -> dict[str, np.ndarray | None]:
     """The decoded index of each shard in ``keys`` (``None`` when missing), the uncached ones
     (all with ``refresh``) fetched with one batched ranged store call."""
-    layout = pipe.chain.array_bytes.layout(pipe.chain.specs[-1])
+    layout = _layout(pipe)
     return read_indexes(
         pipe.store, keys, layout, cache=pipe.index_cache, memo=pipe.index_memo, refresh=refresh
     )
@@ -57,7 +67,7 @@ def raw_shard_reads(pipe: ChunkPipeline) -> bool:
 def read_regions(pipe: ChunkPipeline, parts: list[Item], adopt: Any = False) -> dict[int, np.ndarray]:
     """Read regions inside shards (``adopt``: see ``ChunkPipeline.read``)."""
     store = pipe.store
-    layout = pipe.chain.array_bytes.layout(pipe.chain.specs[-1])
+    layout = _layout(pipe)
     keys = [pipe.key(p.chunk_coords) for _, p in parts]
     indexes = shard_indexes(pipe, keys)
     fill = pipe.metadata.fill_value

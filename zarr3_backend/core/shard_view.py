@@ -103,9 +103,12 @@ class ShardView:
     def nested(self, off: int, nb: int, where: str) -> ShardView:
         """The inner shard stored at bytes ``[off, off + nb)`` of this one (``where`` names it in
         errors); its reads go through this view's reader, offset."""
-        assert self.layout.nested is not None, "inner chunks of this layout are not shards"
-        reader = _offset_reader(self._read, off, nb, guard=self.layout.end_guard, where=where)
-        return ShardView(self.layout.nested, reader)
+        nested = self.layout.nested
+        if nested is None:
+            raise CodecError(f"{where}: the inner chunks of this shard are not shards read in parts")
+        return ShardView(
+            nested, _offset_reader(self._read, off, nb, guard=self.layout.end_guard, where=where)
+        )
 
     # ---- the index ------------------------------------------------------------------------
     def read_index(self) -> np.ndarray | None:
