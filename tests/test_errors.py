@@ -614,7 +614,7 @@ def test_vlen_item_count_is_checked_before_allocating(codec):
 
 def _set_index_entry(store, key: str, layout, entry: int, offset: int, nbytes: int) -> None:
     """Rewrite one (offset, nbytes) entry of a shard's end index, with a valid crc32c."""
-    from zarr3_backend.codecs.sharding import decode_index, encode_index
+    from zarr3_backend.codecs.shard_index import decode_index, encode_index
 
     data = bytes(store.get(key))
     index = decode_index(data[-layout.index_size :], layout.index).copy()
@@ -676,7 +676,7 @@ def test_ragged_index_list_is_a_selection_error(store, kind):
 
 def test_whole_shard_too_large_for_memory_is_a_resource_limit():
     """transpose before sharding: a read decodes whole shards (here 4 TiB, nearly all fill)."""
-    from zarr3_backend.codecs.sharding import EMPTY, encode_index
+    from zarr3_backend.codecs.shard_index import EMPTY, encode_index
 
     s = z3.MemoryStore()
     n, inner = 2**20, 2**10

@@ -23,6 +23,7 @@ from zarr3_backend.codecs.blosc import BloscCodec
 from zarr3_backend.codecs.fill import is_fill
 from zarr3_backend.codecs.zstd import ZstdCodec
 from zarr3_backend.core.shard_reads import raw_shard_reads, shard_indexes
+from zarr3_backend.core.shard_view import ShardView
 from zarr3_backend.errors import ChecksumError, CorruptionError, InvalidKeyError, ReadOnlyError
 from zarr3_backend.stores.local import LocalStore
 
@@ -635,7 +636,7 @@ def test_raw_shard_fast_path_only_for_plain_inner_chunks(tmp_path):
 
 
 def _rewrite_index(path, layout, mutate):
-    from zarr3_backend.codecs.sharding import decode_index, encode_index
+    from zarr3_backend.codecs.shard_index import decode_index, encode_index
 
     raw = bytearray(path.read_bytes())
     isz = layout.index_size
@@ -780,6 +781,10 @@ class _CountingReader:
         return got
 
 
+def _reject_ranged_reads(ranges):
+    raise AssertionError(f"raw inner chunk reads go through the positioned reader, not ranged reads {ranges}")
+
+
 def test_read_many_into_merges_neighbouring_inner_chunks(tmp_path):
     data = _data((16, 16))
     a = _raw_sharded(tmp_path, data)  # shards 8x8 of 4x4 inner chunks, stored in C order
@@ -793,7 +798,7 @@ def test_read_many_into_merges_neighbouring_inner_chunks(tmp_path):
         for (i, j), o in zip([(0, 0), (0, 4), (4, 0), (4, 4)], outs, strict=True)
     ]
     jobs.append(((slice(1, 7), slice(2, 3)), np.empty((6, 1), "f4")))  # partial: via scratch
-    codec.read_many_into(reader, jobs, spec, index=index)
+    ShardView(codec.layout(spec), _reject_ranged_reads).read_raw_into(reader, jobs, index)
     for sel, out in jobs:
         np.testing.assert_array_equal(out, data[sel])
     whole = [c for c in reader.calls if len(c[1]) > 1]
@@ -810,8 +815,8 @@ def test_read_many_into_reports_a_shard_that_shrank_while_reading(tmp_path):
     reader = _CountingReader(raw)
     reader.data = raw[:100]  # size still says whole: the file shrank after it was opened
     with pytest.raises(CorruptionError, match=r"past the end.*inner chunk \(0, 1\)"):
-        codec.read_many_into(
-            reader, [((slice(0, 4), slice(0, 8)), np.empty((4, 8), "f4"))], spec, index=index
+        ShardView(codec.layout(spec), _reject_ranged_reads).read_raw_into(
+            reader, [((slice(0, 4), slice(0, 8)), np.empty((4, 8), "f4"))], index
         )
 
 

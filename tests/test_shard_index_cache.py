@@ -9,6 +9,7 @@ import numpy as np
 
 import zarr3_backend as z3
 from zarr3_backend.core.shard_index_cache import ShardIndexCache
+from zarr3_backend.core.shard_view import ShardView
 
 
 class RemoteLikeStore(z3.MemoryStore):
@@ -92,7 +93,9 @@ def test_stale_cached_index_is_detected_and_reread():
     new[5, 6] = 42.0  # compresses to other sizes: the shard's offsets move
     _external_rewrite(store, new)
     codec, spec = a._chain.array_bytes, a._chain.specs[-1]
-    fresh = codec.read_index(lambda ranges: [z3.MemoryStore.get(store, "x/c/0/0", r) for r in ranges], spec)
+    fresh = ShardView(
+        codec.layout(spec), lambda ranges: [z3.MemoryStore.get(store, "x/c/0/0", r) for r in ranges]
+    ).read_index()
     assert not np.array_equal(stale, fresh)
     assert a[5, 6] == 42.0  # the stale index fails its checks, then is re-read
     np.testing.assert_array_equal(a._pipeline.index_cache.get("x/c/0/0"), fresh)

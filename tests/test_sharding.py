@@ -22,17 +22,18 @@ import zarr3_backend as z3
 from zarr3_backend.byte_range import ByteRange
 from zarr3_backend.codecs import ChunkSpec, CodecChain, codec_from_json
 from zarr3_backend.codecs.fill import is_fill
-from zarr3_backend.codecs.sharding import (
+from zarr3_backend.codecs.shard_index import (
     EMPTY,
     MERGE_GAP,
-    ShardingCodec,
     check_index,
     decode_index,
     encode_index,
     index_spec,
-    inner_indexer,
     merge_ranges,
 )
+from zarr3_backend.codecs.shard_selection import inner_indexer
+from zarr3_backend.codecs.sharding import ShardingCodec
+from zarr3_backend.core.shard_view import ShardView
 from zarr3_backend.errors import (
     ChecksumError,
     CodecError,
@@ -73,6 +74,11 @@ class CountingReader:
         if self.data is None:
             return [None for _ in ranges]
         return [bytes(self.data) if r is None else r.apply(self.data) for r in ranges]
+
+
+def read_region(codec, reader, selection, spec, index=None):
+    """``decode(shard)[selection]`` read through a ``ShardView`` over ``reader``."""
+    return ShardView(codec.layout(spec), reader).read(selection, index)
 
 
 def raw_index(shard: bytes, n_chunks: int, location: str, crc: bool) -> np.ndarray:
@@ -232,7 +238,7 @@ def test_nested_sharding_round_trip_and_partial_read():
     assert raw_index(data, 4, "start", crc=True)[2].tolist() == [EMPTY, EMPTY]
     reader = CountingReader(data)
     np.testing.assert_array_equal(
-        codec.decode_partial(reader, (slice(1, 2), slice(5, 6)), spec), shard[1:2, 5:6]
+        read_region(codec, reader, (slice(1, 2), slice(5, 6)), spec), shard[1:2, 5:6]
     )
     # outer index, then the nested shard's index, then its one inner chunk
     assert len(reader.calls) == 3 and all(len(c) == 1 for c in reader.calls)
@@ -243,9 +249,7 @@ def test_nested_sharding_round_trip_and_partial_read():
     assert reader.calls[2][0] == ByteRange(nested_off + int(nested_index[0][0]), int(nested_index[0][1]) + 68)
     # a region covering whole nested shards reads them in one merged range
     reader = CountingReader(data)
-    np.testing.assert_array_equal(
-        codec.decode_partial(reader, (slice(0, 8), slice(4, 8)), spec), shard[:, 4:]
-    )
+    np.testing.assert_array_equal(read_region(codec, reader, (slice(0, 8), slice(4, 8)), spec), shard[:, 4:])
     assert len(reader.calls) == 2 and len(reader.calls[1]) == 1
 
 
@@ -442,7 +446,7 @@ def test_selection_forms_read_and_write_like_numpy(sel, nested, location):
     shard[:2, :2] = -1  # an empty inner chunk inside the selections
     data = codec.encode(shard, spec)
     expected = shard[sel]
-    got = codec.decode_partial(CountingReader(data), sel, spec)
+    got = read_region(codec, CountingReader(data), sel, spec)
     assert got.shape == expected.shape
     np.testing.assert_array_equal(got, expected)
     out = np.full(expected.shape, 99.0)
@@ -462,7 +466,7 @@ def test_partial_read_one_inner_chunk_is_two_requests(location):
     shard = sample((16, 16))
     data = codec.encode(shard, spec)
     reader = CountingReader(data)
-    out = codec.decode_partial(reader, (slice(5, 7), slice(9, 12)), spec)
+    out = read_region(codec, reader, (slice(5, 7), slice(9, 12)), spec)
     np.testing.assert_array_equal(out, shard[5:7, 9:12])
     assert len(reader.calls) == 2
     expected_index_range = ByteRange(0, 16 * 16 + 4) if location == "start" else ByteRange.suffix(16 * 16 + 4)
@@ -476,7 +480,7 @@ def test_partial_read_merges_adjacent_chunks_into_one_range():
     codec, spec = make((8, 8), (2, 2))  # uncompressed: 32 bytes per inner chunk, C order
     shard = sample((8, 8))
     reader = CountingReader(codec.encode(shard, spec))
-    out = codec.decode_partial(reader, (slice(2, 4), slice(1, 8)), spec)  # chunks (1,0)..(1,3)
+    out = read_region(codec, reader, (slice(2, 4), slice(1, 8)), spec)  # chunks (1,0)..(1,3)
     np.testing.assert_array_equal(out, shard[2:4, 1:8])
     # one range, exactly the touched chunks, extended over the 16 x 16 + 4-byte index at the end
     assert reader.calls[1] == [ByteRange(4 * 32, 4 * 32 + 260)]
@@ -489,13 +493,13 @@ def test_partial_read_far_apart_chunks_one_call_two_ranges():
     reader = CountingReader(codec.encode(shard, spec))
     # chunks (0, 0) and (1, 0); chunk (0, 1) lies between them in C order
     np.testing.assert_array_equal(
-        codec.decode_partial(reader, (slice(0, 2), slice(0, 10)), spec), shard[:, :10]
+        read_region(codec, reader, (slice(0, 2), slice(0, 10)), spec), shard[:, :10]
     )
     assert len(reader.calls) == 2
     assert reader.calls[1] == [ByteRange(0, 8192), ByteRange(16384, 8192 + 68)]
     reader.calls.clear()
     np.testing.assert_array_equal(
-        codec.decode_partial(reader, (slice(0, 2), slice(1000, 1030)), spec), shard[:, 1000:1030]
+        read_region(codec, reader, (slice(0, 2), slice(1000, 1030)), spec), shard[:, 1000:1030]
     )
     assert reader.calls[1] == [ByteRange(0, 4 * 8192 + 68)]  # all four, adjacent: one range
 
@@ -504,17 +508,17 @@ def test_partial_read_with_index_given_skips_the_index_request():
     codec, spec = make((3, 4), (1, 4))
     shard = sample((3, 4))
     reader = CountingReader(codec.encode(shard, spec))
-    index = codec.read_index(reader, spec)
+    index = ShardView(codec.layout(spec), reader).read_index()
     assert index.shape == (3, 1, 2) and len(reader.calls) == 1
     reader.calls.clear()
-    np.testing.assert_array_equal(codec.decode_partial(reader, (slice(1, 2),), spec, index=index), shard[1:2])
+    np.testing.assert_array_equal(read_region(codec, reader, (slice(1, 2),), spec, index=index), shard[1:2])
     assert reader.calls == [[ByteRange(32, 32 + 3 * 16 + 4)]]
 
 
 def test_partial_read_of_missing_shard_is_none_after_one_request():
     codec, spec = make((4, 4), (2, 2))
     reader = CountingReader(None)
-    assert codec.decode_partial(reader, (slice(0, 1), slice(0, 1)), spec) is None
+    assert read_region(codec, reader, (slice(0, 1), slice(0, 1)), spec) is None
     assert len(reader.calls) == 1
 
 
@@ -523,7 +527,7 @@ def test_partial_read_of_empty_inner_chunks_reads_only_the_index():
     shard = np.full((4, 4), -1.0)
     shard[3, 3] = 5
     reader = CountingReader(codec.encode(shard, spec))
-    np.testing.assert_array_equal(codec.decode_partial(reader, (slice(0, 2), slice(0, 4)), spec), shard[0:2])
+    np.testing.assert_array_equal(read_region(codec, reader, (slice(0, 2), slice(0, 4)), spec), shard[0:2])
     assert len(reader.calls) == 1
 
 
@@ -531,16 +535,14 @@ def test_partial_read_selection_errors_read_nothing():
     codec, spec = make((4, 4), (2, 2))
     reader = CountingReader(codec.encode(sample((4, 4)), spec))
     with pytest.raises(SelectionError, match="too many indices"):
-        codec.decode_partial(reader, (slice(None),) * 3, spec)
+        read_region(codec, reader, (slice(None),) * 3, spec)
     with pytest.raises(SelectionError, match="out of bounds for axis 1"):
-        codec.decode_partial(reader, (np.array([0, 1]), np.array([0, 4])), spec)
+        read_region(codec, reader, (np.array([0, 1]), np.array([0, 4])), spec)
     with pytest.raises(SelectionError, match="cannot be broadcast"):
-        codec.decode_partial(reader, (np.array([0, 1, 2]), np.array([0, 1])), spec)
+        read_region(codec, reader, (np.array([0, 1, 2]), np.array([0, 1])), spec)
     assert reader.calls == []
-    assert codec.decode_partial(reader, (slice(2, 2), slice(None)), spec).shape == (0, 4)
-    assert codec.decode_partial(reader, (np.array([], dtype=int), np.array([], dtype=int)), spec).shape == (
-        0,
-    )
+    assert read_region(codec, reader, (slice(2, 2), slice(None)), spec).shape == (0, 4)
+    assert read_region(codec, reader, (np.array([], dtype=int), np.array([], dtype=int)), spec).shape == (0,)
     assert reader.calls == []
 
 
@@ -588,7 +590,7 @@ def test_partial_read_and_write_match_numpy(grid, chunk, location, data):
     assert (encoded is None) == (not shard.any())
     sel = draw_selection(data, shape)
     reader = CountingReader(encoded)
-    got = codec.decode_partial(reader, sel, spec)
+    got = read_region(codec, reader, sel, spec)
     if encoded is None:
         assert got is None or got.size == 0
     else:
@@ -622,7 +624,7 @@ def test_partial_write_keeps_untouched_inner_chunks_bytes_without_decoding_them(
         assert new[o2 : o2 + n2] == bytes(bad[o : o + n])
     shard[0, 0:2] = (7.0, 8.0)
     np.testing.assert_array_equal(
-        codec.decode_partial(CountingReader(new), (slice(0, 2), slice(0, 2)), spec), shard[:2, :2]
+        read_region(codec, CountingReader(new), (slice(0, 2), slice(0, 2)), spec), shard[:2, :2]
     )
 
 
@@ -661,7 +663,7 @@ def test_truncated_shard_shorter_than_index():
     with pytest.raises(CorruptionError, match="shorter than its 68-byte index"):
         codec.decode(data[:60], spec)
     with pytest.raises(CorruptionError, match="shorter than its 68-byte index"):
-        codec.decode_partial(CountingReader(data[:60]), (slice(0, 1), slice(0, 1)), spec)
+        read_region(codec, CountingReader(data[:60]), (slice(0, 1), slice(0, 1)), spec)
 
 
 def test_truncated_shard_index_at_start_points_past_end():
@@ -671,7 +673,7 @@ def test_truncated_shard_index_at_start_points_past_end():
         codec.decode(data[:-1], spec)
     reader = CountingReader(data[:-1])
     with pytest.raises(CorruptionError, match="past the end"):
-        codec.decode_partial(reader, (slice(3, 4), slice(3, 4)), spec)
+        read_region(codec, reader, (slice(3, 4), slice(3, 4)), spec)
 
 
 def test_truncated_shard_index_at_end_is_detected():
@@ -698,7 +700,7 @@ def test_index_pointing_past_the_end():
     with pytest.raises(CorruptionError, match=r"inner chunk \(0, 1\) \(offset=32, nbytes=1032.*past the end"):
         codec.decode(bad, spec)
     with pytest.raises(CorruptionError, match="past the end"):
-        codec.decode_partial(CountingReader(bad), (slice(0, 1), slice(2, 3)), spec)
+        read_region(codec, CountingReader(bad), (slice(0, 1), slice(2, 3)), spec)
 
 
 def test_index_entry_inside_the_index_and_half_empty():
@@ -731,9 +733,9 @@ def test_partial_read_of_an_entry_pointing_into_the_end_index_is_corruption(entr
         (slice(None, None, 3),),
     ]:
         with pytest.raises(CorruptionError, match=r"inner chunk \(1, 1\).*\[0, 128\).*into the shard index"):
-            codec.decode_partial(CountingReader(bad), sel, spec)
+            read_region(codec, CountingReader(bad), sel, spec)
     # the sound inner chunks still read (only the ranges a read needs are checked)
-    np.testing.assert_array_equal(codec.decode_partial(CountingReader(bad), (slice(0, 2),), spec), shard[:2])
+    np.testing.assert_array_equal(read_region(codec, CountingReader(bad), (slice(0, 2),), spec), shard[:2])
 
 
 def test_nested_shard_reaching_into_the_outer_end_index_is_corruption():
@@ -745,10 +747,10 @@ def test_nested_shard_reaching_into_the_outer_end_index_is_corruption():
     index[1, 0] += 10  # the second nested shard now ends 10 bytes into the outer index
     bad = _with_index(codec, spec, data, index.reshape(2, 2))
     with pytest.raises(CorruptionError, match=r"inner shard \(1,\).*inside the shard index"):
-        codec.decode_partial(CountingReader(bad), (slice(4, 5),), spec)
+        read_region(codec, CountingReader(bad), (slice(4, 5),), spec)
     with pytest.raises(CorruptionError, match="into the shard index"):
         codec.decode(bad, spec)
-    np.testing.assert_array_equal(codec.decode_partial(CountingReader(bad), (slice(0, 1),), spec), shard[:1])
+    np.testing.assert_array_equal(read_region(codec, CountingReader(bad), (slice(0, 1),), spec), shard[:1])
 
 
 def test_crc32c_mismatch_in_index_and_inner_chunk():
@@ -759,13 +761,13 @@ def test_crc32c_mismatch_in_index_and_inner_chunk():
     with pytest.raises(ChecksumError, match="shard index"):
         codec.decode(bytes(bad_index), spec)
     with pytest.raises(ChecksumError):
-        codec.decode_partial(CountingReader(bytes(bad_index)), (slice(0, 1), slice(0, 1)), spec)
+        read_region(codec, CountingReader(bytes(bad_index)), (slice(0, 1), slice(0, 1)), spec)
     bad_chunk = bytearray(data)
     bad_chunk[36 + 5] ^= 0xFF  # inside inner chunk (0, 1): 36 bytes each (32 + crc)
     with pytest.raises(ChecksumError, match=r"inner chunk \(0, 1\) \(offset=36, nbytes=36\)"):
         codec.decode(bytes(bad_chunk), spec)
     with pytest.raises(ChecksumError, match=r"inner chunk \(0, 1\)"):
-        codec.decode_partial(CountingReader(bytes(bad_chunk)), (slice(0, 1), slice(2, 3)), spec)
+        read_region(codec, CountingReader(bytes(bad_chunk)), (slice(0, 1), slice(2, 3)), spec)
 
 
 def test_garbage_inner_chunk_is_a_corruption_error():

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..codecs.sharding import EMPTY, _whole_shard_index
+from ..codecs.shard_index import EMPTY, whole_shard_index
 from .array import Array
 from .group import Group
 from .paths import join_prefix
@@ -306,7 +306,7 @@ def shard_index(array: Array, data: Any) -> np.ndarray:
     raises ``CorruptionError`` when it is truncated or points outside the shard."""
     chain = array.metadata.codec_chain()
     # the sharding codec's own whole-shard index reader (one owner of the index rules)
-    return _whole_shard_index(chain.array_bytes.layout(chain.specs[-1]), memoryview(data))
+    return whole_shard_index(chain.array_bytes.layout(chain.specs[-1]), memoryview(data))
 
 
 def read_batches(array: Array, keys: Sequence[str]) -> Iterator[tuple[str, bytes | None]]:

@@ -10,13 +10,12 @@ import numpy as np
 
 from .._threads import thread_map
 from ..byte_range import ByteRange
-from ..errors import CorruptionError
+from ..codecs.shard_index import ShardLayout
+from ..errors import CodecError, CorruptionError
+from .shard_view import ShardView, read_indexes
 
 if TYPE_CHECKING:
     from .pipeline import ChunkPipeline
-
-#: At most this many decoded shard indexes are memoised per array (``ChunkPipeline.index_memo``).
-_INDEX_MEMO_MAX = 4096
 
 Item = tuple[np.ndarray, Any]  # (output array, chunk projection)
 
@@ -32,46 +31,28 @@ def _in_order(selection: Any, shape: tuple[int, ...]) -> bool:
     )
 
 
+def _layout(pipe: ChunkPipeline) -> ShardLayout:
+    """The layout of the array's shards; regions inside shards are read only when the sharding
+    codec is the whole chain (``pipe.shard_codec``)."""
+    codec = pipe.shard_codec
+    if codec is None:
+        raise CodecError(f"array {pipe.path or '/'!r}: its codec chain does not read regions inside shards")
+    return codec.layout(pipe.chain.specs[-1])
+
+
 def shard_indexes(
     pipe: ChunkPipeline, keys: list[str], refresh: bool = False
 ) -> dict[str, np.ndarray | None]:
     """The decoded index of each shard in ``keys`` (``None`` when missing), the uncached ones
     (all with ``refresh``) fetched with one batched ranged store call."""
-    codec, spec = pipe.chain.array_bytes, pipe.chain.specs[-1]
-    cache = pipe.index_cache
-    generation = cache.generation if cache is not None else 0
-    found: dict[str, np.ndarray | None] = {}
-    missing = []
-    for key in dict.fromkeys(keys):
-        index = cache.get(key) if cache is not None and not refresh else None
-        if index is None:
-            missing.append(key)
-        else:
-            found[key] = index
-    if missing:
-        index_range = codec.layout(spec).index_range()
-        raws = pipe.store.get_partial_values([(k, index_range) for k in missing])
-        memo = pipe.index_memo
-        for key, raw in zip(missing, raws, strict=True):
-            index = memo.get(raw) if raw is not None else None
-            if index is None:
-                try:
-                    index = codec.read_index(lambda ranges, raw=raw: [raw for _ in ranges], spec)
-                except CorruptionError as e:
-                    raise type(e)(f"shard {key!r}: {e}") from e
-                if index is not None:
-                    if len(memo) >= _INDEX_MEMO_MAX:
-                        memo.clear()
-                    index.flags.writeable = False
-                    memo[bytes(raw)] = index
-            found[key] = index
-            if cache is not None and index is not None:
-                cache.put(key, index, generation)
-    return found
+    layout = _layout(pipe)
+    return read_indexes(
+        pipe.store, keys, layout, cache=pipe.index_cache, memo=pipe.index_memo, refresh=refresh
+    )
 
 
 def raw_shard_reads(pipe: ChunkPipeline) -> bool:
-    """Whether regions inside shards are read with ``ShardingCodec.read_many_into``: a store with
+    """Whether regions inside shards are read with ``ShardView.read_raw_into``: a store with
     cheap per-key calls (``inline_io``, its ``open_reader``), no shard-index cache, inner chunks
     stored as raw elements."""
     codec = pipe.shard_codec
@@ -86,7 +67,7 @@ def raw_shard_reads(pipe: ChunkPipeline) -> bool:
 def read_regions(pipe: ChunkPipeline, parts: list[Item], adopt: Any = False) -> dict[int, np.ndarray]:
     """Read regions inside shards (``adopt``: see ``ChunkPipeline.read``)."""
     store = pipe.store
-    codec, spec = pipe.chain.array_bytes, pipe.chain.specs[-1]
+    layout = _layout(pipe)
     keys = [pipe.key(p.chunk_coords) for _, p in parts]
     indexes = shard_indexes(pipe, keys)
     fill = pipe.metadata.fill_value
@@ -102,10 +83,11 @@ def read_regions(pipe: ChunkPipeline, parts: list[Item], adopt: Any = False) -> 
                 rest.append(i)
     else:
         rest = list(range(len(parts)))
+    views = {key: ShardView.in_store(store, key, layout) for key in dict.fromkeys(keys)}
 
     # stores with costly requests: the inner chunks of every region go out in one batched call
     # (requests_in_flight at once) instead of one call per region from a thread each
-    prefetched = {} if store.inline_io else _prefetch(pipe, parts, keys, indexes, rest)
+    prefetched = {} if store.inline_io else _prefetch(pipe, parts, keys, indexes, views, rest)
 
     def read_shard(key: str) -> None:
         reader = store.open_reader(key)
@@ -113,40 +95,26 @@ def read_regions(pipe: ChunkPipeline, parts: list[Item], adopt: Any = False) -> 
             raise CorruptionError(f"shard {key!r} vanished while being read")
         try:
             with reader:
-                codec.read_many_into(reader, by_shard[key], spec, index=indexes[key])
+                views[key].read_raw_into(reader, by_shard[key], indexes[key])
         except CorruptionError as e:
             raise type(e)(f"shard {key!r}: {e}") from e
 
     def read_part(i: int) -> None:
         (out, p), key = parts[i], keys[i]
-        index = indexes[key]
+        index, view = indexes[key], views[key]
         if index is None:
             out[p.out_selection] = fill
             return
-
-        first = prefetched.pop(i, None)
-
-        def reader(ranges: list[ByteRange | None]) -> list[bytes | None]:
-            nonlocal first
-            if first is not None and first[0] == ranges:
-                values, first = first[1], None
-                return values
-            return store.get_partial_values([(key, r) for r in ranges])
-
         try:
             try:
-                sub = codec.decode_partial(reader, p.chunk_selection, spec, index=index)
+                sub = view.read(p.chunk_selection, index, prefetched.pop(i, None))
             except CorruptionError:
                 if pipe.index_cache is None:
                     raise
                 # the cached index may predate a rewrite by another process: read it afresh
                 pipe.index_cache.invalidate([key])
                 index = shard_indexes(pipe, [key], refresh=True)[key]
-                sub = (
-                    None
-                    if index is None
-                    else codec.decode_partial(reader, p.chunk_selection, spec, index=index)
-                )
+                sub = None if index is None else view.read(p.chunk_selection, index)
         except CorruptionError as e:
             raise type(e)(f"shard {key!r}: {e}") from e
         if sub is None:
@@ -174,26 +142,26 @@ def _prefetch(
     parts: list[Item],
     keys: list[str],
     indexes: dict[str, np.ndarray | None],
+    views: dict[str, ShardView],
     which: list[int],
-) -> dict[int, tuple[list[ByteRange], list[Any]]]:
-    """For each region in ``which`` whose shard read is one step (``partial_ranges``): the
-    ranges it will read and their values, all fetched in one batched store call."""
-    codec, spec = pipe.chain.array_bytes, pipe.chain.specs[-1]
+) -> dict[int, list[Any]]:
+    """For each region in ``which`` whose shard read is one step (``ShardView.plan``): the
+    values of the ranges it will read, all fetched in one batched store call."""
     plans: list[tuple[int, list[ByteRange]]] = []
     for i in which:
         index = indexes[keys[i]]
         if index is None:
             continue
         try:
-            ranges = codec.partial_ranges(parts[i][1].chunk_selection, spec, index)
+            ranges = views[keys[i]].plan(parts[i][1].chunk_selection, index)
         except CorruptionError:
             continue  # read_part meets it again and reports it (or re-reads a stale cached index)
         if ranges:
             plans.append((i, ranges))
     values = pipe.store.get_partial_values([(keys[i], r) for i, ranges in plans for r in ranges])
-    out: dict[int, tuple[list[ByteRange], list[Any]]] = {}
+    out: dict[int, list[Any]] = {}
     pos = 0
     for i, ranges in plans:
-        out[i] = (ranges, values[pos : pos + len(ranges)])
+        out[i] = values[pos : pos + len(ranges)]
         pos += len(ranges)
     return out
