@@ -3,7 +3,7 @@
 Importing this package registers the built-in codecs by name.
 """
 
-from .base import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec, ChunkSpec, Codec, RangeReader
+from .base import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec, ChunkSpec, Codec
 from .blosc import BloscCodec
 from .bytes import BytesCodec
 from .chain import CodecChain
@@ -25,7 +25,6 @@ __all__ = [
     "CodecChain",
     "Crc32cCodec",
     "GzipCodec",
-    "RangeReader",
     "ShardingCodec",
     "TransposeCodec",
     "ZstdCodec",

@@ -1,24 +1,22 @@
 """Codec base classes in the spec's vocabulary: array -> array, array -> bytes, bytes -> bytes.
 
 Codecs are synchronous and storage-free: they turn numpy arrays and bytes into each other and
-never touch a store. Partial decoding (sharding) receives a ``RangeReader`` callable instead.
+never touch a store. Regions of a stored shard are read by ``core.shard_view.ShardView``.
 """
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from ..byte_range import ByteRange
 from ..errors import CodecError, CorruptionError, ResourceLimitError
 
 #: Reads several byte ranges of one stored value in one batched call; ``None`` when missing.
-RangeReader = Callable[[Sequence[ByteRange | None]], list[bytes | None]]
 
 Buffer = bytes | bytearray | memoryview | np.ndarray
 
@@ -116,8 +114,9 @@ class ArrayBytesCodec(Codec):
     #: of a chunk themselves: sharding); ``encode_into`` passes the flag on to those.
     takes_write_empty_chunks: ClassVar[bool] = False
 
-    #: True when the codec reads and writes regions of one stored value itself, fetching only
-    #: the parts a selection needs (sharding's ``decode_partial``/``encode_partial``).
+    #: True when regions of one stored value can be read and rewritten by inner chunk, touching
+    #: only the parts a selection needs (sharding: ``core.shard_view`` reads, ``encode_partial``
+    #: rewrites).
     partial_decodable: ClassVar[bool] = False
 
     def encode_into(

@@ -20,7 +20,7 @@ import numpy as np
 from .. import indexing
 from .._threads import scratch_buffer, thread_map
 from ..byte_range import ByteRange
-from ..codecs.base import RangeReader, as_bytes_view
+from ..codecs.base import as_bytes_view
 from ..codecs.shard_index import (
     EMPTY,
     MERGE_GAP,
@@ -86,6 +86,10 @@ def read_indexes(
         if cache is not None and index is not None:
             cache.put(key, index, generation)
     return found
+
+
+#: Several byte ranges of one value read in one call (``None`` where the value is missing).
+RangeReader = Callable[[Sequence[ByteRange | None]], list[bytes | None]]
 
 
 class ShardView:
