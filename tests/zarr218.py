@@ -1,0 +1,300 @@
+"""zarr-python 2.18 as a test oracle: a session fixture ``zarr218`` running snippets in a cached
+virtual environment that has ``zarr==2.18.7`` (which cannot share an environment with zarr 3).
+
+The environment is built once per machine under ``$XDG_CACHE_HOME`` (or ``~/.cache``)
+``/zarr3_backend-tests/<pinned versions>``: in a temporary sibling folder, checked, then renamed
+into place under a file lock, so a run killed half-way leaves nothing that a later run uses. A
+failing ``pip install`` raises ``Zarr218Error`` with pip's output (a test ERROR, never a skip).
+
+Snippets exchange values with this process as JSON, with numpy arrays (anywhere in the
+arguments or the result) carried in an ``.npz`` file beside it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+#: The newest zarr-python 2.18 (Python >= 3.11) and the newest numcodecs it accepts (< 0.16).
+ZARR_VERSION = "2.18.7"
+NUMCODECS_VERSION = "0.15.2"
+REQUIREMENTS = (f"zarr=={ZARR_VERSION}", f"numcodecs=={NUMCODECS_VERSION}")
+#: Written into a finished environment last, before it is renamed into place.
+READY_MARKER = "zarr3_backend-ready.json"
+
+
+class Zarr218Error(RuntimeError):
+    """The zarr 2.18 environment could not be built, or a snippet run in it failed."""
+
+
+# Packing values for the trip between the two interpreters: one source, run on both sides (the
+# environment has numpy but neither this package nor pytest).
+_TRANSPORT = r'''
+import json
+import numpy as np
+
+
+def pack(value, arrays):
+    """``value`` with every numpy array replaced by a reference into ``arrays``."""
+    if isinstance(value, np.ndarray):
+        key = f"a{len(arrays)}"
+        arrays[key] = value
+        return {"__ndarray__": key}
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {str(k): pack(v, arrays) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [pack(v, arrays) for v in value]
+    return value
+
+
+def unpack(value, arrays):
+    """The inverse of ``pack``."""
+    if isinstance(value, dict):
+        if set(value) == {"__ndarray__"}:
+            return arrays[value["__ndarray__"]]
+        return {k: unpack(v, arrays) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unpack(v, arrays) for v in value]
+    return value
+
+
+def save(value, base):
+    """Write ``value`` as ``base.json`` (+ ``base.npz`` holding its arrays)."""
+    arrays = {}
+    doc = pack(value, arrays)
+    if arrays:
+        np.savez(base + ".npz", **arrays)
+    with open(base + ".json", "w") as f:
+        json.dump({"value": doc, "arrays": bool(arrays)}, f)
+
+
+def load(base):
+    """Read what ``save`` wrote (object arrays come back through numpy's pickle)."""
+    with open(base + ".json") as f:
+        doc = json.load(f)
+    arrays = {}
+    if doc["arrays"]:
+        with np.load(base + ".npz", allow_pickle=True) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    return unpack(doc["value"], arrays)
+'''
+
+_DRIVER = (
+    _TRANSPORT
+    + r"""
+import sys
+
+_inp, _out = sys.argv[1], sys.argv[2]
+_payload = load(_inp)
+_ns = {"__name__": "__zarr218__", "args": _payload["args"]}
+exec(compile(_payload["code"], "<zarr218 snippet>", "exec"), _ns)
+save(_ns.get("result"), _out)
+"""
+)
+
+_transport: dict[str, Any] = {}
+exec(_TRANSPORT, _transport)  # the parent's copy of the same pack/unpack/save/load
+
+#: Run in the environment by ``Zarr218.write``: ``args = [root, spec]``.
+_WRITE = r"""
+import numcodecs
+import zarr
+
+root, spec = args
+store = zarr.DirectoryStore(root)
+
+
+def codec(config):
+    return None if config is None else numcodecs.get_codec(dict(config))
+
+
+def write(path, spec):
+    if "members" in spec:
+        group = zarr.open_group(store, path=path, mode="a")
+        group.attrs.update(spec.get("attrs") or {})
+        for name, member in spec["members"].items():
+            write(f"{path}/{name}" if path else name, member)
+        return
+    filters = [codec(f) for f in spec.get("filters") or []]
+    object_codec = None
+    if spec["dtype"] in ("object", "|O", "O") and filters:
+        object_codec, filters = filters[0], filters[1:]
+    z = zarr.create(
+        store=store,
+        path=path or None,
+        shape=spec["shape"],
+        chunks=spec.get("chunks", True),
+        dtype=spec["dtype"],
+        compressor=codec(spec.get("compressor")),
+        filters=filters or None,
+        object_codec=object_codec,
+        order=spec.get("order", "C"),
+        fill_value=spec.get("fill", 0),
+        dimension_separator=spec.get("dimension_separator", "."),
+        write_empty_chunks=spec.get("write_empty_chunks", True),
+        overwrite=True,
+    )
+    z.attrs.update(spec.get("attrs") or {})
+    if spec.get("data") is not None:
+        z[...] = spec["data"]
+
+
+write("", spec)
+if spec.get("consolidate"):
+    zarr.consolidate_metadata(store)
+result = None
+"""
+
+#: Run by ``Zarr218.read``: ``args = [root, consolidated]``.
+_READ = r"""
+import zarr
+
+root, consolidated = args
+node = zarr.open_consolidated(root, mode="r") if consolidated else zarr.open(root, mode="r")
+result = {}
+if isinstance(node, zarr.Array):
+    result[""] = node[...]
+else:
+    node.visititems(lambda name, obj: result.update({name: obj[...]}) if isinstance(obj, zarr.Array) else None)
+"""
+
+
+def cache_root() -> Path:
+    """Where test environments are kept: ``$XDG_CACHE_HOME`` or ``~/.cache``, then our folder."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "zarr3_backend-tests"
+
+
+def env_dir() -> Path:
+    """The environment's folder, named by every pinned version and this Python's."""
+    py = f"py{sys.version_info.major}{sys.version_info.minor}"
+    return cache_root() / f"zarr-{ZARR_VERSION}-numcodecs-{NUMCODECS_VERSION}-{py}"
+
+
+def _python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def _child_env() -> dict[str, str]:
+    """This process's environment without what would let the parent's packages leak in."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env["PYTHONNOUSERSITE"] = "1"
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+def _check(venv: Path) -> bool:
+    """Whether ``venv`` is finished and still runs the pinned versions (a changed base
+    interpreter breaks a virtual environment)."""
+    marker = venv / READY_MARKER
+    if not marker.is_file():
+        return False
+    probe = "import zarr, numcodecs; print(zarr.__version__, numcodecs.__version__)"
+    try:
+        out = subprocess.run(
+            [str(_python(venv)), "-c", probe], capture_output=True, text=True, env=_child_env(), timeout=120
+        )
+    except OSError:
+        return False
+    return out.returncode == 0 and out.stdout.split() == [ZARR_VERSION, NUMCODECS_VERSION]
+
+
+def _build(target: Path) -> None:
+    """Build the environment in a temporary sibling of ``target`` and rename it into place."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=target.parent))
+    try:
+        steps = [
+            [sys.executable, "-m", "venv", str(tmp)],
+            [str(_python(tmp)), "-m", "pip", "install", "--no-input", *REQUIREMENTS],
+        ]
+        for cmd in steps:
+            done = subprocess.run(cmd, capture_output=True, text=True, env=_child_env())
+            if done.returncode != 0:
+                raise Zarr218Error(
+                    f"building the zarr {ZARR_VERSION} test environment failed: {' '.join(cmd)} "
+                    f"exited {done.returncode}\n--- stdout ---\n{done.stdout}\n--- stderr ---\n{done.stderr}"
+                )
+        freeze = subprocess.run(
+            [str(_python(tmp)), "-m", "pip", "freeze"], capture_output=True, text=True, env=_child_env()
+        )
+        (tmp / READY_MARKER).write_text(
+            json.dumps({"requirements": list(REQUIREMENTS), "freeze": freeze.stdout.split()})
+        )
+        if not _check(tmp):
+            raise Zarr218Error(f"the environment built in {tmp} does not import zarr {ZARR_VERSION}")
+        if target.exists():  # a stale one (its marker or interpreter gone): replace it
+            shutil.rmtree(target)
+        os.rename(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def ensure_env() -> Path:
+    """The path of a ready environment, built now (under a lock shared by concurrent test
+    runs) if there is none."""
+    target = env_dir()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f"{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _check(target):
+            _build(target)
+    return target
+
+
+class Zarr218:
+    """Runs code with zarr-python 2.18 in its own interpreter (one process per call)."""
+
+    def __init__(self, venv: Path, workdir: Path) -> None:
+        self.venv = venv
+        self.python = _python(venv)
+        self._workdir = workdir
+        self._calls = 0
+
+    def run(self, code: str, *args: Any) -> Any:
+        """Run ``code`` with ``args`` (JSON values and numpy arrays) bound to ``args``; returns
+        what it assigns to ``result`` (same kinds). Raises ``Zarr218Error`` with its stderr."""
+        self._calls += 1
+        base = str(self._workdir / f"call{self._calls}")
+        _transport["save"]({"code": code, "args": list(args)}, base + "-in")
+        done = subprocess.run(
+            [str(self.python), "-c", _DRIVER, base + "-in", base + "-out"],
+            capture_output=True,
+            text=True,
+            env=_child_env(),
+        )
+        if done.returncode != 0:
+            raise Zarr218Error(f"zarr {ZARR_VERSION} snippet failed:\n{done.stderr}")
+        return _transport["load"](base + "-out")
+
+    def write(self, path: str | os.PathLike[str], spec: Mapping[str, Any]) -> None:
+        """Write a v2 node at ``path`` with zarr 2.18. An array spec has ``dtype``, ``shape``
+        and optionally ``chunks``, ``compressor`` and ``filters`` (numcodecs configs; for an
+        object dtype the first filter is the object codec), ``order``, ``dimension_separator``,
+        ``fill``, ``attrs``, ``data`` (numpy) and ``write_empty_chunks``; a group spec has
+        ``members`` (name -> spec) and ``attrs``. ``consolidate`` on the root writes
+        ``.zmetadata``."""
+        self.run(_WRITE, os.fspath(path), dict(spec))
+
+    def read(self, path: str | os.PathLike[str], consolidated: bool = False) -> dict[str, np.ndarray]:
+        """Every array of the v2 hierarchy (or the single array) at ``path`` as zarr 2.18 reads
+        it, by path inside it (``""`` for a root array); through ``.zmetadata`` if asked."""
+        return self.run(_READ, os.fspath(path), consolidated)
+
+
+@pytest.fixture(scope="session")
+def zarr218(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Zarr218]:
+    """zarr-python 2.18 in a cached virtual environment (built on first use)."""
+    yield Zarr218(ensure_env(), tmp_path_factory.mktemp("zarr218-calls"))
