@@ -41,18 +41,24 @@ class Zarr218Error(RuntimeError):
 # Packing values for the trip between the two interpreters: one source, run on both sides (the
 # environment has numpy but neither this package nor pytest).
 _TRANSPORT = r'''
+import base64
 import json
 import numpy as np
 
 
 def pack(value, arrays):
-    """``value`` with every numpy array replaced by a reference into ``arrays``."""
+    """``value`` as JSON: numpy arrays become references into ``arrays``, complex numbers and
+    bytes tagged objects."""
     if isinstance(value, np.ndarray):
         key = f"a{len(arrays)}"
         arrays[key] = value
         return {"__ndarray__": key}
     if isinstance(value, np.generic):
-        return value.item()
+        return pack(value.item(), arrays)
+    if isinstance(value, complex):
+        return {"__complex__": [value.real, value.imag]}
+    if isinstance(value, bytes):
+        return {"__bytes__": base64.b64encode(value).decode()}
     if isinstance(value, dict):
         return {str(k): pack(v, arrays) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -65,6 +71,10 @@ def unpack(value, arrays):
     if isinstance(value, dict):
         if set(value) == {"__ndarray__"}:
             return arrays[value["__ndarray__"]]
+        if set(value) == {"__complex__"}:
+            return complex(*value["__complex__"])
+        if set(value) == {"__bytes__"}:
+            return base64.b64decode(value["__bytes__"])
         return {k: unpack(v, arrays) for k, v in value.items()}
     if isinstance(value, list):
         return [unpack(v, arrays) for v in value]
@@ -121,6 +131,12 @@ def codec(config):
     return None if config is None else numcodecs.get_codec(dict(config))
 
 
+def dtype_of(spec):  # a type string, or a structured dtype as [name, type(, shape)] lists
+    if isinstance(spec, list):
+        return [(f[0], dtype_of(f[1]), *[tuple(x) for x in f[2:]]) for f in spec]
+    return spec
+
+
 def write(path, spec):
     if "members" in spec:
         group = zarr.open_group(store, path=path, mode="a")
@@ -137,7 +153,7 @@ def write(path, spec):
         path=path or None,
         shape=spec["shape"],
         chunks=spec.get("chunks", True),
-        dtype=spec["dtype"],
+        dtype=dtype_of(spec["dtype"]),
         compressor=codec(spec.get("compressor")),
         filters=filters or None,
         object_codec=object_codec,
@@ -216,9 +232,11 @@ def _build(target: Path) -> None:
     """Build the environment in a temporary sibling of ``target`` and rename it into place."""
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=target.parent))
     try:
+        # no pip inside the environment: this interpreter's pip installs into it (faster)
+        pip = [sys.executable, "-m", "pip", "--python", str(_python(tmp))]
         steps = [
-            [sys.executable, "-m", "venv", str(tmp)],
-            [str(_python(tmp)), "-m", "pip", "install", "--no-input", *REQUIREMENTS],
+            [sys.executable, "-m", "venv", "--without-pip", str(tmp)],
+            [*pip, "install", "--no-input", *REQUIREMENTS],
         ]
         for cmd in steps:
             done = subprocess.run(cmd, capture_output=True, text=True, env=_child_env())
@@ -227,9 +245,7 @@ def _build(target: Path) -> None:
                     f"building the zarr {ZARR_VERSION} test environment failed: {' '.join(cmd)} "
                     f"exited {done.returncode}\n--- stdout ---\n{done.stdout}\n--- stderr ---\n{done.stderr}"
                 )
-        freeze = subprocess.run(
-            [str(_python(tmp)), "-m", "pip", "freeze"], capture_output=True, text=True, env=_child_env()
-        )
+        freeze = subprocess.run([*pip, "freeze"], capture_output=True, text=True, env=_child_env())
         (tmp / READY_MARKER).write_text(
             json.dumps({"requirements": list(REQUIREMENTS), "freeze": freeze.stdout.split()})
         )
