@@ -28,8 +28,16 @@ from ..core.metadata_v2 import (
     V2_MARKER,
     node_document,
 )
-from ..core.paths import ancestor_paths, join_path, join_prefix, metadata_key, normalize_path, parent_path
-from ..errors import MetadataError, Zarr3Error
+from ..core.paths import (
+    ancestor_paths,
+    join_path,
+    join_prefix,
+    metadata_key,
+    normalize_path,
+    parent_path,
+    validate_new_node_path,
+)
+from ..errors import InvalidKeyError, MetadataError, Zarr3Error
 from ..stores.base import Store
 from ._common import EXIT_ERROR, emit_json, json_option, store_for, typed_errors
 
@@ -163,6 +171,25 @@ def _parse(data: Any, key: str) -> Any:
         raise MetadataError(f"{key}: invalid JSON: {e}") from e
 
 
+def _check_node_name(path: str, doc_key: str) -> None:
+    """Refuse a v2 node whose name Zarr v3 reserves (``__*``, periods only): spec-following v3
+    readers would not list it as a child."""
+    try:
+        validate_new_node_path(path)
+    except InvalidKeyError as e:
+        raise MigrationError(f"{doc_key}: cannot be expressed in Zarr v3: {e}; rename the node first") from e
+
+
+def _check_no_metadata_child(path: str, children: list[str]) -> None:
+    """Refuse a v2 group with a child node named ``zarr.json``: the group's own v3 document
+    would have to be written at that key."""
+    if "zarr.json" in children:
+        raise MigrationError(
+            f"{join_path(path, 'zarr.json')}: a child of the Zarr v2 group {path or '/'!r} has this name, "
+            "which Zarr v3 keeps for the group's metadata document; rename the child first"
+        )
+
+
 def plan_migration(store: Store, root: str = "") -> Plan:
     """Walk the hierarchy at ``root`` level by level (one listing per group, one batched get
     per level; arrays are never listed into) and translate every v2 node. Raises
@@ -179,6 +206,7 @@ def plan_migration(store: Store, root: str = "") -> Plan:
     level = [root]
     consolidated = False
     first = True
+    new_groups: set[str] = set()  # v2 groups without a zarr.json yet: it will be written
     while level:
         names = (*V2_DOCS, "zarr.json")
         keys = [join_path(p, n) for p in level for n in names]
@@ -202,18 +230,26 @@ def plan_migration(store: Store, root: str = "") -> Plan:
                     raise MigrationError(f"no Zarr v2 node at {root or '/'!r} (no .zarray or .zgroup)")
                 continue  # a folder that is no node (v2 has no implicit groups)
             remove = tuple(join_path(path, n) for n in V2_DOCS if n in docs)
+            if path != root:
+                _check_node_name(path, remove[0])
             nodes.append(NodePlan(path, v3_document(doc, path), remove))
             if doc["node_type"] == "group":
                 next_level.append(path)
+                if raw["zarr.json"] is None:
+                    new_groups.add(path)
         if first:
             consolidated = consolidated or store.exists(join_path(root, CONSOLIDATED_KEY))
             first = False
-        level = [
-            join_path(p, child)
-            for p in next_level
-            for child in store.list_dir(join_prefix(p))
-            if child not in (*V2_DOCS, CONSOLIDATED_KEY, "zarr.json")
-        ]
+        level = []
+        for p in next_level:
+            children = list(store.list_dir(join_prefix(p)))
+            if p in new_groups:
+                _check_no_metadata_child(p, children)
+            level.extend(
+                join_path(p, child)
+                for child in children
+                if child not in (*V2_DOCS, CONSOLIDATED_KEY, "zarr.json")
+            )
     # the root's zarr.json goes last: until it is written, the store still opens as v2
     nodes.sort(key=lambda n: (n.path == root, n.path))
     return Plan(tuple(nodes), consolidated, tuple(done), tuple(leftovers))
