@@ -598,3 +598,36 @@ def test_oracle_environment_is_never_used_half_built(tmp_path, monkeypatch):
     assert "pip" in str(err.value) and missing.name in str(err.value)
     assert sorted(p.name for p in half.parent.iterdir()) == sorted([half.name, f"{half.name}.lock"])
     assert not (half / oracle.READY_MARKER).exists()
+
+
+def _strict_json(path: str) -> Any:
+    """The JSON document at ``path``, refusing the non-standard NaN/Infinity tokens."""
+
+    def refuse(token: str) -> Any:
+        raise AssertionError(f"{path}: non-standard JSON token {token}")
+
+    with open(path) as f:
+        return json.load(f, parse_constant=refuse)
+
+
+def test_non_finite_attributes_are_written_as_strict_json(zarr218, tmp_path):
+    """zarr 2.18 writes NaN/Infinity attributes as bare JSON tokens; every migrated document is
+    strict JSON (tensorstore refuses anything else), spelling them as v3 spells fill values."""
+    root = str(tmp_path / "n.zarr")
+    attrs = {"missing": float("nan"), "top": float("inf"), "range": [float("-inf"), 1.5]}
+    spec = {**array("<f4", GZIP), "attrs": {**attrs, "_ARRAY_DIMENSIONS": ["y", "x"]}}
+    zarr218.write(root, {"attrs": attrs, "members": {"a": spec}, "consolidate": True})
+    assert "NaN" in open(os.path.join(root, "a", ".zattrs")).read()  # what 2.18 wrote
+    want = zarr218.read(root)["a"]
+    result = run_cli("migrate", root)
+    assert result.exit_code == 0, result.stderr
+    spelled = {"missing": "NaN", "top": "Infinity", "range": ["-Infinity", 1.5]}
+    root_doc, array_doc = (
+        _strict_json(os.path.join(root, "zarr.json")),
+        _strict_json(os.path.join(root, "a", "zarr.json")),
+    )
+    assert root_doc["attributes"] == spelled and array_doc["attributes"] == spelled
+    assert root_doc["consolidated_metadata"]["metadata"]["a"]["attributes"] == spelled
+    assert dict(z3.open_group(root, mode="r")["a"].attrs) == spelled
+    t = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": os.path.join(root, "a")}}).result()
+    assert_same(t.read().result(), want, "tensorstore")

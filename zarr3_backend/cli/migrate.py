@@ -259,7 +259,7 @@ def apply_migration(store: Store, plan: Plan, root: str = "") -> None:
     """Write every new ``zarr.json`` (root last, consolidated if the v2 root was), then remove
     the v2 documents (``.zmetadata`` last)."""
     for node in plan.nodes:
-        store.set(metadata_key(node.path), json.dumps(node.document, indent=2).encode())
+        store.set(metadata_key(node.path), document_bytes(node))
     if plan.consolidated:
         consolidate_metadata(store, root)
     for node in plan.nodes:
@@ -268,10 +268,16 @@ def apply_migration(store: Store, plan: Plan, root: str = "") -> None:
     store.erase(join_path(root, CONSOLIDATED_KEY))
 
 
+def document_bytes(node: NodePlan) -> bytes:
+    """A node's new ``zarr.json`` as this package writes every v3 document (strict JSON: a
+    non-finite number in the v2 attributes is spelled as a string, as v3 fill values are)."""
+    return to_bytes(parse_node_json(node.document, node.path))
+
+
 def _check_documents(plan: Plan) -> None:
     """Every new document serialises as this package writes v3 (raises before any write)."""
     for node in plan.nodes:
-        to_bytes(parse_node_json(node.document, node.path))
+        document_bytes(node)
 
 
 @click.command("migrate")
