@@ -631,3 +631,46 @@ def test_non_finite_attributes_are_written_as_strict_json(zarr218, tmp_path):
     assert dict(z3.open_group(root, mode="r")["a"].attrs) == spelled
     t = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": os.path.join(root, "a")}}).result()
     assert_same(t.read().result(), want, "tensorstore")
+
+
+def test_oracle_round_trips_values_and_describes_nodes(zarr218, tmp_path):
+    """The fixture's own contract: arguments and results of every kind cross the two
+    interpreters unchanged, and ``info`` reports what zarr 2.18 wrote."""
+    args = {
+        "text": "ünï",
+        "n": [1, 2.5, None, True],
+        "c": 1 - 2j,
+        "b": b"\x00\xff",
+        "f8": np.array([np.nan, -0.0, 1e300]),
+        ">i2": np.arange(4, dtype=">i2").reshape(2, 2),
+        "rec": np.array([(1, 2.5)], dtype=[("a", "<i4"), ("b", "<f8")]),
+        "obj": np.array(["x", "", "αβ"], dtype=object),
+        "M8": np.array(["2020-01-01", "NaT"], dtype="M8[D]"),
+    }
+    version, back = zarr218.run("import zarr\nresult = [zarr.__version__, args[0]]", args)
+    assert version == oracle.ZARR_VERSION
+    assert back.keys() == args.keys()
+    for key, want in args.items():
+        if isinstance(want, np.ndarray):
+            assert back[key].dtype == want.dtype, key
+            np.testing.assert_array_equal(back[key], want)
+        else:
+            assert back[key] == want, key
+    with pytest.raises(oracle.Zarr218Error, match="ZeroDivisionError"):
+        zarr218.run("result = 1 / 0")
+    root = str(tmp_path / "i.zarr")
+    zarr218.write(
+        root, {"attrs": {"t": 1}, "members": {"a": array(">f8", blosc("lz4", 2), order="F", sep="/")}}
+    )
+    info = zarr218.info(root)
+    assert info[""] == {"kind": "group", "attrs": {"t": 1}}
+    a = info["a"]
+    assert (a["kind"], a["shape"], a["chunks"], a["dtype"], a["order"]) == (
+        "array",
+        [7, 11],
+        [3, 4],
+        ">f8",
+        "F",
+    )
+    assert (a["compressor"]["cname"], a["compressor"]["shuffle"], a["dimension_separator"]) == ("lz4", 2, "/")
+    assert a["fill_value"] == 0 and a["filters"] == [] and a["attrs"]["units"] == "m"

@@ -187,6 +187,40 @@ else:
     node.visititems(lambda name, obj: result.update({name: obj[...]}) if isinstance(obj, zarr.Array) else None)
 """
 
+#: Run by ``Zarr218.info``: ``args = [root, consolidated]``.
+_INFO = r"""
+import json
+import zarr
+
+root, consolidated = args
+node = zarr.open_consolidated(root, mode="r") if consolidated else zarr.open(root, mode="r")
+
+
+def describe(obj):
+    out = {"attrs": obj.attrs.asdict()}
+    if isinstance(obj, zarr.Array):
+        fill = obj.fill_value
+        out.update(
+            kind="array",
+            shape=list(obj.shape),
+            chunks=list(obj.chunks),
+            dtype=obj.dtype.str if obj.dtype.fields is None else obj.dtype.descr,
+            order=obj.order,
+            fill_value=fill.tolist() if hasattr(fill, "tolist") else fill,
+            compressor=obj.compressor.get_config() if obj.compressor else None,
+            filters=[f.get_config() for f in obj.filters or []],
+            dimension_separator=obj._dimension_separator,
+        )
+    else:
+        out["kind"] = "group"
+    return json.loads(json.dumps(out, default=str))
+
+
+result = {"": describe(node)}
+if not isinstance(node, zarr.Array):
+    node.visititems(lambda name, obj: result.update({name: describe(obj)}))
+"""
+
 
 def cache_root() -> Path:
     """Where test environments are kept: ``$XDG_CACHE_HOME`` or ``~/.cache``, then our folder."""
@@ -308,6 +342,12 @@ class Zarr218:
         """Every array of the v2 hierarchy (or the single array) at ``path`` as zarr 2.18 reads
         it, by path inside it (``""`` for a root array); through ``.zmetadata`` if asked."""
         return self.run(_READ, os.fspath(path), consolidated)
+
+    def info(self, path: str | os.PathLike[str], consolidated: bool = False) -> dict[str, dict[str, Any]]:
+        """What zarr 2.18 sees of every node at ``path`` (``""`` the root): ``kind``, ``attrs``
+        and, for arrays, ``shape``, ``chunks``, ``dtype``, ``order``, ``fill_value``,
+        ``compressor``, ``filters`` (numcodecs configs) and ``dimension_separator``."""
+        return self.run(_INFO, os.fspath(path), consolidated)
 
 
 @pytest.fixture(scope="session")
