@@ -674,3 +674,19 @@ def test_oracle_round_trips_values_and_describes_nodes(zarr218, tmp_path):
     )
     assert (a["compressor"]["cname"], a["compressor"]["shuffle"], a["dimension_separator"]) == ("lz4", 2, "/")
     assert a["fill_value"] == 0 and a["filters"] == [] and a["attrs"]["units"] == "m"
+
+
+def test_dry_run_shows_the_documents_migrate_writes(zarr218, tmp_path):
+    root = str(tmp_path / "d.zarr")
+    members = {"a": array("<f8", blosc("zstd", -1), [{"id": "delta", "dtype": "<f8"}], order="F")}
+    zarr218.write(root, {"attrs": {"bad": float("nan")}, "members": members, "consolidate": True})
+    before = file_hashes(root)
+    dry = run_cli("migrate", root, "--dry-run", "--json")
+    assert dry.exit_code == 0, dry.stderr
+    assert file_hashes(root) == before
+    plan = json.loads(dry.stdout, parse_constant=lambda t: pytest.fail(f"non-standard JSON token {t}"))
+    assert run_cli("migrate", root).exit_code == 0
+    assert plan["nodes"]["a"] == _strict_json(os.path.join(root, "a", "zarr.json"))
+    written_root = _strict_json(os.path.join(root, "zarr.json"))
+    assert written_root.pop("consolidated_metadata")["metadata"]["a"] == plan["nodes"]["a"]
+    assert plan["nodes"]["/"] == written_root

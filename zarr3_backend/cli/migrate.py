@@ -155,10 +155,11 @@ class Plan:
     leftovers: tuple[str, ...] = field(default=())  # v2 documents of nodes already v3
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready description (what ``--dry-run --json`` prints)."""
+        """A JSON-ready description (what ``--dry-run --json`` prints): each node's document
+        exactly as it will be written."""
         return {
             "consolidated": self.consolidated,
-            "nodes": {n.path or "/": n.document for n in self.nodes},
+            "nodes": {n.path or "/": json.loads(document_bytes(n)) for n in self.nodes},
             "remove": [k for n in self.nodes for k in n.remove] + list(self.leftovers),
             "already_v3": [p or "/" for p in self.done],
         }
