@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import zarr218 as oracle
 from click.testing import CliRunner
+from test_cli_migrate import chunk_hashes  # sha256 of every chunk key (non-metadata file)
 
 import zarr3_backend as z3
 from zarr3_backend.cli import main
@@ -25,7 +26,6 @@ ts = pytest.importorskip("tensorstore")
 
 pytestmark = [pytest.mark.slow, pytest.mark.interop, pytest.mark.filterwarnings("ignore::UserWarning")]
 
-V2_DOCS = {".zarray", ".zgroup", ".zattrs", ".zmetadata"}
 SHAPE, CHUNKS = (7, 11), (3, 4)
 
 
@@ -38,11 +38,6 @@ def file_hashes(root: str) -> dict[str, str]:
             with open(p, "rb") as fh:
                 out[os.path.relpath(p, root)] = hashlib.sha256(fh.read()).hexdigest()
     return out
-
-
-def chunk_hashes(root: str) -> dict[str, str]:
-    """``file_hashes`` of the chunk keys only (every file but metadata documents)."""
-    return {k: v for k, v in file_hashes(root).items() if os.path.basename(k) not in V2_DOCS | {"zarr.json"}}
 
 
 def values(dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
@@ -567,6 +562,11 @@ REFUSED: dict[str, tuple[dict[str, Any] | None, str, str]] = {
         "numcodecs.categorize",
         "bad/.zarray",
     ),
+    "array_filter_after_bytes_filter": (
+        array("<i4", None, [{"id": "shuffle", "elementsize": 4}, {"id": "delta", "dtype": "<i4"}]),
+        "after a bytes filter",
+        "bad/.zarray",
+    ),
     "reserved_name": (array("<i4", None), "'__x'", "__x/.zarray"),
     "child_named_zarr_json": (array("<i4", None), "rename the child", "zarr.json"),
 }
@@ -582,9 +582,7 @@ def test_what_v3_cannot_express_is_refused_before_writing(zarr218, tmp_path, cas
     before = file_hashes(root)
     result = run_cli("migrate", root)
     assert result.exit_code == 2, result.output
-    assert result.stderr.startswith("error: MigrationError") or result.stderr.startswith(
-        "error: DataTypeError"
-    )
+    assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
     assert message in result.stderr and f"grp/{key}" in result.stderr, result.stderr
     assert file_hashes(root) == before  # nothing written, nothing removed
 
