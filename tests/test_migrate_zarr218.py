@@ -588,13 +588,16 @@ def test_what_v3_cannot_express_is_refused_before_writing(zarr218, tmp_path, cas
 
 
 def test_oracle_environment_is_never_used_half_built(tmp_path, monkeypatch):
-    """A folder left by a killed build (no ready marker) is not used: a new build runs, and
-    when its pip install fails the error carries pip's output and leaves no temporary folder."""
+    """Folders left by a killed build (no ready marker, or a temporary one never renamed) are
+    not used: a new build runs (clearing the temporary ones), and when its pip install fails
+    the error carries pip's output and leaves no temporary folder."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     missing = tmp_path / "no_such_package-0.0.0-py3-none-any.whl"
     monkeypatch.setattr(oracle, "REQUIREMENTS", (str(missing),))
     half = oracle.env_dir()
     (half / "bin").mkdir(parents=True)
+    killed = half.parent / f".{half.name}.building-killed"  # a build killed before its rename
+    (killed / "lib").mkdir(parents=True)
     with pytest.raises(oracle.Zarr218Error) as err:
         oracle.ensure_env()
     assert "pip" in str(err.value) and missing.name in str(err.value)

@@ -300,6 +300,9 @@ def ensure_env() -> Path:
     with open(target.parent / f"{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not _check(target):
+            # what a killed build left (never used; no build runs while the lock is held)
+            for leftover in target.parent.glob(f".{target.name}.building-*"):
+                shutil.rmtree(leftover, ignore_errors=True)
             _build(target)
     return target
 
