@@ -183,6 +183,8 @@ CASES: dict[str, dict[str, Any]] = {
     "str_vlen_utf8_zstd": array("str", ZSTD, [{"id": "vlen-utf8"}], fill=None),
     "str_vlen_utf8_none_F_slash": array("str", None, [{"id": "vlen-utf8"}], order="F", sep="/", fill=None),
     "bytes_vlen_bytes_gzip": array("bytes", GZIP, [{"id": "vlen-bytes"}], fill=None),
+    "str_vlen_utf8_blosc_autoshuffle": array("str", blosc("zstd", -1), [{"id": "vlen-utf8"}], fill=None),
+    "bytes_vlen_bytes_blosc_F": array("bytes", blosc("lz4", 1), [{"id": "vlen-bytes"}], order="F", fill=None),
     # structured records (one byte order)
     # filters
     "delta_i4_zlib": array("<i4", ZLIB, [{"id": "delta", "dtype": "<i4"}]),
