@@ -1,1 +1,1 @@
-from zarr218 import zarr218  # noqa: F401  (the zarr-python 2.18 oracle fixture, tests/zarr218.py)
+from zarr218 import zarr34, zarr218  # noqa: F401  (zarr-python 2.18 and 3.4 oracle fixtures, tests/zarr218.py)

@@ -2,8 +2,9 @@
 data types, compressors, filters, C and F order, both key separators, big-endian types and
 missing chunks, with and without ``.zmetadata``. Chunk bytes stay unchanged (sha256 of every
 chunk key) and every array reads back as zarr-python 2.18 read the original store: by this
-package, by the installed zarr-python 3 and by tensorstore (where it implements the data type
-and codecs). What v3 cannot express is refused before anything is written."""
+package, by the installed zarr-python 3, by zarr-python 3.4 (tests/zarr218.py, Python 3.12) and
+by tensorstore (where it implements the data type and codecs). What v3 cannot express is
+refused before anything is written."""
 
 from __future__ import annotations
 
@@ -302,20 +303,23 @@ CASES: dict[str, dict[str, Any]] = {
 
 #: Cases zarr-python 3.1 cannot read after migration (each a gap of zarr-python's, not of the
 #: migrated document); kept out of CASES so that their consolidated metadata, which zarr-python
-#: parses whole, does not stop it reading the rest. name -> (spec, why). zarr-python 3.4.2 (on
-#: Python 3.12, checked by hand) reads the struct cases identically, and still not the others.
-ZARR_PYTHON_GAPS: dict[str, tuple[dict[str, Any], str]] = {
+#: parses whole, does not stop it reading the rest. name -> (spec, whether the pinned zarr 3.4
+#: reads it, why not).
+ZARR_PYTHON_GAPS: dict[str, tuple[dict[str, Any], bool, str]] = {
     "struct": (
         array("<i4,<f8,|u1", GZIP, fill=None),
+        True,
         "3.1 knows the v3 'struct' type as 'structured' (3.4 reads 'struct')",
     ),
-    "struct_big_endian_F": (array(">i2,>f4", ZLIB, order="F", fill=None), "as above"),
+    "struct_big_endian_F": (array(">i2,>f4", ZLIB, order="F", fill=None), True, "as above"),
     "struct_missing_chunk": (
         array("<i2,<f4", GZIP, data=_with_fill_chunk("<i2,<f4", 0), write_empty_chunks=False),
+        True,
         "as above",
     ),
     "raw_V3": (
         array("|V3", GZIP, fill=None, data=np.frombuffer(bytes(range(231)), dtype="V3").reshape(SHAPE)),
+        False,
         "has the core spec's optional raw-bits type 'r24' only as its own 'raw_bytes' extension",
     ),
     "quantize_f4_astype_f2": (
@@ -325,6 +329,7 @@ ZARR_PYTHON_GAPS: dict[str, tuple[dict[str, Any], str]] = {
             [{"id": "quantize", "digits": 2, "dtype": "<f4", "astype": "<f2"}],
             data=np.linspace(0, 1, 77, dtype="<f4").reshape(SHAPE),
         ),
+        False,
         "its numcodecs.quantize ignores 'astype' when sizing the decoded chunk (as numcodecs#663 for delta)",
     ),
 }
@@ -349,9 +354,11 @@ def run_cli(*args: str) -> Any:
 
 class Migrated:
     """One store written by zarr 2.18 and migrated: what 2.18 read before, hashes before and
-    after, the CLI's result."""
+    after, the CLI's result, and what zarr 3.4 reads after (array or error text, by path)."""
 
-    def __init__(self, zarr218: Any, root: str, cases: dict[str, dict[str, Any]], consolidated: bool) -> None:
+    def __init__(
+        self, zarr218: Any, zarr34: Any, root: str, cases: dict[str, dict[str, Any]], consolidated: bool
+    ) -> None:
         zarr218.write(root, hierarchy(cases, consolidated))
         self.root = root
         self.consolidated = consolidated
@@ -359,12 +366,13 @@ class Migrated:
         self.chunks_before = chunk_hashes(root)
         self.result = run_cli("migrate", root)
         self.chunks_after = chunk_hashes(root)
+        self.zarr34 = zarr34.read(root, sorted(self.expected)) if self.result.exit_code == 0 else {}
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["plain", "zmetadata"])
-def migrated(request, zarr218, tmp_path_factory) -> Migrated:
+def migrated(request, zarr218, zarr34, tmp_path_factory) -> Migrated:
     root = str(tmp_path_factory.mktemp("v2") / "store.zarr")
-    return Migrated(zarr218, root, CASES, request.param)
+    return Migrated(zarr218, zarr34, root, CASES, request.param)
 
 
 def _doc(root: str, path: str) -> dict[str, Any]:
@@ -449,34 +457,43 @@ def test_values_read_back_as_zarr218_read_them(migrated, name):
     doc = check_array(migrated, path, CASES[name])
     want = migrated.expected[path]
     assert_same(zarr.open_group(migrated.root, mode="r")[path][...], want, f"zarr {zarr.__version__}")
+    assert not isinstance(migrated.zarr34[path], str), migrated.zarr34[path]
+    assert_same(migrated.zarr34[path], want, "zarr 3.4")
     if tensorstore_reads(doc):
         spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": os.path.join(migrated.root, path)}}
         assert_same(ts.open(spec).result().read().result(), want, "tensorstore")
 
 
 @pytest.fixture(scope="module")
-def migrated_gaps(zarr218, tmp_path_factory) -> Migrated:
+def migrated_gaps(zarr218, zarr34, tmp_path_factory) -> Migrated:
     root = str(tmp_path_factory.mktemp("v2gaps") / "store.zarr")
-    return Migrated(zarr218, root, {k: spec for k, (spec, _) in ZARR_PYTHON_GAPS.items()}, consolidated=True)
+    cases = {name: spec for name, (spec, _, _) in ZARR_PYTHON_GAPS.items()}
+    return Migrated(zarr218, zarr34, root, cases, consolidated=True)
 
 
 @pytest.mark.parametrize("name", list(ZARR_PYTHON_GAPS))
 def test_types_zarr_python_3_1_cannot_read_migrate_exactly(migrated_gaps, name):
     """Structured records, raw bytes and a size-changing quantize: migrated byte-for-byte and
-    read back exactly by this package; zarr-python reads them identically or (3.1, see
-    ZARR_PYTHON_GAPS) refuses with a ValueError, never with other values."""
+    read back exactly by this package; the installed zarr-python reads them identically or
+    (3.1, see ZARR_PYTHON_GAPS) refuses with a ValueError, never with other values; the pinned
+    zarr 3.4 reads the ones it implements identically and refuses the others."""
     assert migrated_gaps.result.exit_code == 0, migrated_gaps.result.stderr
     assert migrated_gaps.chunks_after == migrated_gaps.chunks_before
-    spec, _why = ZARR_PYTHON_GAPS[name]
+    spec, zarr34_reads, why = ZARR_PYTHON_GAPS[name]
     check_array(migrated_gaps, name, spec)
+    want = migrated_gaps.expected[name]
+    if zarr34_reads:
+        assert_same(migrated_gaps.zarr34[name], want, "zarr 3.4")
+    else:
+        assert migrated_gaps.zarr34[name].startswith("ValueError"), (why, migrated_gaps.zarr34[name])
     try:
         got = zarr.open_array(migrated_gaps.root, path=name, mode="r", use_consolidated=False)[...]
     except ValueError:
         return
-    assert_same(got, migrated_gaps.expected[name], f"zarr {zarr.__version__}")
+    assert_same(got, want, f"zarr {zarr.__version__}")
 
 
-def test_root_array_migrates(zarr218, tmp_path):
+def test_root_array_migrates(zarr218, zarr34, tmp_path):
     root = str(tmp_path / "a.zarr")
     spec = array("<f4", blosc("zstd", 1), [{"id": "delta", "dtype": "<f4"}], order="F", sep="/")
     zarr218.write(root, spec)
@@ -488,9 +505,10 @@ def test_root_array_migrates(zarr218, tmp_path):
     assert {k for k in file_hashes(root) if k not in before} == {"zarr.json"}
     assert_same(z3.open_array(root, mode="r")[...], want, "zarr3_backend")
     assert_same(zarr.open_array(root, mode="r")[...], want, f"zarr {zarr.__version__}")
+    assert_same(zarr34.read(root)[""], want, "zarr 3.4")
 
 
-def test_stale_zmetadata_is_rebuilt_from_the_nodes(zarr218, tmp_path):
+def test_stale_zmetadata_is_rebuilt_from_the_nodes(zarr218, zarr34, tmp_path):
     """An array added after ``consolidate_metadata`` (zarr 2.18's .zmetadata does not list it)
     is migrated and listed in the new consolidated metadata."""
     root = str(tmp_path / "s.zarr")
@@ -502,9 +520,12 @@ def test_stale_zmetadata_is_rebuilt_from_the_nodes(zarr218, tmp_path):
     assert result.exit_code == 0, result.stderr
     assert set(_doc(root, "")["consolidated_metadata"]["metadata"]) == {"old", "late"}
     g = zarr.open_group(root, mode="r")
+    by_zarr34 = zarr34.read(root)  # every array it finds in the hierarchy
+    assert set(by_zarr34) == {"old", "late"}
     for name in ("old", "late"):
         assert_same(g[name][...], want[name], f"zarr {zarr.__version__}")
         assert_same(z3.open_group(root, mode="r")[name][...], want[name], "zarr3_backend")
+        assert_same(by_zarr34[name], want[name], "zarr 3.4")
 
 
 #: v2 nodes Zarr v3 cannot express: name -> (array spec or None for a group, text the CLI's
@@ -593,16 +614,18 @@ def test_oracle_environment_is_never_used_half_built(tmp_path, monkeypatch):
     """Folders left by a killed build (no ready marker, or a temporary one never renamed) are
     not used: a new build runs (clearing the temporary ones), and when its pip install fails
     the error carries pip's output and leaves no temporary folder."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    missing = tmp_path / "no_such_package-0.0.0-py3-none-any.whl"
-    monkeypatch.setattr(oracle, "REQUIREMENTS", (str(missing),))
-    half = oracle.env_dir()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    # pip offline, with nothing to install from: it fails at once, asking no registry
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
+    env = oracle.OracleEnv(("zarr==0.0.0",))
+    half = oracle.env_dir(env)
     (half / "bin").mkdir(parents=True)
     killed = half.parent / f".{half.name}.building-killed"  # a build killed before its rename
     (killed / "lib").mkdir(parents=True)
     with pytest.raises(oracle.Zarr218Error) as err:
-        oracle.ensure_env()
-    assert "pip" in str(err.value) and missing.name in str(err.value)
+        oracle.ensure_env(env)
+    assert "pip" in str(err.value) and "zarr==0.0.0" in str(err.value)
     assert sorted(p.name for p in half.parent.iterdir()) == sorted([half.name, f"{half.name}.lock"])
     assert not (half / oracle.READY_MARKER).exists()
 

@@ -1,10 +1,12 @@
-"""zarr-python 2.18 as a test oracle: a session fixture ``zarr218`` running snippets in a cached
-virtual environment that has ``zarr==2.18.7`` (which cannot share an environment with zarr 3).
+"""zarr-python 2.18 (and 3.4) as test oracles: session fixtures ``zarr218`` and ``zarr34`` running
+snippets in cached virtual environments with pinned versions: ``zarr==2.18.7`` cannot share an
+environment with zarr 3, and zarr 3.4 needs Python >= 3.12 (found on PATH or under pyenv).
 
-The environment is built once per machine under ``$XDG_CACHE_HOME`` (or ``~/.cache``)
+Each environment is built once per machine under ``$XDG_CACHE_HOME`` (or ``~/.cache``)
 ``/zarr3_backend-tests/<pinned versions>``: in a temporary sibling folder, checked, then renamed
 into place under a file lock, so a run killed half-way leaves nothing that a later run uses. A
-failing ``pip install`` raises ``Zarr218Error`` with pip's output (a test ERROR, never a skip).
+failing ``pip install`` (or no interpreter of the needed version) raises ``Zarr218Error`` with
+the output (a test ERROR, never a skip).
 
 Snippets exchange values with this process as JSON, with numpy arrays (anywhere in the
 arguments or the result) carried in an ``.npz`` file beside it.
@@ -20,22 +22,44 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+
+@dataclass(frozen=True)
+class OracleEnv:
+    """One pinned oracle environment: exact ``name==version`` requirements and the Python
+    (``"3.12"``) to build it with; ``None`` is the running interpreter."""
+
+    requirements: tuple[str, ...]
+    python: str | None = None
+
+    def pins(self) -> dict[str, str]:
+        """``{distribution name: version}`` of the requirements."""
+        return dict(r.split("==", 1) for r in self.requirements)
+
+    def python_version(self) -> str:
+        """The ``major.minor`` version the environment runs."""
+        return self.python or f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
 #: The newest zarr-python 2.18 (Python >= 3.11) and the newest numcodecs it accepts (< 0.16).
 ZARR_VERSION = "2.18.7"
 NUMCODECS_VERSION = "0.15.2"
 REQUIREMENTS = (f"zarr=={ZARR_VERSION}", f"numcodecs=={NUMCODECS_VERSION}")
+ZARR218_ENV = OracleEnv(REQUIREMENTS)
+#: zarr-python 3.4 (Python >= 3.12) and the numcodecs it resolves to.
+ZARR34_ENV = OracleEnv(("zarr==3.4.2", "numcodecs==0.17.1"), python="3.12")
 #: Written into a finished environment last, before it is renamed into place.
 READY_MARKER = "zarr3_backend-ready.json"
 
 
 class Zarr218Error(RuntimeError):
-    """The zarr 2.18 environment could not be built, or a snippet run in it failed."""
+    """An oracle environment could not be built, or a snippet run in it failed."""
 
 
 # Packing values for the trip between the two interpreters: one source, run on both sides (the
@@ -221,6 +245,28 @@ if not isinstance(node, zarr.Array):
     node.visititems(lambda name, obj: result.update({name: describe(obj)}))
 """
 
+#: Run by ``Zarr34.read``: ``args = [root, array paths or None]``.
+_READ_ZARR3 = r"""
+import warnings
+
+import zarr
+
+warnings.simplefilter("ignore")
+root, paths = args
+if paths is None:
+    node = zarr.open(root, mode="r")
+    if isinstance(node, zarr.Array):
+        paths = [""]
+    else:
+        paths = [name for name, obj in node.members(max_depth=None) if isinstance(obj, zarr.Array)]
+result = {}
+for path in paths:
+    try:
+        result[path] = zarr.open_array(root, path=path, mode="r")[...]
+    except Exception as e:
+        result[path] = f"{type(e).__name__}: {e}"
+"""
+
 
 def cache_root() -> Path:
     """Where test environments are kept: ``$XDG_CACHE_HOME`` or ``~/.cache``, then our folder."""
@@ -228,10 +274,32 @@ def cache_root() -> Path:
     return Path(base) / "zarr3_backend-tests"
 
 
-def env_dir() -> Path:
-    """The environment's folder, named by every pinned version and this Python's."""
-    py = f"py{sys.version_info.major}{sys.version_info.minor}"
-    return cache_root() / f"zarr-{ZARR_VERSION}-numcodecs-{NUMCODECS_VERSION}-{py}"
+def env_dir(env: OracleEnv = ZARR218_ENV) -> Path:
+    """The environment's folder, named by every pinned version and its Python's."""
+    pins = "-".join(f"{name}-{version}" for name, version in env.pins().items())
+    return cache_root() / f"{pins}-py{env.python_version().replace('.', '')}"
+
+
+def find_python(version: str) -> str:
+    """An interpreter of ``version`` (``"3.12"``): this one, ``python3.12`` on PATH, or a
+    pyenv installation; raises ``Zarr218Error`` when there is none."""
+    if version == f"{sys.version_info.major}.{sys.version_info.minor}":
+        return sys.executable
+    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+    candidates = [
+        shutil.which(f"python{version}"),
+        *sorted(map(str, pyenv.glob(f"{version}.*/bin/python{version}"))),
+    ]
+    for python in filter(None, candidates):
+        probe = subprocess.run(
+            [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            env=_child_env(),
+        )
+        if probe.returncode == 0 and probe.stdout.strip() == version:
+            return python
+    raise Zarr218Error(f"no Python {version} interpreter: looked for python{version} on PATH and in {pyenv}")
 
 
 def _python(venv: Path) -> Path:
@@ -246,45 +314,49 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def _check(venv: Path) -> bool:
+def _check(venv: Path, env: OracleEnv) -> bool:
     """Whether ``venv`` is finished and still runs the pinned versions (a changed base
     interpreter breaks a virtual environment)."""
-    marker = venv / READY_MARKER
-    if not marker.is_file():
+    if not (venv / READY_MARKER).is_file():
         return False
-    probe = "import zarr, numcodecs; print(zarr.__version__, numcodecs.__version__)"
+    probe = "import json, sys, importlib.metadata as m; print(json.dumps({d: m.version(d) for d in sys.argv[1:]}))"
     try:
         out = subprocess.run(
-            [str(_python(venv)), "-c", probe], capture_output=True, text=True, env=_child_env(), timeout=120
+            [str(_python(venv)), "-c", probe, *env.pins()],
+            capture_output=True,
+            text=True,
+            env=_child_env(),
+            timeout=120,
         )
     except OSError:
         return False
-    return out.returncode == 0 and out.stdout.split() == [ZARR_VERSION, NUMCODECS_VERSION]
+    return out.returncode == 0 and json.loads(out.stdout) == env.pins()
 
 
-def _build(target: Path) -> None:
+def _build(target: Path, env: OracleEnv) -> None:
     """Build the environment in a temporary sibling of ``target`` and rename it into place."""
+    python = find_python(env.python_version())
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=target.parent))
     try:
         # no pip inside the environment: this interpreter's pip installs into it (faster)
         pip = [sys.executable, "-m", "pip", "--python", str(_python(tmp))]
         steps = [
-            [sys.executable, "-m", "venv", "--without-pip", str(tmp)],
-            [*pip, "install", "--no-input", *REQUIREMENTS],
+            [python, "-m", "venv", "--without-pip", str(tmp)],
+            [*pip, "install", "--no-input", *env.requirements],
         ]
         for cmd in steps:
             done = subprocess.run(cmd, capture_output=True, text=True, env=_child_env())
             if done.returncode != 0:
                 raise Zarr218Error(
-                    f"building the zarr {ZARR_VERSION} test environment failed: {' '.join(cmd)} "
+                    f"building the test environment {target.name} failed: {' '.join(cmd)} "
                     f"exited {done.returncode}\n--- stdout ---\n{done.stdout}\n--- stderr ---\n{done.stderr}"
                 )
         freeze = subprocess.run([*pip, "freeze"], capture_output=True, text=True, env=_child_env())
         (tmp / READY_MARKER).write_text(
-            json.dumps({"requirements": list(REQUIREMENTS), "freeze": freeze.stdout.split()})
+            json.dumps({"requirements": list(env.requirements), "freeze": freeze.stdout.split()})
         )
-        if not _check(tmp):
-            raise Zarr218Error(f"the environment built in {tmp} does not import zarr {ZARR_VERSION}")
+        if not _check(tmp, env):
+            raise Zarr218Error(f"the environment built in {tmp} does not hold {', '.join(env.requirements)}")
         if target.exists():  # a stale one (its marker or interpreter gone): replace it
             shutil.rmtree(target)
         os.rename(tmp, target)
@@ -292,23 +364,23 @@ def _build(target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def ensure_env() -> Path:
+def ensure_env(env: OracleEnv = ZARR218_ENV) -> Path:
     """The path of a ready environment, built now (under a lock shared by concurrent test
     runs) if there is none."""
-    target = env_dir()
+    target = env_dir(env)
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f"{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not _check(target):
+        if not _check(target, env):
             # what a killed build left (never used; no build runs while the lock is held)
             for leftover in target.parent.glob(f".{target.name}.building-*"):
                 shutil.rmtree(leftover, ignore_errors=True)
-            _build(target)
+            _build(target, env)
     return target
 
 
-class Zarr218:
-    """Runs code with zarr-python 2.18 in its own interpreter (one process per call)."""
+class Oracle:
+    """Runs code in an oracle environment's own interpreter (one process per call)."""
 
     def __init__(self, venv: Path, workdir: Path) -> None:
         self.venv = venv
@@ -329,8 +401,12 @@ class Zarr218:
             env=_child_env(),
         )
         if done.returncode != 0:
-            raise Zarr218Error(f"zarr {ZARR_VERSION} snippet failed:\n{done.stderr}")
+            raise Zarr218Error(f"snippet failed in {self.venv.name}:\n{done.stderr}")
         return _transport["load"](base + "-out")
+
+
+class Zarr218(Oracle):
+    """zarr-python 2.18: writes and reads Zarr v2."""
 
     def write(self, path: str | os.PathLike[str], spec: Mapping[str, Any]) -> None:
         """Write a v2 node at ``path`` with zarr 2.18. An array spec has ``dtype``, ``shape``
@@ -353,7 +429,23 @@ class Zarr218:
         return self.run(_INFO, os.fspath(path), consolidated)
 
 
+class Zarr34(Oracle):
+    """zarr-python 3.4: reads Zarr v2 and v3."""
+
+    def read(self, path: str | os.PathLike[str], arrays: list[str] | None = None) -> dict[str, Any]:
+        """The arrays at ``arrays`` (paths inside the node at ``path``; default: every array
+        of the hierarchy, ``""`` for a root array) as zarr 3.4 reads them; an array it cannot
+        read maps to its error, ``"<ExceptionType>: <message>"``, instead."""
+        return self.run(_READ_ZARR3, os.fspath(path), arrays)
+
+
 @pytest.fixture(scope="session")
 def zarr218(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Zarr218]:
     """zarr-python 2.18 in a cached virtual environment (built on first use)."""
-    yield Zarr218(ensure_env(), tmp_path_factory.mktemp("zarr218-calls"))
+    yield Zarr218(ensure_env(ZARR218_ENV), tmp_path_factory.mktemp("zarr218-calls"))
+
+
+@pytest.fixture(scope="session")
+def zarr34(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Zarr34]:
+    """zarr-python 3.4 on Python 3.12 in a cached virtual environment (built on first use)."""
+    yield Zarr34(ensure_env(ZARR34_ENV), tmp_path_factory.mktemp("zarr34-calls"))
