@@ -28,8 +28,16 @@ from ..core.metadata_v2 import (
     V2_MARKER,
     node_document,
 )
-from ..core.paths import ancestor_paths, join_path, join_prefix, metadata_key, normalize_path, parent_path
-from ..errors import MetadataError, Zarr3Error
+from ..core.paths import (
+    ancestor_paths,
+    join_path,
+    join_prefix,
+    metadata_key,
+    normalize_path,
+    parent_path,
+    validate_new_node_path,
+)
+from ..errors import InvalidKeyError, MetadataError, Zarr3Error
 from ..stores.base import Store
 from ._common import EXIT_ERROR, emit_json, json_option, store_for, typed_errors
 
@@ -147,10 +155,11 @@ class Plan:
     leftovers: tuple[str, ...] = field(default=())  # v2 documents of nodes already v3
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready description (what ``--dry-run --json`` prints)."""
+        """A JSON-ready description (what ``--dry-run --json`` prints): each node's document
+        exactly as it will be written."""
         return {
             "consolidated": self.consolidated,
-            "nodes": {n.path or "/": n.document for n in self.nodes},
+            "nodes": {n.path or "/": json.loads(document_bytes(n)) for n in self.nodes},
             "remove": [k for n in self.nodes for k in n.remove] + list(self.leftovers),
             "already_v3": [p or "/" for p in self.done],
         }
@@ -161,6 +170,25 @@ def _parse(data: Any, key: str) -> Any:
         return json.loads(bytes(data).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise MetadataError(f"{key}: invalid JSON: {e}") from e
+
+
+def _check_node_name(path: str, doc_key: str) -> None:
+    """Refuse a v2 node whose name Zarr v3 reserves (``__*``, periods only): spec-following v3
+    readers would not list it as a child."""
+    try:
+        validate_new_node_path(path)
+    except InvalidKeyError as e:
+        raise MigrationError(f"{doc_key}: cannot be expressed in Zarr v3: {e}; rename the node first") from e
+
+
+def _check_no_metadata_child(path: str, children: list[str]) -> None:
+    """Refuse a v2 group with a child node named ``zarr.json``: the group's own v3 document
+    would have to be written at that key."""
+    if "zarr.json" in children:
+        raise MigrationError(
+            f"{join_path(path, 'zarr.json')}: a child of the Zarr v2 group {path or '/'!r} has this name, "
+            "which Zarr v3 keeps for the group's metadata document; rename the child first"
+        )
 
 
 def plan_migration(store: Store, root: str = "") -> Plan:
@@ -179,6 +207,7 @@ def plan_migration(store: Store, root: str = "") -> Plan:
     level = [root]
     consolidated = False
     first = True
+    new_groups: set[str] = set()  # v2 groups without a zarr.json yet: it will be written
     while level:
         names = (*V2_DOCS, "zarr.json")
         keys = [join_path(p, n) for p in level for n in names]
@@ -202,18 +231,26 @@ def plan_migration(store: Store, root: str = "") -> Plan:
                     raise MigrationError(f"no Zarr v2 node at {root or '/'!r} (no .zarray or .zgroup)")
                 continue  # a folder that is no node (v2 has no implicit groups)
             remove = tuple(join_path(path, n) for n in V2_DOCS if n in docs)
+            if path != root:
+                _check_node_name(path, remove[0])
             nodes.append(NodePlan(path, v3_document(doc, path), remove))
             if doc["node_type"] == "group":
                 next_level.append(path)
+                if raw["zarr.json"] is None:
+                    new_groups.add(path)
         if first:
             consolidated = consolidated or store.exists(join_path(root, CONSOLIDATED_KEY))
             first = False
-        level = [
-            join_path(p, child)
-            for p in next_level
-            for child in store.list_dir(join_prefix(p))
-            if child not in (*V2_DOCS, CONSOLIDATED_KEY, "zarr.json")
-        ]
+        level = []
+        for p in next_level:
+            children = list(store.list_dir(join_prefix(p)))
+            if p in new_groups:
+                _check_no_metadata_child(p, children)
+            level.extend(
+                join_path(p, child)
+                for child in children
+                if child not in (*V2_DOCS, CONSOLIDATED_KEY, "zarr.json")
+            )
     # the root's zarr.json goes last: until it is written, the store still opens as v2
     nodes.sort(key=lambda n: (n.path == root, n.path))
     return Plan(tuple(nodes), consolidated, tuple(done), tuple(leftovers))
@@ -223,7 +260,7 @@ def apply_migration(store: Store, plan: Plan, root: str = "") -> None:
     """Write every new ``zarr.json`` (root last, consolidated if the v2 root was), then remove
     the v2 documents (``.zmetadata`` last)."""
     for node in plan.nodes:
-        store.set(metadata_key(node.path), json.dumps(node.document, indent=2).encode())
+        store.set(metadata_key(node.path), document_bytes(node))
     if plan.consolidated:
         consolidate_metadata(store, root)
     for node in plan.nodes:
@@ -232,10 +269,16 @@ def apply_migration(store: Store, plan: Plan, root: str = "") -> None:
     store.erase(join_path(root, CONSOLIDATED_KEY))
 
 
+def document_bytes(node: NodePlan) -> bytes:
+    """A node's new ``zarr.json`` as this package writes every v3 document (strict JSON: a
+    non-finite number in the v2 attributes is spelled as a string, as v3 fill values are)."""
+    return to_bytes(parse_node_json(node.document, node.path))
+
+
 def _check_documents(plan: Plan) -> None:
     """Every new document serialises as this package writes v3 (raises before any write)."""
     for node in plan.nodes:
-        to_bytes(parse_node_json(node.document, node.path))
+        document_bytes(node)
 
 
 @click.command("migrate")
