@@ -339,3 +339,17 @@ def test_check_reports_and_repairs_dead_writes(store_path, with_manifest):
     expected = [7, 8, 9] if with_manifest else [0, 1, 2]
     assert z3.open_array(store_path, "sub/b")[:3].tolist() == expected
     assert run("check", store_path).exit_code == 0
+
+
+def test_json_output_is_strict_json_with_non_finite_numbers_spelled_out(tmp_path):
+    import click
+    from click.testing import CliRunner
+
+    from zarr3_backend.cli._common import emit_json
+
+    @click.command()
+    def show():
+        emit_json({"a": float("nan"), "b": [float("inf"), -float("inf"), 1.5]})
+
+    out = CliRunner().invoke(show).output
+    assert json.loads(out) == {"a": "NaN", "b": ["Infinity", "-Infinity", 1.5]}
