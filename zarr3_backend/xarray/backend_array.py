@@ -12,15 +12,33 @@ from xarray.core import indexing
 
 from ..core import rectilinear
 from ..core.array import Array
+from ..errors import ShapeError
+
+#: How a ``NumpyIndexingAdapter`` takes each explicit indexer kind (values read ahead).
+_NUMPY_INDEXERS = {
+    indexing.BasicIndexer: lambda a, k: a[k],
+    indexing.OuterIndexer: lambda a, k: a.oindex[k],
+    indexing.VectorizedIndexer: lambda a, k: a.vindex[k],
+}
 
 
 class Zarr3BackendArray(BackendArray):
-    """A read-only xarray ``BackendArray`` over one ``zarr3_backend`` Array."""
+    """A read-only xarray ``BackendArray`` over one ``zarr3_backend`` Array.
 
-    __slots__ = ("_array", "_regular", "dtype", "shape")
+    ``values``, when given, are the array's whole stored values already read (an index
+    coordinate read together with the others): indexing then serves them without a request.
+    """
 
-    def __init__(self, array: Array) -> None:
+    __slots__ = ("_array", "_regular", "_values", "dtype", "shape")
+
+    def __init__(self, array: Array, values: np.ndarray | None = None) -> None:
         self._array = array
+        if values is not None and values.shape != tuple(array.shape):
+            raise ShapeError(
+                f"array {array.path or '/'!r}: values read ahead have shape {values.shape}, "
+                f"the array {tuple(array.shape)}"
+            )
+        self._values = values
         self.shape = tuple(array.shape)
         self.dtype = array.dtype
         #: a rectilinear grid is read through ``core.rectilinear`` (orthogonal selections only:
@@ -32,6 +50,10 @@ class Zarr3BackendArray(BackendArray):
         return self._array
 
     def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
+        if self._values is not None:  # numpy's own rules for every indexer kind; a fresh copy,
+            # as a read from the store would be (the caller may write into it)
+            part = _NUMPY_INDEXERS[type(key)](indexing.NumpyIndexingAdapter(self._values), key)
+            return np.array(part, dtype=self.dtype, copy=True)
         support = indexing.IndexingSupport.VECTORIZED
         if not self._regular:  # xarray hands on a basic or outer key; rectilinear.read takes both
             method, support = self._rectilinear, indexing.IndexingSupport.OUTER
