@@ -10,6 +10,8 @@ http (whole stored units, several per task) and on local disk (one unit per task
 from __future__ import annotations
 
 import os
+import pickle
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +25,7 @@ from benchmarks import latency_server
 from zarr3_backend import settings
 from zarr3_backend.errors import ShapeError
 from zarr3_backend.xarray.backend_array import Zarr3BackendArray
-from zarr3_backend.xarray.index_prefetch import is_index_coordinate
+from zarr3_backend.xarray.index_prefetch import IndexBatch, is_index_coordinate
 from zarr3_backend.xarray.task_chunks import task_block
 
 pytestmark = [
@@ -270,7 +272,8 @@ def test_backend_array_serves_values_read_ahead_like_the_store(tmp_path):
     g = z3.create_group(tmp_path / "g.zarr")
     a = g.create_array("x", shape=(10,), dtype="i4", chunks=(4,))
     a[...] = np.arange(10) * 3
-    ahead = Zarr3BackendArray(a, np.asarray(a[...]))
+    batch = IndexBatch({"x": a})
+    ahead = Zarr3BackendArray(a, partial(batch.values, "x"))
     plain = Zarr3BackendArray(a)
     keys = [
         indexing.BasicIndexer((slice(2, 9, 3),)),
@@ -282,8 +285,30 @@ def test_backend_array_serves_values_read_ahead_like_the_store(tmp_path):
         got, want = ahead[key], plain[key]
         assert type(got) is np.ndarray and got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+    a[0] = 99  # served from memory: what was read first
     out = ahead[indexing.BasicIndexer((slice(None),))]
-    out[0] = -1  # a copy: what is read ahead stays as stored
-    assert ahead[indexing.BasicIndexer((0,))] == 0
+    assert out[0] == 0 and plain[indexing.BasicIndexer((0,))] == 99
+    out[1] = -1  # a copy: what is read ahead stays as stored
+    assert ahead[indexing.BasicIndexer((1,))] == 3
+    copy = pickle.loads(pickle.dumps(ahead))  # a dask worker's copy reads afresh
+    assert copy[indexing.BasicIndexer((0,))] == 99
+    wrong = Zarr3BackendArray(a, lambda: np.zeros(3, "i4"))
     with pytest.raises(ShapeError, match="'x'"):
-        Zarr3BackendArray(a, np.zeros(3, "i4"))
+        wrong[indexing.BasicIndexer((0,))]
+
+
+def test_nothing_is_read_when_xarray_asks_for_no_index(served):
+    server, _ = served
+    url = f"{server.url}/consolidated.zarr"
+    ds, traffic = traffic_of(
+        server,
+        lambda: xr.open_dataset(url, engine="zarr3", create_default_indexes=False, decode_times=False),
+    )
+    assert traffic["requests"] == 1  # zarr.json
+    assert not ds.indexes
+    _, traffic = traffic_of(server, lambda: ds.lat.values)
+    # the first index coordinate asked for brings all of them, at once
+    assert traffic["round_trips"] == 1
+    assert {e[3].split("/")[2] for e in traffic["log"]} == set(INDEXES)
+    _, traffic = traffic_of(server, lambda: (ds.lon.values, ds.time.values))
+    assert traffic["requests"] == 0

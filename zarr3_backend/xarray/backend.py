@@ -20,7 +20,7 @@ from ..core.paths import normalize_path
 from ..errors import GroupNotFoundError
 from ..stores.base import Store, StoreArgumentError
 from .datastore import Zarr3DataStore
-from .index_prefetch import read_together
+from .index_prefetch import IndexBatch
 
 #: Opening never erases: the creating modes "w"/"w-" belong to writers.
 _MODES = ("r", "r+", "a", "a-")
@@ -275,7 +275,7 @@ class Zarr3BackendEntrypoint(BackendEntrypoint):
             for rel in sorted(children)
         }
         with close_on_error(datastores[""]):
-            _preload_indexes(datastores.values())
+            _share_index_batch(datastores.values())
         out: dict[str, Dataset] = {}
         for rel, datastore in datastores.items():
             with close_on_error(datastore):
@@ -292,15 +292,13 @@ class Zarr3BackendEntrypoint(BackendEntrypoint):
         return out
 
 
-def _preload_indexes(datastores: Iterable[Zarr3DataStore]) -> None:
-    """The index coordinates of every group, read together (one round trip for all groups)."""
+def _share_index_batch(datastores: Iterable[Zarr3DataStore]) -> None:
+    """One ``IndexBatch`` for the index coordinates of every group: the first that xarray asks
+    for reads them all (one round trip for all groups)."""
     datastores = list(datastores)
+    batch = IndexBatch({key: a for ds in datastores for key, a in ds.index_arrays().items()})
     for datastore in datastores:
-        datastore.get_dimensions()  # a bad group is refused before any chunk is read
-    wanted = {(i, name): a for i, ds in enumerate(datastores) for name, a in ds.index_arrays().items()}
-    values = read_together(wanted)
-    for i, datastore in enumerate(datastores):
-        datastore.preload({name: v for (j, name), v in values.items() if j == i})
+        datastore.read_indexes_with(batch)
 
 
 def _as_names(drop_variables: str | Iterable[str] | None) -> tuple[str, ...]:

@@ -4,6 +4,7 @@ straight to the core Array, which reads only the chunks (or inner chunks of shar
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -25,19 +26,15 @@ _NUMPY_INDEXERS = {
 class Zarr3BackendArray(BackendArray):
     """A read-only xarray ``BackendArray`` over one ``zarr3_backend`` Array.
 
-    ``values``, when given, are the array's whole stored values already read (an index
-    coordinate read together with the others): indexing then serves them without a request.
+    ``values``, when given, returns the array's whole stored values, read together with other
+    arrays' (an index coordinate's, ``index_prefetch.IndexBatch``): indexing then serves them
+    from memory instead of sending requests of its own.
     """
 
     __slots__ = ("_array", "_regular", "_values", "dtype", "shape")
 
-    def __init__(self, array: Array, values: np.ndarray | None = None) -> None:
+    def __init__(self, array: Array, values: Callable[[], np.ndarray] | None = None) -> None:
         self._array = array
-        if values is not None and values.shape != tuple(array.shape):
-            raise ShapeError(
-                f"array {array.path or '/'!r}: values read ahead have shape {values.shape}, "
-                f"the array {tuple(array.shape)}"
-            )
         self._values = values
         self.shape = tuple(array.shape)
         self.dtype = array.dtype
@@ -50,10 +47,8 @@ class Zarr3BackendArray(BackendArray):
         return self._array
 
     def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
-        if self._values is not None:  # numpy's own rules for every indexer kind; a fresh copy,
-            # as a read from the store would be (the caller may write into it)
-            part = _NUMPY_INDEXERS[type(key)](indexing.NumpyIndexingAdapter(self._values), key)
-            return np.array(part, dtype=self.dtype, copy=True)
+        if self._values is not None:
+            return self._served(key)
         support = indexing.IndexingSupport.VECTORIZED
         if not self._regular:  # xarray hands on a basic or outer key; rectilinear.read takes both
             method, support = self._rectilinear, indexing.IndexingSupport.OUTER
@@ -70,6 +65,18 @@ class Zarr3BackendArray(BackendArray):
         """``__getitem__`` on a worker thread, for ``Dataset.load_async``; the core's I/O is
         already batched and concurrent, so a thread is all an event loop needs."""
         return await asyncio.to_thread(self.__getitem__, key)
+
+    def _served(self, key: indexing.ExplicitIndexer) -> np.ndarray:
+        """``key`` of the values read ahead, by numpy's own rules for each indexer kind, as a
+        fresh copy (as a read from the store would be: the caller may write into it)."""
+        values = self._values()  # type: ignore[misc]
+        if values.shape != self.shape:
+            raise ShapeError(
+                f"array {self._array.path or '/'!r}: values read ahead have shape {values.shape}, "
+                f"the array {self.shape}"
+            )
+        part = _NUMPY_INDEXERS[type(key)](indexing.NumpyIndexingAdapter(values), key)
+        return np.array(part, dtype=self.dtype, copy=True)
 
     def _getitem(self, key: tuple) -> Any:
         return self._array[key]

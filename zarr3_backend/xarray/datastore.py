@@ -6,7 +6,8 @@ A small ``AbstractDataStore`` so that xarray's own ``StoreBackendEntrypoint`` (a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,7 @@ from .encoding import (
     split_codecs,
     visible_attributes,
 )
-from .index_prefetch import is_index_coordinate, read_together
+from .index_prefetch import IndexBatch, is_index_coordinate
 from .task_chunks import task_block
 
 
@@ -77,13 +78,13 @@ class Zarr3DataStore(AbstractDataStore):
     Zarr v2 arrays; otherwise (the default for v3, as in xarray's zarr engine) it means "never
     written" and goes to the encoding.
 
-    The index coordinates (``index_arrays``) are read together when the variables are first
-    asked for, unless a caller that opens several groups gave them with ``preload``. On a store
-    with costly requests, ``preferred_chunks`` is a block of whole stored units of up to
+    The index coordinates (``index_arrays``) are read together the first time xarray asks for
+    any of them (``index_prefetch.IndexBatch``; shared between groups: ``read_indexes_with``).
+    On a store with costly requests, ``preferred_chunks`` is a block of whole stored units of up to
     ``settings.remote_task_bytes`` (see ``array_encoding``).
     """
 
-    __slots__ = ("_close_store", "_dims", "_drop", "_members", "_use_fill_as_mask", "_values", "group")
+    __slots__ = ("_batch", "_close_store", "_dims", "_drop", "_members", "_use_fill_as_mask", "group")
 
     def __init__(
         self,
@@ -102,7 +103,7 @@ class Zarr3DataStore(AbstractDataStore):
         self._use_fill_as_mask = use_zarr_fill_value_as_mask
         self._close_store = close_store
         self._dims: dict[str, tuple[str, ...]] = {}
-        self._values: dict[str, np.ndarray] | None = None
+        self._batch: IndexBatch | None = None
 
     # ---- reading ---------------------------------------------------------------------------
     def arrays(self) -> list[tuple[str, Array]]:
@@ -122,20 +123,26 @@ class Zarr3DataStore(AbstractDataStore):
             self._dims[name] = dims
         return dims
 
-    def index_arrays(self) -> dict[str, Array]:
-        """The arrays xarray loads to build its default indexes (1-D, named as their dimension)."""
+    def index_arrays(self) -> dict[tuple[str, str], Array]:
+        """The arrays xarray loads to build its default indexes (1-D, named as their dimension),
+        by ``(group path, name)``: the keys of an ``IndexBatch`` that several groups share."""
         return {
-            name: a for name, a in self.arrays() if is_index_coordinate(name, self.dimensions_of(name, a))
+            (self.group.path, name): a
+            for name, a in self.arrays()
+            if is_index_coordinate(name, self.dimensions_of(name, a))
         }
 
-    def preload(self, values: Mapping[str, np.ndarray]) -> None:
-        """Take the index coordinates' stored values, read by the caller (``read_together``)."""
-        self._values = dict(values)
+    def read_indexes_with(self, batch: IndexBatch) -> None:
+        """Serve the index coordinates from ``batch``, which a caller that opens several groups
+        shares between them, instead of from a batch of this group's own."""
+        self._batch = batch
 
-    def open_store_variable(self, name: str, array: Array, values: np.ndarray | None = None) -> Variable:
+    def open_store_variable(
+        self, name: str, array: Array, values: Callable[[], np.ndarray] | None = None
+    ) -> Variable:
         """One lazy variable: dimensions resolved, ``_ARRAY_DIMENSIONS`` hidden, fill value handled
-        the way xarray's zarr engine does for Zarr v3. ``values``: its stored values, already
-        read (served without a request)."""
+        the way xarray's zarr engine does for Zarr v3. ``values``: returns its stored values, read
+        together with others' (served without a request of its own)."""
         raw_attrs = dict(array.attrs)
         dims = self.dimensions_of(name, array)
         attributes = visible_attributes(raw_attrs)
@@ -166,15 +173,17 @@ class Zarr3DataStore(AbstractDataStore):
         return Variable(dims, data, attributes, encoding)
 
     def get_variables(self) -> FrozenDict:
-        self.get_dimensions()  # a bad hierarchy is refused before any chunk is read
-        if self._values is None:
-            self.preload(read_together(self.index_arrays()))
-        values = self._values or {}
-        variables = FrozenDict(
-            (name, self.open_store_variable(name, array, values.get(name))) for name, array in self.arrays()
+        self.get_dimensions()  # ShapeError when two arrays disagree on a dimension's size
+        batch = self._batch or IndexBatch(self.index_arrays())
+        self._batch = None  # the variables hold it now (the dataset keeps this store until closed)
+
+        def values_of(name: str) -> Callable[[], np.ndarray] | None:
+            key = (self.group.path, name)
+            return partial(batch.values, key) if key in batch else None
+
+        return FrozenDict(
+            (name, self.open_store_variable(name, array, values_of(name))) for name, array in self.arrays()
         )
-        self._values = {}  # the variables hold them now (the dataset keeps this store until closed)
-        return variables
 
     def get_attrs(self) -> dict[str, Any]:
         return visible_attributes(dict(self.group.attrs))
