@@ -38,6 +38,8 @@ LATENCY_MS = 100
 #: The data variable's stored chunk and its size in bytes.
 UNIT = (3, 8, 16)
 UNIT_BYTES = 3 * 8 * 16 * 4
+#: The shards of the sharded data variable ``sp`` (of 2x2x2 chunks of ``UNIT``).
+SHARD = (6, 16, 32)
 #: The index coordinates of ``climate()`` (what xarray loads to build indexes).
 INDEXES = ("band", "lat", "level", "lon", "time")
 
@@ -66,8 +68,11 @@ def climate() -> xr.Dataset:
             "area": (("lat", "lon"), rng.random((32, 64))),
         },
     )
+    ds["sp"] = ds.t2m * 100
     ds["t2m"].encoding = {"chunks": UNIT}
+    ds["sp"].encoding = {"chunks": UNIT, "shards": SHARD}
     ds["lat"].encoding = {"chunks": (8,)}
+    ds["lon"].encoding = {"chunks": (16,), "shards": (64,)}  # a sharded index coordinate
     return ds
 
 
@@ -132,7 +137,7 @@ def test_consolidated_open_costs_two_round_trips(served):
     # the root zarr.json, then each chunk object of each index coordinate (not of area or t2m)
     assert traffic["requests"] == 1 + chunk_objects(root / "consolidated.zarr", INDEXES)
     paths = [e[3] for e in traffic["log"]]
-    assert not any("/t2m/" in p or "/area/" in p or "/gain/" in p for p in paths)
+    assert not any(f"/{name}/" in p for p in paths for name in ("t2m", "sp", "area", "gain"))
     assert traffic["peak_in_flight"] >= len(INDEXES)
     assert set(ds.indexes) == set(INDEXES)
 
@@ -210,12 +215,25 @@ def test_chunks_default_over_http_is_several_whole_units(served):
     assert all(np.prod(block) * 4 <= budget for block in [(3, 16, 64)])
 
 
+def test_chunks_default_over_http_is_several_whole_shards(served):
+    server, _ = served
+    with settings.using(remote_task_bytes=2 * 8 * UNIT_BYTES):  # two shards: the whole of lon
+        ds = xr.open_dataset(f"{server.url}/consolidated.zarr", engine="zarr3", chunks={})
+    sp = ds.sp
+    assert (sp.encoding["chunks"], sp.encoding["shards"]) == (UNIT, SHARD)
+    assert sp.encoding["preferred_chunks"] == {"time": 6, "lat": 16, "lon": 64}
+    assert sp.chunks == ((6, 6), (16, 16), (64,))
+    ref = xr.open_dataset(served[1] / "consolidated.zarr", engine="zarr").sp.values
+    np.testing.assert_array_equal(sp.values, ref)
+
+
 def test_chunks_default_on_local_disk_is_one_unit(served):
     _, root = served
     with settings.using(remote_task_bytes=64 * UNIT_BYTES):
         ds = xr.open_dataset(root / "consolidated.zarr", engine="zarr3", chunks={})
     assert ds.t2m.encoding["preferred_chunks"] == dict(zip(("time", "lat", "lon"), UNIT, strict=True))
     assert ds.t2m.chunks == ((3,) * 4, (8,) * 4, (16,) * 4)
+    assert ds.sp.chunks == ((6, 6), (16, 16), (32, 32))  # one shard per task
 
 
 def test_remote_task_bytes_zero_keeps_one_unit_and_explicit_chunks_are_obeyed(served):
