@@ -185,6 +185,20 @@ def test_open_datatree_reads_every_groups_coordinates_at_once(served):
     assert len(tree["child"].day) == 6
 
 
+def test_open_groups_shares_one_read_of_every_groups_coordinates(served):
+    server, root = served
+    url = f"{server.url}/tree.zarr"
+    groups, traffic = traffic_of(server, lambda: xr.open_groups(url, engine="zarr3", consolidated=False))
+    assert set(groups) == {"/", "/child"}
+    chunk_reads = [e for e in traffic["log"] if not e[3].endswith("zarr.json") and e[3].count("/") > 2]
+    read = {e[3].split("/c/")[0].rsplit("/", 1)[1] for e in chunk_reads}  # the arrays read
+    assert read == set(INDEXES) | set(CHILD_DIMS.values())
+    assert max(e[0] for e in chunk_reads) < min(e[1] for e in chunk_reads)  # one round trip
+    ref = xr.open_groups(root / "tree.zarr", engine="zarr", consolidated=False)
+    for name, ds in groups.items():
+        xr.testing.assert_identical(ds.load(), ref[name].load())
+
+
 def test_drop_variables_are_not_read(served):
     server, _ = served
     url = f"{server.url}/consolidated.zarr"
