@@ -20,6 +20,7 @@ from ..core.paths import normalize_path
 from ..errors import GroupNotFoundError
 from ..stores.base import Store, StoreArgumentError
 from .datastore import Zarr3DataStore
+from .index_prefetch import IndexBatch
 
 #: Opening never erases: the creating modes "w"/"w-" belong to writers.
 _MODES = ("r", "r+", "a", "a-")
@@ -89,7 +90,14 @@ class Zarr3BackendEntrypoint(BackendEntrypoint):
     ``_ARRAY_DIMENSIONS`` name the dimensions; the v2 ``fill_value`` masks, as in xarray).
 
     Dask chunks: ``preferred_chunks`` is the shard shape (the chunk shape when unsharded), so
-    ``chunks={}`` gives one task per shard and ``"auto"`` multiples of shards. Asking for the
+    ``chunks={}`` gives one task per shard and ``"auto"`` multiples of shards. On stores where a
+    request is costly (``Store.costly_requests``: http, s3, gcs, ...) it is instead a block of
+    whole shards (chunks) of up to ``settings.remote_task_bytes`` decoded bytes (64 MiB by
+    default; 0 restores one unit per task), grown from the last dimension to the first, so each
+    task fetches its units concurrently with one batched read. Blocks start and end on shard
+    boundaries: no shard is read by two tasks, and writing them back to the same layout is safe.
+    Explicit chunks (a dict with sizes, ``"auto"``) are obeyed; smaller than the block, xarray
+    warns that they "separate the stored chunks". Asking for the
     inner chunk shape (``chunks={"time": 1, ...}``) gives one task per inner chunk, each reading
     only its byte range of the shard, and xarray warns "The specified chunks separate the stored
     chunks": that is expected (tasks are smaller than the stored unit) and harmless for reading;
@@ -256,15 +264,20 @@ class Zarr3BackendEntrypoint(BackendEntrypoint):
             children.setdefault(parent, {})[name] = node
         nodes: dict[str, Group] = {"": top, **{k: v for k, v in members.items() if isinstance(v, Group)}}
         owns_store = not isinstance(filename_or_obj, Store | Group)
-        out: dict[str, Dataset] = {}
-        for rel in sorted(children):
-            datastore = Zarr3DataStore(
+        datastores = {
+            rel: Zarr3DataStore(
                 nodes[rel],
                 children[rel],
                 use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask,
                 drop_variables=drop,
                 close_store=owns_store and rel == "",
             )
+            for rel in sorted(children)
+        }
+        with close_on_error(datastores[""]):
+            _share_index_batch(datastores.values())
+        out: dict[str, Dataset] = {}
+        for rel, datastore in datastores.items():
             with close_on_error(datastore):
                 out["/" + rel] = StoreBackendEntrypoint().open_dataset(
                     datastore,
@@ -277,6 +290,15 @@ class Zarr3BackendEntrypoint(BackendEntrypoint):
                     decode_timedelta=decode_timedelta,
                 )
         return out
+
+
+def _share_index_batch(datastores: Iterable[Zarr3DataStore]) -> None:
+    """One ``IndexBatch`` for the index coordinates of every group: the first that xarray asks
+    for reads them all (one round trip for all groups)."""
+    datastores = list(datastores)
+    batch = IndexBatch({key: a for ds in datastores for key, a in ds.index_arrays().items()})
+    for datastore in datastores:
+        datastore.read_indexes_with(batch)
 
 
 def _as_names(drop_variables: str | Iterable[str] | None) -> tuple[str, ...]:

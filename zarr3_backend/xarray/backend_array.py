@@ -4,6 +4,7 @@ straight to the core Array, which reads only the chunks (or inner chunks of shar
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -12,15 +13,29 @@ from xarray.core import indexing
 
 from ..core import rectilinear
 from ..core.array import Array
+from ..errors import ShapeError
+
+#: How a ``NumpyIndexingAdapter`` takes each explicit indexer kind (values read ahead).
+_NUMPY_INDEXERS = {
+    indexing.BasicIndexer: lambda a, k: a[k],
+    indexing.OuterIndexer: lambda a, k: a.oindex[k],
+    indexing.VectorizedIndexer: lambda a, k: a.vindex[k],
+}
 
 
 class Zarr3BackendArray(BackendArray):
-    """A read-only xarray ``BackendArray`` over one ``zarr3_backend`` Array."""
+    """A read-only xarray ``BackendArray`` over one ``zarr3_backend`` Array.
 
-    __slots__ = ("_array", "_regular", "dtype", "shape")
+    ``values``, when given, returns the array's whole stored values, read together with other
+    arrays' (an index coordinate's, ``index_prefetch.IndexBatch``): indexing then serves them
+    from memory instead of sending requests of its own.
+    """
 
-    def __init__(self, array: Array) -> None:
+    __slots__ = ("_array", "_regular", "_values", "dtype", "shape")
+
+    def __init__(self, array: Array, values: Callable[[], np.ndarray] | None = None) -> None:
         self._array = array
+        self._values = values
         self.shape = tuple(array.shape)
         self.dtype = array.dtype
         #: a rectilinear grid is read through ``core.rectilinear`` (orthogonal selections only:
@@ -32,6 +47,8 @@ class Zarr3BackendArray(BackendArray):
         return self._array
 
     def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
+        if self._values is not None:
+            return self._served(key)
         support = indexing.IndexingSupport.VECTORIZED
         if not self._regular:  # xarray hands on a basic or outer key; rectilinear.read takes both
             method, support = self._rectilinear, indexing.IndexingSupport.OUTER
@@ -48,6 +65,18 @@ class Zarr3BackendArray(BackendArray):
         """``__getitem__`` on a worker thread, for ``Dataset.load_async``; the core's I/O is
         already batched and concurrent, so a thread is all an event loop needs."""
         return await asyncio.to_thread(self.__getitem__, key)
+
+    def _served(self, key: indexing.ExplicitIndexer) -> np.ndarray:
+        """``key`` of the values read ahead, by numpy's own rules for each indexer kind, as a
+        fresh copy (as a read from the store would be: the caller may write into it)."""
+        values = self._values()  # type: ignore[misc]
+        if values.shape != self.shape:
+            raise ShapeError(
+                f"array {self._array.path or '/'!r}: values read ahead have shape {values.shape}, "
+                f"the array {self.shape}"
+            )
+        part = _NUMPY_INDEXERS[type(key)](indexing.NumpyIndexingAdapter(values), key)
+        return np.array(part, dtype=self.dtype, copy=True)
 
     def _getitem(self, key: tuple) -> Any:
         return self._array[key]

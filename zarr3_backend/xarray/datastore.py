@@ -6,7 +6,8 @@ A small ``AbstractDataStore`` so that xarray's own ``StoreBackendEntrypoint`` (a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -27,23 +28,29 @@ from .encoding import (
     split_codecs,
     visible_attributes,
 )
+from .index_prefetch import IndexBatch, is_index_coordinate
+from .task_chunks import task_block
 
 
-def array_encoding(array: Array, dims: tuple[str, ...]) -> dict[str, Any]:
+def array_encoding(array: Array, dims: tuple[str, ...], task_bytes: int = 0) -> dict[str, Any]:
     """The encoding keys of an array that let a writer keep its layout.
 
     ``chunks`` is the read chunk (inner chunk when sharded), ``shards`` the shard shape or
     ``None``, ``shard_index`` the shard index settings, the codecs split as ``split_codecs``
-    says, ``chunk_key_encoding`` as in ``zarr.json``, and ``preferred_chunks`` the unit of
-    storage (shard, else chunk) so that dask gets one task per stored object. A rectilinear
+    says, ``chunk_key_encoding`` as in ``zarr.json``, and ``preferred_chunks`` the dask chunk
+    the engine prefers: the unit of storage (shard, else chunk), or with ``task_bytes`` > 0
+    a block of whole units up to that many bytes (``task_chunks.task_block``). A rectilinear
     grid gives, per axis, the lengths of its chunks (or shards) inside the array instead.
     """
     grid = array.metadata.chunk_grid
     storage = grid.chunk_shape if grid.is_regular else _compact(grid.axis_chunks(array.shape))
     layout = split_codecs(array.codecs, storage)
+    preferred = storage
+    if grid.is_regular and task_bytes > 0:
+        preferred = task_block(storage, array.shape, array.dtype.itemsize, task_bytes)
     encoding: dict[str, Any] = {
         "chunks": layout.pop("chunks"),
-        "preferred_chunks": dict(zip(dims, storage, strict=True)),
+        "preferred_chunks": dict(zip(dims, preferred, strict=True)),
         "shards": layout.pop("shards"),
         **layout,
         "chunk_key_encoding": array.metadata.chunk_key_encoding.to_json(),
@@ -70,9 +77,14 @@ class Zarr3DataStore(AbstractDataStore):
     The zarr ``fill_value`` masks with ``use_zarr_fill_value_as_mask=True``, and by default for
     Zarr v2 arrays; otherwise (the default for v3, as in xarray's zarr engine) it means "never
     written" and goes to the encoding.
+
+    The index coordinates (``index_arrays``) are read together the first time xarray asks for
+    any of them (``index_prefetch.IndexBatch``; shared between groups: ``read_indexes_with``).
+    On a store with costly requests, ``preferred_chunks`` is a block of whole stored units of up to
+    ``settings.remote_task_bytes`` (see ``array_encoding``).
     """
 
-    __slots__ = ("_close_store", "_drop", "_members", "_use_fill_as_mask", "group")
+    __slots__ = ("_batch", "_close_store", "_dims", "_drop", "_members", "_use_fill_as_mask", "group")
 
     def __init__(
         self,
@@ -90,6 +102,8 @@ class Zarr3DataStore(AbstractDataStore):
         self._members = dict(members)
         self._use_fill_as_mask = use_zarr_fill_value_as_mask
         self._close_store = close_store
+        self._dims: dict[str, tuple[str, ...]] = {}
+        self._batch: IndexBatch | None = None
 
     # ---- reading ---------------------------------------------------------------------------
     def arrays(self) -> list[tuple[str, Array]]:
@@ -99,14 +113,44 @@ class Zarr3DataStore(AbstractDataStore):
     def _describe(self, name: str) -> str:
         return "/".join(p for p in (self.group.path, name) if p)
 
-    def open_store_variable(self, name: str, array: Array) -> Variable:
+    def dimensions_of(self, name: str, array: Array) -> tuple[str, ...]:
+        """The dimension names of member ``name`` (worked out once: a made-up name warns once)."""
+        dims = self._dims.get(name)
+        if dims is None:
+            dims = array_dimensions(
+                self._describe(name), array.shape, array.dimension_names, dict(array.attrs)
+            )
+            self._dims[name] = dims
+        return dims
+
+    def index_arrays(self) -> dict[tuple[str, str], Array]:
+        """The arrays xarray loads to build its default indexes (1-D, named as their dimension),
+        by ``(group path, name)``: the keys of an ``IndexBatch`` that several groups share."""
+        return {
+            (self.group.path, name): a
+            for name, a in self.arrays()
+            if is_index_coordinate(name, self.dimensions_of(name, a))
+        }
+
+    def read_indexes_with(self, batch: IndexBatch) -> None:
+        """Serve the index coordinates from ``batch``, which a caller that opens several groups
+        shares between them, instead of from a batch of this group's own."""
+        self._batch = batch
+
+    def open_store_variable(
+        self, name: str, array: Array, values: Callable[[], np.ndarray] | None = None
+    ) -> Variable:
         """One lazy variable: dimensions resolved, ``_ARRAY_DIMENSIONS`` hidden, fill value handled
-        the way xarray's zarr engine does for Zarr v3."""
+        the way xarray's zarr engine does for Zarr v3. ``values``: returns its stored values, read
+        together with others' (served without a request of its own)."""
         raw_attrs = dict(array.attrs)
-        dims = array_dimensions(self._describe(name), array.shape, array.dimension_names, raw_attrs)
+        dims = self.dimensions_of(name, array)
         attributes = visible_attributes(raw_attrs)
-        data = indexing.LazilyIndexedArray(Zarr3BackendArray(array))
-        encoding = array_encoding(array, dims)
+        data = indexing.LazilyIndexedArray(Zarr3BackendArray(array, values))
+        store = array.store
+        encoding = array_encoding(
+            array, dims, store.settings.remote_task_bytes if store.costly_requests else 0
+        )
         as_mask = self._use_fill_as_mask
         if as_mask is None:  # xarray's default: the fill value masks in v2, not in v3
             as_mask = array.zarr_format == 2
@@ -129,21 +173,24 @@ class Zarr3DataStore(AbstractDataStore):
         return Variable(dims, data, attributes, encoding)
 
     def get_variables(self) -> FrozenDict:
-        variables = {name: self.open_store_variable(name, array) for name, array in self.arrays()}
-        check_dimension_sizes((self._describe(k), v.dims, v.shape) for k, v in variables.items())
-        return FrozenDict(variables)
+        self.get_dimensions()  # ShapeError when two arrays disagree on a dimension's size
+        batch = self._batch or IndexBatch(self.index_arrays())
+        self._batch = None  # the variables hold it now (the dataset keeps this store until closed)
+
+        def values_of(name: str) -> Callable[[], np.ndarray] | None:
+            key = (self.group.path, name)
+            return partial(batch.values, key) if key in batch else None
+
+        return FrozenDict(
+            (name, self.open_store_variable(name, array, values_of(name))) for name, array in self.arrays()
+        )
 
     def get_attrs(self) -> dict[str, Any]:
         return visible_attributes(dict(self.group.attrs))
 
     def get_dimensions(self) -> dict[str, int]:
         return check_dimension_sizes(
-            (
-                self._describe(name),
-                array_dimensions(self._describe(name), a.shape, a.dimension_names, dict(a.attrs)),
-                a.shape,
-            )
-            for name, a in self.arrays()
+            (self._describe(name), self.dimensions_of(name, a), a.shape) for name, a in self.arrays()
         )
 
     def close(self) -> None:
