@@ -111,7 +111,8 @@ def test_reads_every_branch_tag_and_snapshot(repo_with_history):
 
 def test_lazy_read_one_task_per_chunk(repo_with_history):
     repo, versions, _ = repo_with_history
-    ds = xr.open_dataset(repo.readonly_session(branch="main").store, engine="zarr3", chunks={})
+    with z3.settings.using(remote_task_bytes=0):  # one task per stored chunk, not blocks of them
+        ds = xr.open_dataset(repo.readonly_session(branch="main").store, engine="zarr3", chunks={})
     assert ds.tp.chunks == ((2, 2, 2, 2), (2, 2), (3, 3))
     with dask.config.set(scheduler="threads"):
         xr.testing.assert_identical(ds.load(), versions["main"])

@@ -380,6 +380,10 @@ def test_xarray_round_trip_sharded_and_appended(moto, bucket):
     assert back.t2m.encoding["shards"] == (4, 4, 8)
     xr.testing.assert_identical(back.load(), ds)
     lazy = xr.open_dataset(url, engine="zarr3", storage_options=opts, chunks={})
+    assert lazy.t2m.chunks == ((8,), (4,), (8,))  # object storage: tasks of several whole shards
+    xr.testing.assert_identical(lazy.compute(), ds)
+    with z3.settings.using(remote_task_bytes=0):
+        lazy = xr.open_dataset(url, engine="zarr3", storage_options=opts, chunks={})
     assert lazy.t2m.chunks == ((4, 4), (4,), (8,))  # one dask task per shard
     xr.testing.assert_identical(lazy.compute(), ds)
 

@@ -4,7 +4,7 @@ Layers (each imports only those below it): ``xarray`` > ``dask`` > ``core`` > ``
 ``stores`` > ``errors``/``byte_range``/``indexing``.
 """
 
-from . import errors
+from . import errors, settings
 from ._slabs import release_memory
 from .core.api import (
     consolidate_metadata,
@@ -47,5 +47,6 @@ __all__ = [
     "open_node",
     "repair",
     "release_memory",
+    "settings",
     "to_zarr",
 ]

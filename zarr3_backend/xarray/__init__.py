@@ -1,8 +1,9 @@
 """The xarray layer: ``engine="zarr3"`` for ``xr.open_dataset``/``open_datatree``, and CF helpers.
 
 Differences from xarray's own zarr engine, on purpose: ``encoding["preferred_chunks"]`` is the
-shard shape (the chunk shape when unsharded) so ``chunks={}`` gives one dask task per stored
-object; codecs in ``encoding`` are their ``zarr.json`` dicts; ``use_zarr_fill_value_as_mask``
+shard shape (the chunk shape when unsharded) on local stores, so ``chunks={}`` gives one dask
+task per stored object, and on stores with costly requests a block of whole shards up to
+``settings.remote_task_bytes``, so each task keeps many requests in flight; codecs in ``encoding`` are their ``zarr.json`` dicts; ``use_zarr_fill_value_as_mask``
 is honoured by ``open_dataset``; arrays without dimension names get ``dim_<axis>`` names.
 """
 
