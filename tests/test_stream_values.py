@@ -224,6 +224,7 @@ def slow(files):
         yield server
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["close", "collect"])
 @pytest.mark.parametrize("kind", HTTP_KINDS)
 def test_stopping_early_cancels_outstanding_requests(slow, kind, how):

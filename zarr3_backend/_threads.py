@@ -49,9 +49,10 @@ def pool_size(kind: str) -> int:
     return settings.io_threads if kind == "io" else settings.cpu_threads
 
 
-def _pool(kind: str, size: int) -> ThreadPoolExecutor:
-    """The ``kind`` pool with ``size`` threads; one of another size is replaced (its running
-    work finishes, its threads then exit)."""
+def _pool(kind: str, size: int | None = None) -> ThreadPoolExecutor:
+    """The ``kind`` pool with ``size`` threads (default: ``pool_size(kind)``); one of another
+    size is replaced (its running and queued work finishes, its threads then exit)."""
+    size = pool_size(kind) if size is None else size
     known = _pools.get(kind)
     if known is not None and known[0] == size:
         return known[1]
