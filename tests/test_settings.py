@@ -5,8 +5,10 @@ pool, the stores' requests in flight and coalescing gap, pickled stores)."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import pickle
 import threading
+import time
 import warnings
 
 import pytest
@@ -137,6 +139,10 @@ def _concurrency(kind: str, parties: int, tasks: int = 12) -> tuple[int, set[str
     return running[1], names
 
 
+def _live_threads(prefix: str) -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith(prefix))
+
+
 def test_thread_pools_follow_io_threads_and_cpu_threads(monkeypatch):
     with using(cpu_threads=3):
         peak, names = _concurrency("cpu", 3)
@@ -144,6 +150,14 @@ def test_thread_pools_follow_io_threads_and_cpu_threads(monkeypatch):
     with using(cpu_threads=5):  # the pool is made anew with the new size
         peak, names = _concurrency("cpu", 5, tasks=15)
         assert peak == 5 and len(names) == 5
+    with using(cpu_threads=2):
+        _concurrency("cpu", 2)
+    gc.collect()  # the replaced pools' idle threads exit once nothing refers to the pools
+    for _ in range(100):
+        if _live_threads("zarr3-cpu") <= 2:
+            break
+        time.sleep(0.1)
+    assert _live_threads("zarr3-cpu") <= 2
     monkeypatch.setenv("ZARR3_IO_THREADS", "4")
     assert _threads.pool_size("io") == 4
     peak, names = _concurrency("io", 4)
@@ -161,6 +175,29 @@ def test_using_reaches_work_on_the_pools():
         _threads.thread_map(lambda _: current().window_bytes, range(4), kind="cpu")
         == [Settings().window_bytes] * 4
     )
+
+
+def test_threads_with_different_pool_sizes_at_once_all_finish():
+    """Two threads asking for different pool sizes replace each other's pool: every call still
+    runs, and runs once."""
+    errors: list[BaseException] = []
+
+    def worker(size: int) -> None:
+        try:
+            with using(cpu_threads=size):
+                for n in range(40):
+                    assert _threads.thread_map(lambda x: x * 2, range(n % 7 + 2), kind="cpu") == [
+                        x * 2 for x in range(n % 7 + 2)
+                    ]
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(size,)) for size in (2, 3, 4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
 
 
 # ---- the buffer pool ----------------------------------------------------------------------------

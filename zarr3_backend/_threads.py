@@ -14,7 +14,7 @@ import contextvars
 import os
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 import numpy as np
@@ -51,7 +51,9 @@ def pool_size(kind: str) -> int:
 
 def _pool(kind: str, size: int | None = None) -> ThreadPoolExecutor:
     """The ``kind`` pool with ``size`` threads (default: ``pool_size(kind)``); one of another
-    size is replaced (its running and queued work finishes, its threads then exit)."""
+    size is replaced. The replaced pool is not shut down, only let go: a caller still holding
+    it submits and finishes its work, and its idle threads exit once nothing refers to it
+    (``ThreadPoolExecutor``'s workers hold it weakly)."""
     size = pool_size(kind) if size is None else size
     known = _pools.get(kind)
     if known is not None and known[0] == size:
@@ -66,9 +68,13 @@ def _pool(kind: str, size: int | None = None) -> ThreadPoolExecutor:
 
         pool = ThreadPoolExecutor(size, thread_name_prefix=f"zarr3-{kind}", initializer=mark)
         _pools[kind] = (size, pool)
-    if known is not None:
-        known[1].shutdown(wait=False)
     return pool
+
+
+def _submit(kind: str, size: int, fn: Callable[[T], R], x: T) -> Future[R]:
+    """``fn(x)`` on the ``kind`` pool of ``size`` threads, in a copy of the caller's context (so
+    ``settings.using`` blocks reach it; one context cannot run in two threads at once)."""
+    return _pool(kind, size).submit(contextvars.copy_context().run, fn, x)
 
 
 def thread_map(fn: Callable[[T], R], items: Iterable[T], kind: str = "cpu") -> list[R]:
@@ -84,16 +90,7 @@ def thread_map(fn: Callable[[T], R], items: Iterable[T], kind: str = "cpu") -> l
     size = pool_size(kind)
     if size <= 1:
         return [fn(x) for x in items]
-    pool = _pool(kind, size)
-    # each call in a copy of the caller's context (one context cannot run in two threads)
-    futures = []
-    for x in items:
-        while True:
-            try:
-                futures.append(pool.submit(contextvars.copy_context().run, fn, x))
-                break
-            except RuntimeError:  # another thread's setting replaced the pool: use the new one
-                pool = _pool(kind, size)
+    futures = [_submit(kind, size, fn, x) for x in items]
     results: list[R] = []
     error: BaseException | None = None
     for f in futures:
