@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
@@ -109,6 +110,7 @@ class _Stream:
         return tasks
 
     async def cancel_and_wait(self) -> None:
+        """``cancel``, then wait until every cancelled request has wound down."""
         tasks = self.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -148,7 +150,7 @@ def _close(stream: _Stream) -> None:
     """Cancel a stream's outstanding calls: waited for from any thread but the loop's own (a
     generator collected there cannot wait for the loop it runs on)."""
     loop = stream.loop
-    if loop.is_closed():
+    if loop.is_closed() or sys.is_finalizing():  # at exit: the loop's thread may be gone
         return
     try:
         running = asyncio.get_running_loop()
