@@ -14,13 +14,14 @@ import uuid
 
 import fsspec.asyn
 import pytest
-from servers import MotoS3, Proxy, RangeHTTPServer, s3_options
+from servers import MotoS3, Proxy, RangeHTTPServer, free_port, s3_options
 
 from benchmarks import latency_server
 from zarr3_backend.byte_range import ByteRange
 from zarr3_backend.errors import StoreError
 from zarr3_backend.stores import FsspecStore, LocalStore, MemoryStore, ObstoreStore
 from zarr3_backend.stores.base import Store
+from zarr3_backend.stores.fsspec_errors import StoreUnreachableError
 
 #: Values the stores hold (key -> bytes); "gone" is asked for but never stored.
 VALUES = {f"v/{i}": bytes((i + j) % 251 for j in range(100 + 37 * i)) for i in range(12)}
@@ -297,3 +298,12 @@ def test_fsspec_http_connections_follow_requests_in_flight(latency):
     store.get("v/0")  # opens the session
     session = fsspec.asyn.sync(store.fs.loop, store.fs.set_session)
     assert session.connector.limit == 300
+
+
+@pytest.mark.parametrize("kind", HTTP_KINDS)
+def test_a_server_that_is_gone_raises_unreachable_for_the_stream(kind):
+    store = http_store(
+        kind, f"http://127.0.0.1:{free_port()}/root", storage_options={"zarr3": {"retries": 0}}
+    )
+    with pytest.raises(StoreUnreachableError, match=r"127\.0\.0\.1"):
+        streamed(store, [(f"v/{i}", None) for i in range(20)], in_flight=4)
