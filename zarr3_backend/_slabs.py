@@ -10,8 +10,9 @@ refers to any more is handed out again instead of being faulted in afresh.
 A buffer is free again when nothing refers to it: every numpy view of a buffer holds a
 reference to the buffer itself (numpy points a view's ``base`` at the array that owns the
 memory), and so does anything holding a view (memoryviews, DLPack capsules, other libraries'
-tensors). The pool keeps at most ``ZARR3_BUFFER_POOL_MB`` of buffers (default: 1/16 of
-physical memory, at most 1024; 64 in processes that ask malloc to return memory promptly with
+tensors). The pool keeps at most ``settings.buffer_pool_bytes`` of buffers, read when a buffer
+is taken (environment: ``ZARR3_BUFFER_POOL_MB``; default: 1/16 of physical memory, at most
+1 GiB; 64 MiB in processes that ask malloc to return memory promptly with
 ``MALLOC_TRIM_THRESHOLD_``, as dask's nanny does for its workers; 0 turns reuse off). Beyond
 that, results are plain allocations.
 """
@@ -21,10 +22,12 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import warnings
 from collections import deque
+from collections.abc import Mapping
 
 import numpy as np
+
+from .settings import current as current_settings
 
 SLAB_BYTES = 32 * 2**20
 #: Results of this size range come from the pool.
@@ -36,16 +39,13 @@ _MiB = 2**20
 _PROBES = 8
 
 
-def default_cap_bytes(environ: dict[str, str] | os._Environ[str] = os.environ) -> int:
-    """The pool's size limit: ``ZARR3_BUFFER_POOL_MB``, else the defaults described above."""
-    env = environ.get("ZARR3_BUFFER_POOL_MB")
-    if env is not None:
-        try:
-            return max(int(float(env) * _MiB), 0)
-        except ValueError:
-            warnings.warn(
-                f"ZARR3_BUFFER_POOL_MB={env!r} is not a number of MiB: using the default", stacklevel=2
-            )
+def default_cap_bytes(environ: Mapping[str, str] | None = None) -> int:
+    """The pool's size limit: the ``buffer_pool_bytes`` setting (with the environment
+    variables of ``environ``, default ``os.environ``), else the defaults described above."""
+    environ = os.environ if environ is None else environ
+    configured = current_settings(environ=environ).buffer_pool_bytes
+    if configured is not None:
+        return configured
     if "MALLOC_TRIM_THRESHOLD_" in environ:
         return 64 * _MiB
     try:
@@ -64,15 +64,24 @@ def _refcounts_reliable() -> bool:
 class BufferPool:
     """Byte buffers (64-byte aligned) handed out again once nothing refers to them."""
 
-    def __init__(self, cap_bytes: int) -> None:
-        self.cap_bytes = cap_bytes if _refcounts_reliable() else 0
+    def __init__(self, cap_bytes: int | None = None) -> None:
+        self._cap_bytes = cap_bytes
+        self._reliable = _refcounts_reliable()
         self.pooled_bytes = 0
         self._by_size: dict[int, deque[np.ndarray]] = {}
         self._lock = threading.Lock()
 
+    @property
+    def cap_bytes(self) -> int:
+        """The most memory the pool keeps: the one given, else ``default_cap_bytes()`` now."""
+        if not self._reliable:
+            return 0
+        return self._cap_bytes if self._cap_bytes is not None else default_cap_bytes()
+
     def take(self, nbytes: int) -> np.ndarray:
         """A writable uint8 array of ``nbytes``: a pooled buffer nothing refers to any more, a
         new pooled buffer while under the cap, else a plain allocation."""
+        cap = self.cap_bytes  # read outside the lock: it reads the environment
         with self._lock:
             ring = self._by_size.get(nbytes)
             if ring:
@@ -83,7 +92,7 @@ class BufferPool:
                     if sys.getrefcount(ring[-1]) == 2:
                         return self._aligned(ring[-1], nbytes)
             raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
-            if self.pooled_bytes + raw.nbytes <= self.cap_bytes:
+            if self.pooled_bytes + raw.nbytes <= cap:
                 self._by_size.setdefault(nbytes, deque()).append(raw)
                 self.pooled_bytes += raw.nbytes
             return self._aligned(raw, nbytes)
@@ -100,7 +109,7 @@ class BufferPool:
             self.pooled_bytes = 0
 
 
-POOL = BufferPool(default_cap_bytes())
+POOL = BufferPool()
 
 
 def _reset_after_fork() -> None:  # a thread of the parent may have held the lock mid-fork

@@ -2,11 +2,15 @@
 
 Codecs in numcodecs release the GIL, so decoding in threads runs on all cores. A task already
 running on a pool that maps more work onto the same pool runs it inline (no nested deadlock).
-Pools are created lazily and re-created after ``fork`` (dask workers, multiprocessing).
+Pools are created lazily with the size ``settings.current()`` gives then (``io_threads``,
+``cpu_threads``), made anew when that setting has changed since, and after ``fork`` (dask
+workers, multiprocessing). Work runs in the caller's context, so ``settings.using`` blocks
+reach it.
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 from collections.abc import Callable, Generator, Iterable
@@ -15,14 +19,13 @@ from typing import TypeVar
 
 import numpy as np
 
+from .settings import current as current_settings
+
 T = TypeVar("T")
 R = TypeVar("R")
 
-_SIZES = {
-    "io": int(os.environ.get("ZARR3_IO_THREADS", "32")),
-    "cpu": int(os.environ.get("ZARR3_CPU_THREADS", str(os.cpu_count() or 1))),
-}
-_pools: dict[str, ThreadPoolExecutor] = {}
+
+_pools: dict[str, tuple[int, ThreadPoolExecutor]] = {}
 _lock = threading.Lock()
 _local = threading.local()
 _scratch = threading.local()
@@ -40,31 +43,54 @@ def _reset_after_fork() -> None:
 os.register_at_fork(after_in_child=_reset_after_fork)
 
 
-def _pool(kind: str) -> ThreadPoolExecutor:
-    pool = _pools.get(kind)
-    if pool is None:
-        with _lock:
-            pool = _pools.get(kind)
-            if pool is None:
+def pool_size(kind: str) -> int:
+    """The threads of the ``kind`` pool (``"io"`` or ``"cpu"``) as the settings say now."""
+    settings = current_settings()
+    return settings.io_threads if kind == "io" else settings.cpu_threads
 
-                def mark() -> None:
-                    _local.kind = kind
 
-                pool = ThreadPoolExecutor(_SIZES[kind], thread_name_prefix=f"zarr3-{kind}", initializer=mark)
-                _pools[kind] = pool
+def _pool(kind: str, size: int | None = None) -> ThreadPoolExecutor:
+    """The ``kind`` pool with ``size`` threads (default: ``pool_size(kind)``); one of another
+    size is replaced. The replaced pool is not shut down, only let go: a caller still holding
+    it submits and finishes its work, and its idle threads exit once nothing refers to it
+    (``ThreadPoolExecutor``'s workers hold it weakly)."""
+    size = pool_size(kind) if size is None else size
+    known = _pools.get(kind)
+    if known is not None and known[0] == size:
+        return known[1]
+    with _lock:
+        known = _pools.get(kind)
+        if known is not None and known[0] == size:
+            return known[1]
+
+        def mark() -> None:
+            _local.kind = kind
+
+        pool = ThreadPoolExecutor(size, thread_name_prefix=f"zarr3-{kind}", initializer=mark)
+        _pools[kind] = (size, pool)
     return pool
+
+
+def _submit(kind: str, size: int, fn: Callable[[T], R], x: T) -> Future[R]:
+    """``fn(x)`` on the ``kind`` pool of ``size`` threads, in a copy of the caller's context (so
+    ``settings.using`` blocks reach it; one context cannot run in two threads at once)."""
+    return _pool(kind, size).submit(contextvars.copy_context().run, fn, x)
 
 
 def thread_map(fn: Callable[[T], R], items: Iterable[T], kind: str = "cpu") -> list[R]:
     """``[fn(x) for x in items]`` run concurrently on the ``kind`` pool, results in order.
 
-    Runs inline for zero or one item, and when called from a thread of the same pool.
-    The first exception raised by any call is re-raised after all calls finished.
+    Runs inline for zero or one item, for a pool of one thread, and when called from a thread
+    of the same pool. The first exception raised by any call is re-raised after all calls
+    finished.
     """
     items = list(items)
-    if len(items) <= 1 or getattr(_local, "kind", None) == kind or _SIZES[kind] <= 1:
+    if len(items) <= 1 or getattr(_local, "kind", None) == kind:
         return [fn(x) for x in items]
-    futures = [_pool(kind).submit(fn, x) for x in items]
+    size = pool_size(kind)
+    if size <= 1:
+        return [fn(x) for x in items]
+    futures = [_submit(kind, size, fn, x) for x in items]
     results: list[R] = []
     error: BaseException | None = None
     for f in futures:
@@ -107,11 +133,11 @@ def map_bounded(
     a producer that yields as data lands is consumed at the pace of the workers, with bounded
     memory. The first error stops the intake (the iterator is closed) and is raised once the
     running calls finished. Runs inline when called from a thread of the same pool."""
-    if getattr(_local, "kind", None) == kind or _SIZES[kind] <= 1:
+    size = pool_size(kind)
+    if getattr(_local, "kind", None) == kind or size <= 1:
         for item in items:
             fn(item)
         return
-    pool = _pool(kind)
     running: dict[Future, int] = {}
     held = 0
     error: BaseException | None = None
@@ -133,7 +159,7 @@ def map_bounded(
                 settle(done)
             if error is not None:
                 break
-            running[pool.submit(fn, item)] = w
+            running[_submit(kind, size, fn, item)] = w
             held += w
             if error is None:
                 settle([f for f in running if f.done()])

@@ -5,6 +5,7 @@ at import) and can be overridden for a block of code (``with zarr3_backend.setti
 or for one store (``storage_options={"zarr3": {...}}`` or a store's ``settings=`` argument).
 Precedence, highest first: ``using(...)`` blocks, the store's own settings, environment
 variables, defaults. Code that needs a value calls ``current()`` (or ``store.settings``).
+A bad environment value warns and is ignored; a bad value given in code raises ``ArgumentError``.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import math
 import os
 import types
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
+
+from .errors import ArgumentError
 
 _MiB = 2**20
 
@@ -36,7 +40,8 @@ class Settings:
     #: no new request goes out until decoding catches up.
     window_bytes: int = 32 * _MiB
     #: Byte ranges of one value closer than this are fetched as one request; ``None``: the
-    #: store's own default (small on local disk, about 1 MiB on object stores).
+    #: store's own default (``Store.coalesce_gap``: small on local disk, about 1 MiB on object
+    #: stores).
     coalesce_gap: int | None = None
     #: Decoded shard indexes kept per array on stores with costly requests.
     shard_index_cache_bytes: int = 16 * _MiB
@@ -48,67 +53,120 @@ class Settings:
     #: many bytes of stored units (a whole number of them), so each task keeps many requests
     #: in flight. 0: one stored unit per task, as on local stores.
     remote_task_bytes: int = 64 * _MiB
+    #: Memory kept for recycling read results of 1-64 MiB (``_slabs``; 0 turns reuse off).
+    #: ``None``: 1/16 of physical memory, at most 1 GiB; 64 MiB in processes that ask malloc to
+    #: return memory promptly (``MALLOC_TRIM_THRESHOLD_`` set, as in dask's workers). Its
+    #: environment variable counts MiB: ``ZARR3_BUFFER_POOL_MB``.
+    buffer_pool_bytes: int | None = None
 
 
 #: The environment variable of each setting.
-ENVIRONMENT: Mapping[str, str] = {
-    "io_threads": "ZARR3_IO_THREADS",
-    "cpu_threads": "ZARR3_CPU_THREADS",
-    "requests_in_flight": "ZARR3_REQUESTS_IN_FLIGHT",
-    "window_bytes": "ZARR3_WINDOW_BYTES",
-    "coalesce_gap": "ZARR3_COALESCE_GAP",
-    "shard_index_cache_bytes": "ZARR3_SHARD_INDEX_CACHE_BYTES",
-    "chunk_cache_bytes": "ZARR3_CHUNK_CACHE_BYTES",
-    "commit_wait": "ZARR3_COMMIT_WAIT",
-    "remote_task_bytes": "ZARR3_REMOTE_TASK_BYTES",
-}
+ENVIRONMENT: Mapping[str, str] = types.MappingProxyType(
+    {
+        "io_threads": "ZARR3_IO_THREADS",
+        "cpu_threads": "ZARR3_CPU_THREADS",
+        "requests_in_flight": "ZARR3_REQUESTS_IN_FLIGHT",
+        "window_bytes": "ZARR3_WINDOW_BYTES",
+        "coalesce_gap": "ZARR3_COALESCE_GAP",
+        "shard_index_cache_bytes": "ZARR3_SHARD_INDEX_CACHE_BYTES",
+        "chunk_cache_bytes": "ZARR3_CHUNK_CACHE_BYTES",
+        "commit_wait": "ZARR3_COMMIT_WAIT",
+        "remote_task_bytes": "ZARR3_REMOTE_TASK_BYTES",
+        "buffer_pool_bytes": "ZARR3_BUFFER_POOL_MB",
+    }
+)
+#: Environment variables counting another unit than the setting: the setting's value per unit.
+ENVIRONMENT_UNITS: Mapping[str, int] = types.MappingProxyType({"buffer_pool_bytes": _MiB})
 
-_NAMES = frozenset(f.name for f in fields(Settings))
+#: Settings whose value is a count that must be at least 1 (a pool of 0 threads, 0 requests).
+_AT_LEAST_ONE = frozenset({"io_threads", "cpu_threads", "requests_in_flight"})
+#: Settings that take a fractional number; the others are whole numbers.
+_FRACTIONAL = frozenset({"commit_wait"})
+#: Settings for which ``None`` means "the default rule" (a value cannot be written for it).
+_OPTIONAL = frozenset({"coalesce_gap", "buffer_pool_bytes"})
+NAMES: frozenset[str] = frozenset(f.name for f in fields(Settings))
+
 _NONE: Mapping[str, Any] = types.MappingProxyType({})
 _overrides: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
     "zarr3_settings", default=_NONE
 )
 
 
+def _problem(name: str, value: Any) -> str | None:
+    """Why ``value`` cannot be setting ``name``; None when it can."""
+    if value is None:
+        return None if name in _OPTIONAL else "must not be None"
+    kinds = (int, float) if name in _FRACTIONAL else (int,)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        return "must be a number" if name in _FRACTIONAL else "must be a whole number"
+    if not math.isfinite(value):
+        return "must be finite"
+    least = 1 if name in _AT_LEAST_ONE else 0
+    if value < least:
+        return f"must be at least {least}"
+    return None
+
+
 def _parse(name: str, raw: str) -> Any:
-    """The value of environment variable text for setting ``name``; a bad value warns, then
-    the default stands."""
-    kind = float if name == "commit_wait" else int
+    """The value of environment variable text for setting ``name``; ``None`` (after a
+    warning naming the variable) when the text is not a valid value."""
+    var = ENVIRONMENT[name]
     try:
-        value = kind(float(raw)) if kind is int else kind(raw)
-    except ValueError:
-        warnings.warn(f"{ENVIRONMENT[name]}={raw!r} is not a number: using the default", stacklevel=3)
+        number = float(raw)
+        unit = ENVIRONMENT_UNITS.get(name, 1)
+        value: Any = number if name in _FRACTIONAL else int(number * unit)
+        problem = _problem(name, value)
+        if problem is None and name not in _FRACTIONAL and unit == 1 and number != value:
+            problem = "is not a whole number"
+    except (ValueError, OverflowError):
+        problem = "is not a number"
+    if problem is not None:
+        warnings.warn(f"{var}={raw!r} {problem}: using the default", stacklevel=4)
         return None
-    return value if value >= 0 else None
+    return value
 
 
-def check(values: Mapping[str, Any]) -> dict[str, Any]:
-    """``values`` as setting overrides, refusing unknown names and negative or non-numbers."""
-    from .errors import ArgumentError
-
+def check(
+    values: Mapping[str, Any], *, error: type[ArgumentError] = ArgumentError, where: str = ""
+) -> dict[str, Any]:
+    """``values`` as setting overrides, refusing unknown names and bad values with ``error``
+    (naming ``where`` they were given, if said)."""
+    at = f" in {where}" if where else ""
+    unknown = sorted(set(values) - NAMES)
+    if unknown:
+        raise error(
+            f"unknown zarr3_backend setting(s) {', '.join(map(repr, unknown))}{at}; known: {', '.join(sorted(NAMES))}"
+        )
     out = {}
     for name, value in values.items():
-        if name not in _NAMES:
-            raise ArgumentError(f"unknown zarr3_backend setting {name!r}; known: {', '.join(sorted(_NAMES))}")
-        if value is None and name == "coalesce_gap":
-            out[name] = None
-            continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise ArgumentError(f"setting {name!r} must be a non-negative number, got {value!r}")
+        problem = _problem(name, value)
+        if problem is not None:
+            raise error(f"setting {name!r}{at} {problem}, got {value!r}")
         out[name] = value
     return out
 
 
-def current(store_overrides: Mapping[str, Any] | None = None) -> Settings:
-    """The settings in force here and now: defaults, then environment variables, then
-    ``store_overrides`` (one store's own), then the innermost ``using(...)`` blocks."""
+def from_environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The settings the environment variables of ``environ`` (default: ``os.environ``, read
+    now) set; bad values warn and are left out."""
+    environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     for name, var in ENVIRONMENT.items():
-        raw = os.environ.get(var)
-        if raw is not None:
+        raw = environ.get(var)
+        if raw is not None and raw.strip() != "":
             parsed = _parse(name, raw)
             if parsed is not None:
                 values[name] = parsed
+    return values
+
+
+def current(
+    store_overrides: Mapping[str, Any] | None = None, *, environ: Mapping[str, str] | None = None
+) -> Settings:
+    """The settings in force here and now: defaults, then environment variables (of
+    ``environ``, default ``os.environ``), then ``store_overrides`` (one store's own, checked),
+    then the innermost ``using(...)`` blocks."""
+    values = from_environment(environ)
     if store_overrides:
         values.update(store_overrides)
     values.update(_overrides.get())
@@ -118,8 +176,9 @@ def current(store_overrides: Mapping[str, Any] | None = None) -> Settings:
 @contextlib.contextmanager
 def using(**values: Any) -> Iterator[Settings]:
     """Override settings for the calls made inside the ``with`` block in this thread (or asyncio
-    task); a call reads them when it starts. Yields the settings then in force."""
-    token = _overrides.set({**_overrides.get(), **check(values)})
+    task, and the package's thread-pool work those calls start); a call reads them when it
+    starts. Yields the settings then in force."""
+    token = _overrides.set({**_overrides.get(), **check(values, where="using()")})
     try:
         yield current()
     finally:

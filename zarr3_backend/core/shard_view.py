@@ -72,7 +72,7 @@ def read_indexes(
     index_range = layout.index_range()
     raws = store.get_partial_values([(k, index_range) for k in missing])
     for key, raw in zip(missing, raws, strict=True):
-        index = memo.get(raw) if raw is not None else None
+        index = memo.get(bytes(raw)) if raw is not None else None
         if index is None and raw is not None:
             try:
                 index = fetched_index(layout, raw)
@@ -93,16 +93,20 @@ RangeReader = Callable[[Sequence[ByteRange | None]], list[bytes | None]]
 
 
 class ShardView:
-    """The inner chunks of one stored shard of ``layout``, read through ``read``."""
+    """The inner chunks of one stored shard of ``layout``, read through ``read``; byte ranges
+    closer than ``gap`` are fetched as one (the store's ``coalesce_gap``)."""
 
-    def __init__(self, layout: ShardLayout, read: RangeReader) -> None:
+    def __init__(self, layout: ShardLayout, read: RangeReader, gap: int = MERGE_GAP) -> None:
         self.layout = layout
         self._read = read
+        self.gap = gap
 
     @classmethod
     def in_store(cls, store: Store, key: str, layout: ShardLayout) -> ShardView:
         """The shard stored under ``key``: each read is one batched ``get_partial_values``."""
-        return cls(layout, lambda ranges: store.get_partial_values([(key, r) for r in ranges]))
+        return cls(
+            layout, lambda ranges: store.get_partial_values([(key, r) for r in ranges]), store.coalesce_gap
+        )
 
     def nested(self, off: int, nb: int, where: str) -> ShardView:
         """The inner shard stored at bytes ``[off, off + nb)`` of this one (``where`` names it in
@@ -111,7 +115,7 @@ class ShardView:
         if nested is None:
             raise CodecError(f"{where}: the inner chunks of this shard are not shards read in parts")
         return ShardView(
-            nested, _offset_reader(self._read, off, nb, guard=self.layout.end_guard, where=where)
+            nested, _offset_reader(self._read, off, nb, guard=self.layout.end_guard, where=where), self.gap
         )
 
     # ---- the index ------------------------------------------------------------------------
@@ -143,7 +147,7 @@ class ShardView:
             items.append((q, off, nb))
         if not items:
             return []
-        return _span_ranges(items, layout.end_guard)[2]
+        return _span_ranges(items, layout.end_guard, self.gap)[2]
 
     def read(
         self, selection: Any, index: np.ndarray | None = None, fetched: list[Any] | None = None
@@ -152,7 +156,7 @@ class ShardView:
 
         ``selection`` is numpy-ready, in shard coordinates (the forms ``inner_indexer`` takes).
         Reads the index once (unless ``index`` is given), then every touched inner chunk with one
-        read call whose ranges are merged (``MERGE_GAP``), or takes their values from ``fetched``
+        read call whose ranges are merged (``gap``), or takes their values from ``fetched``
         (what the ranges of ``plan`` returned); with the index at the end, the highest range is
         extended over the index's length so a short read exposes an entry that points into the
         index. Partly covered nested shards are read through their own view. Returns ``None``
@@ -202,7 +206,7 @@ class ShardView:
         """
         layout = self.layout
         guard = layout.end_guard
-        spans, placement, ranges = _span_ranges(items, guard)
+        spans, placement, ranges = _span_ranges(items, guard, self.gap)
         results = self._read(ranges) if fetched is None else fetched
         if len(results) != len(spans):
             raise CorruptionError(f"read returned {len(results)} values for {len(spans)} byte ranges")
@@ -309,11 +313,11 @@ class ShardView:
 
 # --- helpers ------------------------------------------------------------------------------------
 def _span_ranges(
-    items: Sequence[Item], guard: int
+    items: Sequence[Item], guard: int, gap: int
 ) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[ByteRange]]:
     """The merged spans of ``items``' inner chunks, where each item lies in them, and the byte
     ranges to read: the spans, the highest one extended by ``guard`` (see _read_whole_chunks)."""
-    spans, placement = merge_ranges([(off, nb) for _, off, nb in items], MERGE_GAP)
+    spans, placement = merge_ranges([(off, nb) for _, off, nb in items], gap)
     ranges = [ByteRange(o, n) for o, n in spans]
     if guard:
         last_off, last_len = spans[-1]  # spans are sorted and disjoint: the last one ends highest

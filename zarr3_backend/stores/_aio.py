@@ -1,18 +1,26 @@
-"""Run many requests of an async fsspec filesystem from synchronous code, a bounded number at a time.
+"""Run many requests of an event loop from synchronous code, a bounded number at a time.
 
-Unlike ``fsspec.asyn._run_coros_in_chunks``, a batch gives up early when the endpoint is down:
-once one request fails in a way that ``give_up`` says will repeat (a timeout, a refused
-connection), the requests not yet started are not sent but answered with that failure. A batch
-of N requests to a stalled server then costs one timeout, not N / limit of them.
+Two shapes: ``run_bounded`` (an async fsspec filesystem's batch: every result, in order) and
+``stream_bounded`` (any loop running in another thread: each result as it lands, the caller's
+pace bounding how many are outstanding). Unlike ``fsspec.asyn._run_coros_in_chunks``, both
+give up early when the endpoint is down: once one request fails in a way that ``give_up`` says
+will repeat (a timeout, a refused connection), the requests not yet started are not sent but
+answered with that failure. N requests to a stalled server then cost one timeout, not N / limit
+of them.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+import queue
+import sys
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import fsspec.asyn
+
+#: Seconds a closed stream waits for its cancelled requests to wind down on the loop.
+CANCEL_WAIT = 10.0
 
 
 async def _bounded(
@@ -48,3 +56,111 @@ def run_bounded(
     if not calls:
         return []
     return fsspec.asyn.sync(fs.loop, _bounded, calls, limit, give_up)
+
+
+class _Stream:
+    """The loop-side state of one ``stream_bounded`` call: which calls have started, the tasks
+    still running, and the first give-up failure. Touched only on the loop's thread (the
+    consumer reaches it through ``call_soon_threadsafe``), except ``landed``, a thread-safe queue."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        calls: Sequence[Callable[[], Awaitable[Any]]],
+        give_up: Callable[[BaseException], bool],
+    ) -> None:
+        self.loop = loop
+        self.calls = calls
+        self.give_up = give_up
+        self.landed: queue.SimpleQueue[tuple[int, object]] = queue.SimpleQueue()
+        self.next = 0
+        self.closed = False
+        self.fatal: BaseException | None = None
+        self.tasks: dict[int, asyncio.Task[None]] = {}
+
+    async def _one(self, i: int) -> None:
+        try:
+            result: object = await self.calls[i]()
+        except Exception as e:  # a request's failure is its result; cancellation passes through
+            if self.fatal is None and self.give_up(e):
+                self.fatal = e
+            result = e
+        self.landed.put((i, result))
+
+    def start(self, count: int) -> None:
+        """Send up to ``count`` more requests (on the loop's thread); once the endpoint is
+        found down, the rest land at once with that failure, unsent."""
+        for _ in range(count):
+            if self.closed or self.next >= len(self.calls):
+                return
+            i, self.next = self.next, self.next + 1
+            if self.fatal is not None:
+                self.landed.put((i, self.fatal))
+                continue
+            task = self.loop.create_task(self._one(i))
+            self.tasks[i] = task
+            task.add_done_callback(lambda _, i=i: self.tasks.pop(i, None))
+
+    def cancel(self) -> list[asyncio.Task[None]]:
+        """Stop sending and cancel what is outstanding (on the loop's thread)."""
+        self.closed = True
+        tasks = list(self.tasks.values())
+        for task in tasks:
+            task.cancel()
+        return tasks
+
+    async def cancel_and_wait(self) -> None:
+        """``cancel``, then wait until every cancelled request has wound down."""
+        tasks = self.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def stream_bounded(
+    loop: asyncio.AbstractEventLoop,
+    calls: Sequence[Callable[[], Awaitable[Any]]],
+    limit: int,
+    give_up: Callable[[BaseException], bool],
+) -> Iterator[tuple[int, object]]:
+    """Yield ``(i, result)`` for each of ``calls`` as it lands on ``loop`` (running in another
+    thread), in completion order; a result is the value or the exception the call raised.
+
+    At most ``limit`` calls are outstanding or landed but not yet taken: a new one starts when
+    the consumer takes one. When the consumer stops early (the generator is closed or
+    garbage-collected) the outstanding calls are cancelled and waited for (at most
+    ``CANCEL_WAIT`` seconds)."""
+    n = len(calls)
+    if n == 0:
+        return
+    stream = _Stream(loop, calls, give_up)
+    loop.call_soon_threadsafe(stream.start, max(1, limit))
+    taken = 0
+    try:
+        while taken < n:
+            i, result = stream.landed.get()
+            taken += 1
+            loop.call_soon_threadsafe(stream.start, 1)
+            yield i, result
+    finally:
+        if taken < n:
+            _close(stream)
+
+
+def _close(stream: _Stream) -> None:
+    """Cancel a stream's outstanding calls: waited for from any thread but the loop's own (a
+    generator collected there cannot wait for the loop it runs on)."""
+    loop = stream.loop
+    if loop.is_closed() or sys.is_finalizing():  # at exit: the loop's thread may be gone
+        return
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        stream.cancel()
+        return
+    future = asyncio.run_coroutine_threadsafe(stream.cancel_and_wait(), loop)
+    try:
+        future.result(CANCEL_WAIT)
+    except Exception:  # the loop stopped or is stuck: the requests end with it
+        future.cancel()

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Protocol, TypeAlias
 
 from .._threads import thread_map
 from ..byte_range import ByteRange
 from ..errors import ArgumentError, InvalidKeyError, ReadOnlyError, WriteConflictError
 from ..settings import Settings
+from ..settings import check as check_settings
 from ..settings import current as current_settings
 
 BytesLike = bytes | bytearray | memoryview
@@ -131,8 +133,14 @@ class Store(ABC):
     #: the copy's ``write_receipt()``, and the client's store takes them in ``merge_receipts``.
     returns_receipts: bool = False
 
-    def __init__(self, *, read_only: bool = False) -> None:
+    def __init__(self, *, read_only: bool = False, settings: Mapping[str, object] | None = None) -> None:
         self.read_only = read_only
+        if settings:
+            self.setting_overrides = MappingProxyType(
+                check_settings(
+                    settings, error=StoreArgumentError, where=f"the settings of {type(self).__name__}"
+                )
+            )
 
     # ---- read-path capabilities the core asks for (defaults built on ``get``) ----------------
     #: True when per-key calls are cheap synchronous system calls (local files): the core then
@@ -184,7 +192,7 @@ class Store(ABC):
     # ---- settings --------------------------------------------------------------------------
     #: This store's own setting overrides (names of ``zarr3_backend.settings.Settings``), from
     #: its ``storage_options={"zarr3": {...}}`` or constructor; see ``settings``.
-    setting_overrides: Mapping[str, object] = {}
+    setting_overrides: Mapping[str, object] = MappingProxyType({})
 
     @property
     def settings(self) -> Settings:
@@ -192,13 +200,26 @@ class Store(ABC):
         then ``zarr3_backend.settings.using`` blocks); read when a call starts."""
         return current_settings(self.setting_overrides)
 
+    #: The byte-range coalescing gap where the settings name none: reading the bytes between
+    #: two ranges of one value costs less than another request when they are closer than this
+    #: (local disk and memory: a few pages; object stores override it with about 1 MiB).
+    default_coalesce_gap: int = 4096
+
+    @property
+    def coalesce_gap(self) -> int:
+        """Byte ranges of one value closer than this are best fetched as one request: the
+        ``coalesce_gap`` setting in force, else this store's ``default_coalesce_gap``."""
+        gap = self.settings.coalesce_gap
+        return self.default_coalesce_gap if gap is None else gap
+
     # ---- reading ---------------------------------------------------------------------------
     @abstractmethod
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
         """The value of ``key`` (or ``byte_range`` of it); ``None`` when the key is missing."""
 
-    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
-        """Values of many keys in one call (concurrent where the backend allows)."""
+    def get_many(self, keys: Sequence[str]) -> list[BytesLike | None]:
+        """Values of many keys in one call (concurrent where the backend allows): ``bytes``, or
+        a read-only buffer that stays valid as long as it is referenced (no copy)."""
         return [self.get(k) for k in keys]
 
     def get_partial_values(self, key_ranges: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:

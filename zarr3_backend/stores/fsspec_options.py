@@ -4,7 +4,11 @@ Users reach a store only through ``storage_options`` (``open_group(url, storage_
 ``xr.open_dataset(..., storage_options=...)``), so the store's own settings travel there too, in
 a section the filesystem never sees::
 
-    storage_options={"anon": True, "zarr3": {"retries": 2, "batch_size": 16}}
+    storage_options={"anon": True, "zarr3": {"retries": 2, "requests_in_flight": 16}}
+
+The section takes every name of ``zarr3_backend.settings.Settings`` (the store's overrides of
+the package's settings), the store's ``retries`` and ``unguarded_partial_writes``, and
+``batch_size``, the older name of ``requests_in_flight``.
 
 ``"unguarded_partial_writes": True`` lets a store without conditional writes (GCS, Azure,
 ``memory://``, ...) write part of a chunk or shard by an unguarded read-modify-write: safe only
@@ -19,21 +23,26 @@ Options the user gives always win over these defaults.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
 
+from ..settings import NAMES as SETTING_NAMES
+from ..settings import check as check_settings
 from .base import StoreArgumentError
 
 #: The ``storage_options`` key holding the store's own settings.
 SETTINGS_KEY = "zarr3"
 #: Retries of transient failures when nothing else retries.
 DEFAULT_RETRIES = 3
-#: Requests one batched call keeps in flight.
-DEFAULT_BATCH_SIZE = 64
+#: The byte-range coalescing gap of object stores (``Store.default_coalesce_gap``): at tens of
+#: milliseconds a request and 100 MB/s or more, reading 1 MiB more costs less than a request.
+OBJECT_STORE_COALESCE_GAP = 2**20
 #: Seconds to open a connection, and to wait for the next bytes of an answer (S3, HTTP).
 DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_READ_TIMEOUT = 12.0
@@ -45,11 +54,15 @@ _PRIVATE_CACHE_SIZE = 32
 
 @dataclass(frozen=True)
 class StoreSettings:
-    """The store's own settings (``storage_options["zarr3"]``); None means the default."""
+    """The store's own settings (``storage_options["zarr3"]`` and the store's keywords): its
+    retries and partial-write policy (None: the default), and overrides of the package's
+    settings (``zarr3_backend.settings.Settings`` names). ``batch_size`` is the documented
+    older name of the ``requests_in_flight`` setting."""
 
     retries: int | None = None
     batch_size: int | None = None
     unguarded_partial_writes: bool | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         flag = self.unguarded_partial_writes
@@ -65,25 +78,50 @@ class StoreSettings:
                 )
         if self.batch_size == 0:
             raise StoreArgumentError("store setting batch_size must be at least 1 (or None)")
+        checked = check_settings(
+            self.settings, error=StoreArgumentError, where=f"storage_options[{SETTINGS_KEY!r}]"
+        )
+        in_flight = checked.get("requests_in_flight")
+        if self.batch_size is not None and in_flight is not None and in_flight != self.batch_size:
+            raise StoreArgumentError(
+                f"store setting batch_size={self.batch_size!r} (the older name of requests_in_flight) "
+                f"disagrees with requests_in_flight={in_flight!r}"
+            )
+        object.__setattr__(self, "settings", checked)
 
-    def merged(self, **explicit: int | bool | None) -> StoreSettings:
-        """These settings with ``explicit`` keyword values added; the same setting given both
-        ways with different values is refused."""
+    @property
+    def overrides(self) -> dict[str, Any]:
+        """The package-setting overrides these stand for (``batch_size`` as ``requests_in_flight``)."""
+        if self.batch_size is None:
+            return dict(self.settings)
+        return {**self.settings, "requests_in_flight": self.batch_size}
+
+    def merged(
+        self, settings: Mapping[str, Any] | None = None, **explicit: int | bool | None
+    ) -> StoreSettings:
+        """These settings with ``explicit`` keyword values and ``settings`` overrides added;
+        the same setting given both ways with different values is refused."""
         values = {
             "retries": self.retries,
             "batch_size": self.batch_size,
             "unguarded_partial_writes": self.unguarded_partial_writes,
         }
-        for name, value in explicit.items():
+        for name, value in [*explicit.items(), *(settings or {}).items()]:
             if value is None:
                 continue
-            if values[name] is not None and values[name] != value:
+            known = values[name] if name in values else self.settings.get(name)
+            if known is not None and known != value:
                 raise StoreArgumentError(
                     f"store setting {name} given twice: {value!r} as a keyword and "
-                    f"{values[name]!r} in storage_options[{SETTINGS_KEY!r}]"
+                    f"{known!r} in storage_options[{SETTINGS_KEY!r}]"
                 )
-            values[name] = value
-        return StoreSettings(**values)
+        values.update({k: v for k, v in explicit.items() if v is not None})
+        return StoreSettings(**values, settings={**self.settings, **(settings or {})})
+
+
+#: What ``storage_options["zarr3"]`` may hold besides the package's setting names
+#: (``backend``: ``make_store``'s choice of store).
+STORE_KEYS = ("retries", "batch_size", "unguarded_partial_writes", "backend")
 
 
 def split_storage_options(storage_options: dict[str, Any] | None) -> tuple[dict[str, Any], StoreSettings]:
@@ -100,25 +138,35 @@ def split_storage_options(storage_options: dict[str, Any] | None) -> tuple[dict[
         raise StoreArgumentError(
             f"storage_options[{SETTINGS_KEY!r}] must be a dict, got {type(section).__name__}"
         )
-    known = ("retries", "batch_size", "unguarded_partial_writes", "backend")  # backend: make_store's choice
-    unknown = sorted(set(section) - set(known))
+    unknown = sorted(set(section) - set(STORE_KEYS) - SETTING_NAMES)
     if unknown:
         raise StoreArgumentError(
             f"unknown store setting(s) {', '.join(map(repr, unknown))} in storage_options[{SETTINGS_KEY!r}]; "
-            f"known: {', '.join(map(repr, known))}"
+            f"known: {', '.join(map(repr, sorted([*STORE_KEYS, *SETTING_NAMES])))}"
         )
-    return options, StoreSettings(**section)
+    mine = {k: v for k, v in section.items() if k in STORE_KEYS and k != "backend"}
+    settings = {k: v for k, v in section.items() if k in SETTING_NAMES}
+    return options, StoreSettings(**mine, settings=settings)
 
 
-def tuned_options(protocol: str | None, options: dict[str, Any], batch_size: int) -> dict[str, Any] | None:
-    """Filesystem options with bounded timeouts and one retry layer added (the user's own
-    values kept); None for protocols built as fsspec builds them (no private instance)."""
+async def http_client(connections: int, **client_kwargs: Any) -> Any:
+    """fsspec HTTP's ``get_client`` with at most ``connections`` open connections (aiohttp's
+    default connector holds 100, fewer than a store keeps requests in flight)."""
+    import aiohttp  # fsspec's HTTP filesystem is built on it
+
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections), **client_kwargs)
+
+
+def tuned_options(protocol: str | None, options: dict[str, Any], in_flight: int) -> dict[str, Any] | None:
+    """Filesystem options with bounded timeouts, one retry layer and room for ``in_flight``
+    concurrent requests added (the user's own values kept); None for protocols built as fsspec
+    builds them (no private instance)."""
     if protocol in S3_PROTOCOLS:
         config = dict(options.get("config_kwargs") or {})
         config.setdefault("connect_timeout", DEFAULT_CONNECT_TIMEOUT)
         config.setdefault("read_timeout", DEFAULT_READ_TIMEOUT)
         config.setdefault("retries", {"total_max_attempts": 1, "mode": "standard"})
-        config.setdefault("max_pool_connections", batch_size)
+        config.setdefault("max_pool_connections", in_flight)
         return {**options, "config_kwargs": config}
     if protocol in HTTP_PROTOCOLS:
         client = dict(options.get("client_kwargs") or {})
@@ -128,7 +176,10 @@ def tuned_options(protocol: str | None, options: dict[str, Any], batch_size: int
             client["timeout"] = aiohttp.ClientTimeout(
                 total=None, sock_connect=DEFAULT_CONNECT_TIMEOUT, sock_read=DEFAULT_READ_TIMEOUT
             )
-        return {**options, "client_kwargs": client}
+        tuned = {**options, "client_kwargs": client}
+        if "get_client" not in options and "connector" not in client:
+            tuned["get_client"] = functools.partial(http_client, in_flight)
+        return tuned
     return None
 
 

@@ -1,8 +1,8 @@
 """FsspecStore: a store over any fsspec filesystem (memory, file, s3, gcs, http, ...).
 
 Batched reads and writes on async filesystems (s3fs, gcsfs, http) send one request per key, at
-most ``batch_size`` in flight; missing keys come back as values, never as an exception round
-trip per key. Transient failures (timeouts, dropped connections, 5xx) are sent again a bounded
+most ``requests_in_flight`` (a setting) in flight; missing keys come back as values, never as
+an exception round trip per key; streamed reads hand each value over as it lands. Transient failures (timeouts, dropped connections, 5xx) are sent again a bounded
 number of times; what still fails raises a typed StoreError naming the URL (``fsspec_errors``).
 A batch stops sending once the endpoint is found down (timeout, refused connection), so a dead
 server costs a few timeouts, not one per key. Settings and bounded defaults: ``fsspec_options``.
@@ -13,6 +13,7 @@ a live connection, and rebuilds its filesystem in a process forked after it was 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import os
@@ -29,7 +30,8 @@ from fsspec.implementations.local import LocalFileSystem
 
 from ..byte_range import ByteRange
 from ..errors import Zarr3Error
-from ._aio import run_bounded
+from ..settings import current as current_settings
+from ._aio import run_bounded, stream_bounded
 from .base import BytesLike, Store, StoreArgumentError, Version, dir_prefix, validate_key, validate_prefix
 from .fsspec_conditional import conditional_backend
 from .fsspec_errors import (
@@ -42,9 +44,9 @@ from .fsspec_errors import (
     store_error,
 )
 from .fsspec_options import (
-    DEFAULT_BATCH_SIZE,
     DEFAULT_RETRIES,
     HTTP_PROTOCOLS,
+    OBJECT_STORE_COALESCE_GAP,
     S3_PROTOCOLS,
     StoreSettings,
     filesystem_retries_itself,
@@ -82,7 +84,7 @@ def _rebuild(
     options: dict[str, Any],
     root: str,
     read_only: bool,
-    batch_size: int | None,
+    settings: Mapping[str, Any],
     retries: int | None,
     origin: _Origin | None = None,
     unguarded_partial_writes: bool = False,
@@ -93,9 +95,9 @@ def _rebuild(
         fs,
         root,
         read_only=read_only,
-        batch_size=batch_size,
         retries=retries,
         unguarded_partial_writes=unguarded_partial_writes,
+        settings=settings,
     )
     store._origin = origin
     return store
@@ -119,14 +121,16 @@ def _url_protocol(url: str) -> str | None:
 class FsspecStore(Store):
     """A store over an fsspec filesystem, rooted at ``root`` (a path on that filesystem).
 
-    ``batch_size`` bounds how many requests one batched call (reads and writes) keeps in flight
-    (None: ``DEFAULT_BATCH_SIZE``). ``retries`` is how often a transiently failed request is
-    sent again (None: ``DEFAULT_RETRIES``, or 0 when the filesystem retries by itself).
+    ``settings`` overrides the package's settings for this store (``zarr3_backend.settings``
+    names; ``requests_in_flight`` bounds how many requests one batched or streamed call keeps
+    in flight); ``batch_size`` is the older name of ``requests_in_flight``. ``retries`` is how
+    often a transiently failed request is sent again (None: ``DEFAULT_RETRIES``, or 0 when the
+    filesystem retries by itself).
 
-    Both can be given where only ``storage_options`` reach (``open_group``, ``open_array``,
+    All can be given where only ``storage_options`` reach (``open_group``, ``open_array``,
     ``xr.open_dataset``, ``to_zarr``), in a section the filesystem never sees::
 
-        storage_options={"key": ..., "zarr3": {"retries": 2, "batch_size": 16}}
+        storage_options={"key": ..., "zarr3": {"retries": 2, "requests_in_flight": 16}}
 
     For ``s3://`` and ``http(s)://`` URLs ``from_url`` builds a private filesystem instance
     (shared only with stores of the same options) with bounded timeouts (connect 5 s, read 12 s)
@@ -159,6 +163,7 @@ class FsspecStore(Store):
         batch_size: int | None = None,
         retries: int | None = None,
         unguarded_partial_writes: bool = False,
+        settings: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(fs, fsspec.AbstractFileSystem):
             raise StoreArgumentError(f"FsspecStore needs an fsspec filesystem, got {type(fs).__name__}")
@@ -166,12 +171,11 @@ class FsspecStore(Store):
             raise StoreArgumentError(
                 f"FsspecStore needs a filesystem made with asynchronous=False, got {fs!r} for root {root!r}"
             )
-        StoreSettings(retries, batch_size, unguarded_partial_writes)  # validates them
-        super().__init__(read_only=read_only)
+        own = StoreSettings(retries, batch_size, unguarded_partial_writes, settings or {})  # validates them
+        super().__init__(read_only=read_only, settings=own.overrides)
         self._fs = fs
         self._pid = os.getpid()
         self._origin: _Origin | None = None  # set when from_url made a private filesystem
-        self.batch_size = batch_size
         self.retries = retries
         stripped = fs._strip_protocol(root)
         self.root: str = stripped.rstrip("/") or stripped
@@ -191,20 +195,26 @@ class FsspecStore(Store):
         batch_size: int | None = None,
         retries: int | None = None,
         unguarded_partial_writes: bool | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> FsspecStore:
         """A store for an fsspec URL such as ``"s3://bucket/data.zarr"`` or ``"memory://x"``.
 
         ``storage_options`` go to the filesystem (endpoint, credentials, anon, ...) except the
-        ``"zarr3"`` section: the store's ``retries``, ``batch_size`` and
-        ``unguarded_partial_writes`` (also accepted as keywords; the same one given both ways
-        must agree). ``read_only=None`` means read-only for http(s) URLs, writable otherwise.
+        ``"zarr3"`` section: the store's ``retries``, ``unguarded_partial_writes`` and settings
+        (``zarr3_backend.settings`` names; ``batch_size`` for ``requests_in_flight``), also
+        accepted as keywords (the same one given both ways must agree). ``read_only=None``
+        means read-only for http(s) URLs, writable otherwise.
         """
-        options, settings = split_storage_options(storage_options)
-        settings = settings.merged(
-            retries=retries, batch_size=batch_size, unguarded_partial_writes=unguarded_partial_writes
+        options, own = split_storage_options(storage_options)
+        own = own.merged(
+            settings,
+            retries=retries,
+            batch_size=batch_size,
+            unguarded_partial_writes=unguarded_partial_writes,
         )
         protocol = _url_protocol(url)
-        tuned = tuned_options(protocol, options, settings.batch_size or DEFAULT_BATCH_SIZE)
+        in_flight = current_settings(own.overrides).requests_in_flight
+        tuned = tuned_options(protocol, options, in_flight)
         try:
             if tuned is None:
                 fs, path = fsspec.core.url_to_fs(url, **options)
@@ -219,9 +229,9 @@ class FsspecStore(Store):
             fs,
             path,
             read_only=read_only,
-            batch_size=settings.batch_size,
-            retries=settings.retries,
-            unguarded_partial_writes=bool(settings.unguarded_partial_writes),
+            retries=own.retries,
+            unguarded_partial_writes=bool(own.unguarded_partial_writes),
+            settings=own.overrides,
         )
         if tuned is not None:
             store._origin = _Origin(options, filesystem_retries_itself(protocol, options))
@@ -265,6 +275,18 @@ class FsspecStore(Store):
         return _is_async(self._fs)
 
     @property
+    def batch_size(self) -> int:
+        """Requests one batched or streamed call keeps in flight: the ``requests_in_flight``
+        setting in force for this store (``batch_size`` is its older name)."""
+        return self.settings.requests_in_flight
+
+    @property
+    def default_coalesce_gap(self) -> int:  # type: ignore[override]
+        """About 1 MiB on object stores (async filesystems: a request costs a round trip),
+        4 KiB on filesystems with directories."""
+        return OBJECT_STORE_COALESCE_GAP if _is_async(self._fs) else Store.default_coalesce_gap
+
+    @property
     def supports_conditional_writes(self) -> bool:
         """Local files (a directory lock) and S3 (ETags) have compare-and-swap writes."""
         return self._local is not None or self._conditional is not None
@@ -287,10 +309,6 @@ class FsspecStore(Store):
         if self._origin is not None:
             return 0 if self._origin.retries_itself else DEFAULT_RETRIES
         return 0 if isinstance(getattr(self._fs, "retries", None), int) else DEFAULT_RETRIES
-
-    @property
-    def _limit(self) -> int:
-        return self.batch_size or DEFAULT_BATCH_SIZE
 
     def _path(self, key: str) -> str:
         return self._prefix + validate_key(key)
@@ -334,10 +352,10 @@ class FsspecStore(Store):
         return results
 
     def _concurrently(self, action: str, calls: Sequence[Callable[[], Awaitable[Any]]]) -> list[object]:
-        """Async filesystems: ``calls`` at most ``batch_size`` at a time, results in place; the
-        ones not started yet when the endpoint is found down get that failure unsent."""
-        fs = self.fs
-        return self._call(action, self.url, lambda: run_bounded(fs, calls, self._limit, is_endpoint_down))
+        """Async filesystems: ``calls`` at most ``requests_in_flight`` at a time, results in
+        place; the ones not started yet when the endpoint is found down get that failure unsent."""
+        fs, limit = self.fs, self.settings.requests_in_flight
+        return self._call(action, self.url, lambda: run_bounded(fs, calls, limit, is_endpoint_down))
 
     def _value(self, path: str, result: object) -> bytes | None:
         """One fetched result: bytes, None for a missing key, else a typed StoreError."""
@@ -438,6 +456,22 @@ class FsspecStore(Store):
         """
         if self._local is not None:
             return self._local.get_partial_values(key_ranges)
+        requests = self._requests(key_ranges)
+        out = self._fetch(requests)
+        refused = []
+        for i, (request, (_, r)) in enumerate(zip(requests, key_ranges, strict=True)):
+            if r is not None and r.length == 0:
+                out[i] = _zero_length(out[i])
+            elif _range_refused(request, out[i]):
+                refused.append(i)
+        if refused:
+            self._refetch_by_size(refused, requests, key_ranges, out)
+        return [self._value(path, res) for (path, _, _), res in zip(requests, out, strict=True)]
+
+    def _requests(
+        self, key_ranges: Sequence[tuple[str, ByteRange | None]]
+    ) -> list[tuple[str, int | None, int | None]]:
+        """The ``(path, start, end)`` request for each key and range (keys checked)."""
         # a whole value is asked for as "from byte 0": one GET, where s3fs would first ask for
         # the size (HEAD) to decide on a multi-part download
         whole = 0 if _is_async(self._fs) else None
@@ -450,17 +484,61 @@ class FsspecStore(Store):
                 requests.append((path, 0, 1))
             else:
                 requests.append((path, r.offset, None if r.length is None else r.offset + r.length))
-        out = self._fetch(requests)
-        refused = []
-        for i, ((_, start, end), (_, r)) in enumerate(zip(requests, key_ranges, strict=True)):
-            if r is not None and r.length == 0:
-                if not _is_error(out[i]) or is_unsatisfiable_range(out[i]):
-                    out[i] = b""
-            elif _is_error(out[i]) and (start is not None or end is not None) and is_range_refused(out[i]):
-                refused.append(i)
-        if refused:
-            self._refetch_by_size(refused, requests, key_ranges, out)
-        return [self._value(path, res) for (path, _, _), res in zip(requests, out, strict=True)]
+        return requests
+
+    def stream_partial_values(
+        self, key_ranges: Sequence[tuple[str, ByteRange | None]], *, in_flight: int | None = None
+    ) -> Iterator[tuple[int, BytesLike | None]]:
+        """``(position, value)`` for each of ``key_ranges`` as it lands (see ``Store``). Async
+        filesystems: one request per range on the filesystem's event loop, at most ``in_flight``
+        (default: ``requests_in_flight``) outstanding or landed but not taken, each answer
+        settled by ``get_partial_values``' rules when the consumer takes it; an answer those
+        rules must follow up (a transient failure to retry, a refused or short range, whose
+        value's size must be asked) goes through ``get_partial_values`` itself then. Closing
+        the iterator early cancels the outstanding requests. Other filesystems: in batches."""
+        if self._local is not None or not _is_async(self._fs):
+            return super().stream_partial_values(key_ranges, in_flight=in_flight)
+        limit = max(1, in_flight or self.settings.requests_in_flight)
+        fs = self.fs
+        requests = self._requests(key_ranges)
+        http = _protocol(fs) in HTTP_PROTOCOLS
+        sent = [_as_sent(r) for r in requests] if http else requests
+        calls = [functools.partial(fs._cat_file, p, start=s, end=e) for p, s, e in sent]
+        landed = stream_bounded(fs.loop, calls, limit, is_endpoint_down)
+        return self._settle_stream(landed, key_ranges, requests, sent, http)
+
+    def _settle_stream(
+        self,
+        landed: Iterator[tuple[int, object]],
+        key_ranges: Sequence[tuple[str, ByteRange | None]],
+        requests: list[tuple[str, int | None, int | None]],
+        sent: list[tuple[str, int | None, int | None]],
+        http: bool,
+    ) -> Iterator[tuple[int, BytesLike | None]]:
+        with contextlib.closing(landed):  # an early stop cancels what is still outstanding
+            for i, result in landed:
+                request, r = requests[i], key_ranges[i][1]
+                result = _clip(request, sent[i], result)
+                if r is not None and r.length == 0:
+                    result = _zero_length(result)
+                if self._needs_follow_up(request, result, http):
+                    yield i, self.get_partial_values([key_ranges[i]])[0]
+                else:
+                    yield i, self._value(request[0], result)
+
+    def _needs_follow_up(
+        self, request: tuple[str, int | None, int | None], result: object, http: bool
+    ) -> bool:
+        """Whether one landed answer needs more than ``_value`` (what ``get_partial_values``
+        does after its first batch): a transient failure to send again (not an endpoint found
+        down: that is final at once), a range refused, or on HTTP a range answered short (is it
+        the value's tail, or a whole smaller value from a server ignoring ``Range``?)."""
+        if _is_error(result):
+            if _range_refused(request, result):
+                return True
+            return self._retries > 0 and is_transient(result) and not is_endpoint_down(result)
+        _, start, end = request
+        return http and bool(start) and start > 0 and end is not None and len(result) < end - start
 
     def _refetch_by_size(
         self,
@@ -527,7 +605,7 @@ class FsspecStore(Store):
 
     def set_many(self, items: Mapping[str, BytesLike]) -> None:
         """Write many values; every key is checked first. On object stores one PUT per key,
-        at most ``batch_size`` in flight; a failed key is named in the error, the others are
+        at most ``requests_in_flight`` in flight; a failed key is named in the error, the others are
         written."""
         for key in items:
             self.check_writable(key)
@@ -799,11 +877,22 @@ class FsspecStore(Store):
             dict(fs.storage_options),
             self.root,
             self.read_only,
-            self.batch_size,
+            dict(self.setting_overrides),
             self.retries,
             self._origin,
             self.unguarded_partial_writes,
         )
+
+
+def _zero_length(result: object) -> object:
+    """A 0-byte range's answer (one byte was asked): empty when the value exists."""
+    return b"" if not _is_error(result) or is_unsatisfiable_range(result) else result
+
+
+def _range_refused(request: tuple[str, int | None, int | None], result: object) -> bool:
+    """A ranged request the backend refused (416, no suffix support): to ask by size."""
+    _, start, end = request
+    return _is_error(result) and (start is not None or end is not None) and is_range_refused(result)
 
 
 def _as_sent(request: tuple[str, int | None, int | None]) -> tuple[str, int | None, int | None]:

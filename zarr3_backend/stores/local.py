@@ -24,6 +24,7 @@ import shutil
 import stat
 import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from crc32c import crc32c
 
@@ -245,8 +246,14 @@ class LocalStore(Store):
     #: ``flock`` on directory descriptors and ``*at`` calls (Linux): see the module docstring
     supports_conditional_writes = _DIR_FD and fcntl is not None
 
-    def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False) -> None:
-        super().__init__(read_only=read_only)
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        read_only: bool = False,
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(read_only=read_only, settings=settings)
         self.root = os.path.abspath(os.fspath(root))
         self._real_root = os.path.realpath(self.root)
         self._swept: set[str] = set()  # directories already cleared of dead writers' temp files
@@ -837,7 +844,7 @@ class LocalStore(Store):
     # ---- identity --------------------------------------------------------------------------
     def with_read_only(self, read_only: bool = True) -> LocalStore:
         """A store on the same directory with another read-only flag."""
-        return LocalStore(self.root, read_only=read_only)
+        return LocalStore(self.root, read_only=read_only, settings=self.setting_overrides)
 
     @property
     def data_identity(self) -> Hashable:
@@ -857,5 +864,6 @@ class LocalStore(Store):
         return f"LocalStore({self.root!r}, read_only={self.read_only})"
 
     def __reduce__(self):
-        """Pickle by root path and flags."""
-        return rebuild_store, (LocalStore, (self.root,), {"read_only": self.read_only})
+        """Pickle by root path, flags and setting overrides."""
+        kwargs = {"read_only": self.read_only, "settings": dict(self.setting_overrides)}
+        return rebuild_store, (LocalStore, (self.root,), kwargs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, MutableMapping
+from typing import Any
 
 from ..byte_range import ByteRange
 from .base import (
@@ -31,8 +32,14 @@ class MemoryStore(Store):
 
     supports_conditional_writes = True
 
-    def __init__(self, data: MutableMapping[str, bytes] | None = None, *, read_only: bool = False) -> None:
-        super().__init__(read_only=read_only)
+    def __init__(
+        self,
+        data: MutableMapping[str, bytes] | None = None,
+        *,
+        read_only: bool = False,
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(read_only=read_only, settings=settings)
         self._data: MutableMapping[str, bytes] = {} if data is None else data
         for key in self._data:
             validate_key(key)
@@ -210,4 +217,5 @@ class MemoryStore(Store):
         """Pickle the contents (a snapshot), not the lock."""
         with self._lock:
             snapshot = dict(self._data)
-        return rebuild_store, (MemoryStore, (snapshot,), {"read_only": self.read_only})
+        kwargs = {"read_only": self.read_only, "settings": dict(self.setting_overrides)}
+        return rebuild_store, (MemoryStore, (snapshot,), kwargs)

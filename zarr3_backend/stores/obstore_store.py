@@ -2,8 +2,9 @@
 
 Object-store latency, not CPU, sets the pace of remote reads, so every batched call sends its
 requests concurrently from ONE asyncio event loop that this module owns (a daemon thread; calls
-are submitted with ``asyncio.run_coroutine_threadsafe``), at most ``batch_size`` in flight
-(default 256), never a thread per request. obstore's own retry layer (bounded: ``retries``,
+are submitted with ``asyncio.run_coroutine_threadsafe``), at most ``requests_in_flight`` (a
+setting, default 256) in flight, never a thread per request; streamed reads hand each value
+over as it lands. obstore's own retry layer (bounded: ``retries``,
 default 3, within 60 s) is the only one; a batch stops sending once the endpoint is found down.
 
 Missing keys read as ``None``; byte ranges follow ByteRange (suffix, open-ended, clipped at the
@@ -14,6 +15,7 @@ on the object's ETag (``If-Match`` / ``If-None-Match``). The store pickles by UR
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import threading
@@ -34,7 +36,7 @@ from obstore.exceptions import (
 
 from ..byte_range import ByteRange
 from ..errors import StoreError, Zarr3Error
-from ._aio import _bounded
+from ._aio import _bounded, stream_bounded
 from .base import BytesLike, Store, StoreArgumentError, dir_prefix, validate_key, validate_prefix
 from .fsspec_errors import (
     BucketNotFoundError,
@@ -45,11 +47,9 @@ from .fsspec_errors import (
     is_missing_container,
     is_unsatisfiable_range,
 )
-from .fsspec_options import SETTINGS_KEY, split_storage_options
+from .fsspec_options import OBJECT_STORE_COALESCE_GAP, SETTINGS_KEY, split_storage_options
 from .obstore_options import ObstoreTarget, obstore_target
 
-#: Requests one batched call keeps in flight unless ``batch_size`` says otherwise.
-DEFAULT_IN_FLIGHT = 256
 #: How long a presigned conditional DELETE URL stays valid (it is used at once).
 _SIGN_FOR = timedelta(minutes=5)
 _MISSING = (FileNotFoundError, NotFoundError)
@@ -137,9 +137,13 @@ def _is_endpoint_down(exc: BaseException) -> bool:
 
 
 def _range_refused(exc: BaseException) -> bool:
-    """The server would not serve the range as asked (answered the whole value, or obstore
-    refused the range itself): worth asking for the whole value."""
-    return isinstance(exc, ValueError) or "non-partial response" in _text(exc)
+    """The server would not serve the range as asked (answered the whole value: obstore's
+    HTTPStore says "range request not supported", its other stores "non-partial response";
+    or obstore refused the range itself): worth asking for the whole value."""
+    text = _text(exc)
+    return (
+        isinstance(exc, ValueError) or "non-partial response" in text or "range request not supported" in text
+    )
 
 
 def _typed(action: str, where: str, exc: BaseException, note: str = "") -> StoreError:
@@ -192,14 +196,17 @@ class ObstoreStore(Store):
     ``storage_options`` are fsspec-style (s3fs' ``key``, ``secret``, ``anon``, ``endpoint_url``,
     ``client_kwargs``, ``config_kwargs``; gcsfs' ``token``; adlfs' ``account_name``, ...) or
     obstore's own configuration keys (see ``obstore_options``), plus the store's section
-    ``"zarr3": {"retries": ..., "batch_size": ..., "unguarded_partial_writes": ...}``
-    (``batch_size``: requests in flight per batched call, default 256; ``retries``: obstore's
-    retries of a transient failure, default 3; ``unguarded_partial_writes``: where there are no
-    conditional writes (GCS, Azure here), allow partial chunk/shard writes that a concurrent
-    writer could undo; refused by default).
+    ``"zarr3": {"retries": ..., "unguarded_partial_writes": ..., <setting>: ...}``
+    (``retries``: obstore's retries of a transient failure, default 3;
+    ``unguarded_partial_writes``: where there are no conditional writes (GCS, Azure here),
+    allow partial chunk/shard writes that a concurrent writer could undo; refused by default;
+    any ``zarr3_backend.settings`` name, e.g. ``requests_in_flight``: requests in flight per
+    batched or streamed call, whose older name ``batch_size`` is accepted too). The same can
+    be given as keywords (``settings=`` for the package's settings).
     """
 
     costly_requests = True
+    default_coalesce_gap = OBJECT_STORE_COALESCE_GAP
 
     def __init__(
         self,
@@ -210,22 +217,25 @@ class ObstoreStore(Store):
         batch_size: int | None = None,
         retries: int | None = None,
         unguarded_partial_writes: bool | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(url, str):
             raise StoreArgumentError(f"ObstoreStore needs a URL string, got {type(url).__name__}")
         unguarded, storage_options = _pop_unguarded(storage_options, unguarded_partial_writes)
-        options, settings = split_storage_options(storage_options)
-        settings = settings.merged(retries=retries, batch_size=batch_size)
+        options, own = split_storage_options(storage_options)
+        own = own.merged(settings, retries=retries, batch_size=batch_size)
         self.url = url.rstrip("/")
-        self._target: ObstoreTarget = obstore_target(self.url, options, settings.retries)
-        super().__init__(read_only=self._target.kind == "http" if read_only is None else read_only)
+        self._target: ObstoreTarget = obstore_target(self.url, options, own.retries)
+        super().__init__(
+            read_only=self._target.kind == "http" if read_only is None else read_only, settings=own.overrides
+        )
         self._user_options = dict(storage_options or {})
-        zarr3 = dict(self._user_options.get("zarr3") or {})
+        zarr3 = dict(self._user_options.get(SETTINGS_KEY) or {})
         explicit = (("retries", retries), ("batch_size", batch_size), ("unguarded_partial_writes", unguarded))
         zarr3.update({k: v for k, v in explicit if v is not None})
+        zarr3.update(settings or {})
         if zarr3:
-            self._user_options["zarr3"] = zarr3
-        self.batch_size = settings.batch_size or DEFAULT_IN_FLIGHT
+            self._user_options[SETTINGS_KEY] = zarr3
         self.unguarded_partial_writes = bool(unguarded)
         self._client: Any = None
         self._pid = 0
@@ -242,6 +252,7 @@ class ObstoreStore(Store):
         batch_size: int | None = None,
         retries: int | None = None,
         unguarded_partial_writes: bool | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> ObstoreStore:
         """The store for ``url`` (the same as the constructor; named like FsspecStore's)."""
         return cls(
@@ -251,6 +262,7 @@ class ObstoreStore(Store):
             batch_size=batch_size,
             retries=retries,
             unguarded_partial_writes=unguarded_partial_writes,
+            settings=settings,
         )
 
     # ---- configuration ---------------------------------------------------------------------
@@ -275,6 +287,12 @@ class ObstoreStore(Store):
                     raise StoreArgumentError(f"cannot open an obstore store for {self.url!r}: {e}") from e
                 self._client, self._pid = client, os.getpid()
             return self._client
+
+    @property
+    def batch_size(self) -> int:
+        """Requests one batched or streamed call keeps in flight: the ``requests_in_flight``
+        setting in force for this store (``batch_size`` is its older name)."""
+        return self.settings.requests_in_flight
 
     @property
     def kind(self) -> str:
@@ -302,12 +320,12 @@ class ObstoreStore(Store):
 
     # ---- running requests ------------------------------------------------------------------
     def _batch(self, action: str, calls: Sequence[Callable[[], Awaitable[Any]]]) -> list[object]:
-        """Await ``calls`` on the loop, at most ``batch_size`` at a time; each result is the value
-        or the exception it raised. Once the endpoint is found down the rest are not sent."""
+        """Await ``calls`` on the loop, at most ``requests_in_flight`` at a time; each result is
+        the value or the exception it raised. Once the endpoint is found down the rest are not sent."""
         if not calls:
             return []
         try:
-            return _LOOP.run(_bounded(calls, self.batch_size, _is_endpoint_down))
+            return _LOOP.run(_bounded(calls, self.settings.requests_in_flight, _is_endpoint_down))
         except Zarr3Error:
             raise
         except Exception as e:  # the loop itself failed (never a request's failure)
@@ -326,31 +344,36 @@ class ObstoreStore(Store):
                 f"{action} {self._key_url(key)!r} failed: the bucket of {self.url!r} does not exist: {error}"
             ) from error
 
-    def _value(self, key: str, result: object) -> bytes | None:
+    def _value(self, key: str, result: object, *, copy: bool = True) -> BytesLike | None:
+        """One fetched result: None for a missing key, a typed StoreError for a failure, else
+        the value: as ``bytes`` (``copy``), or a read-only view of the buffer obstore filled
+        (no copy; the view keeps that buffer alive)."""
         if isinstance(result, _MISSING):
             self._missing(key, result, "reading")
             return None
         if isinstance(result, BaseException):
             raise _typed("reading", self._key_url(key), result) from result
-        return bytes(result)  # type: ignore[arg-type]
+        view = memoryview(result)  # type: ignore[arg-type]
+        return bytes(view) if copy else view
 
     # ---- reading ---------------------------------------------------------------------------
-    async def _read(self, key: str, r: ByteRange | None) -> bytes:
-        """One value or range, clipped to the value as ByteRange says; raises when missing."""
+    async def _read(self, key: str, r: ByteRange | None) -> BytesLike | obstore.Bytes:
+        """One value or range, clipped to the value as ByteRange says, in the buffer obstore
+        filled (not copied); raises when missing."""
         client = self._client
         if r is None or (r.offset == 0 and r.length is None):
-            return bytes(await (await obstore.get_async(client, key)).bytes_async())
+            return await (await obstore.get_async(client, key)).bytes_async()
         if r.length == 0:  # no request can say "0 bytes": ask whether it exists
             await self._exists(key)
             return b""
         try:
             if r.is_suffix:
                 got = await obstore.get_async(client, key, options={"range": {"suffix": -r.offset}})
-                return bytes(await got.bytes_async())
+                return await got.bytes_async()
             if r.length is None:
                 got = await obstore.get_async(client, key, options={"range": {"offset": r.offset}})
-                return bytes(await got.bytes_async())
-            return bytes(await obstore.get_range_async(client, key, start=r.offset, length=r.length))
+                return await got.bytes_async()
+            return await obstore.get_range_async(client, key, start=r.offset, length=r.length)
         except _MISSING:
             raise
         except Exception as e:
@@ -373,14 +396,14 @@ class ObstoreStore(Store):
                 raise
         return True
 
-    async def _read_ranges(self, key: str, ranges: list[ByteRange]) -> list[bytes]:
+    async def _read_ranges(self, key: str, ranges: list[ByteRange]) -> list[Any]:
         """Several bounded ranges of one value in one coalescing call; any trouble (a range past
         the end) falls back to one request per range, with the clipping rules."""
         try:
             got = await obstore.get_ranges_async(
                 self._client, key, starts=[r.offset for r in ranges], lengths=[r.length for r in ranges]
             )
-            out = [bytes(b) for b in got]
+            out = list(got)
             if all(len(b) == r.length for b, r in zip(out, ranges, strict=True)):
                 return out
         except _MISSING:
@@ -393,13 +416,44 @@ class ObstoreStore(Store):
         """The value of ``key`` (or the part ``byte_range`` selects, clipped to the value)."""
         return self.get_partial_values([(key, byte_range)])[0]
 
-    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
-        """Values of many keys, concurrently on the store's event loop."""
-        return self.get_partial_values([(k, None) for k in keys])
+    def get_many(self, keys: Sequence[str]) -> list[BytesLike | None]:  # type: ignore[override]
+        """Values of many keys, concurrently on the store's event loop; each a read-only view of
+        the buffer obstore filled (no copy)."""
+        results = self._fetch([(k, None) for k in keys])
+        return [self._value(k, res, copy=False) for k, res in zip(keys, results, strict=True)]
 
     def get_partial_values(self, key_ranges: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
         """Byte ranges of many keys, concurrently; several bounded ranges of one key go in one
-        coalescing ``get_ranges`` call (adjacent ranges become one request)."""
+        coalescing ``get_ranges`` call (adjacent ranges become one request). Values are
+        ``bytes`` (callers hash them: the shard-index memo)."""
+        out = self._fetch(key_ranges)
+        return [self._value(k, res) for (k, _), res in zip(key_ranges, out, strict=True)]  # type: ignore[misc]
+
+    def stream_partial_values(
+        self, key_ranges: Sequence[tuple[str, ByteRange | None]], *, in_flight: int | None = None
+    ) -> Iterator[tuple[int, BytesLike | None]]:
+        """``(position, value)`` for each of ``key_ranges`` as it lands (see ``Store``): one
+        request per range on the store's event loop, at most ``in_flight`` (default:
+        ``requests_in_flight``) outstanding or landed but not taken; each value a read-only
+        view of the buffer obstore filled (no copy). Closing the iterator early cancels the
+        outstanding requests."""
+        for key, _ in key_ranges:
+            validate_key(key)
+        self._open()
+        limit = max(1, in_flight or self.settings.requests_in_flight)
+        calls = [lambda key=key, r=r: self._read(key, r) for key, r in key_ranges]
+        landed = stream_bounded(_LOOP.loop(), calls, limit, _is_endpoint_down)
+        return self._settle_stream(landed, key_ranges)
+
+    def _settle_stream(
+        self, landed: Iterator[tuple[int, object]], key_ranges: Sequence[tuple[str, ByteRange | None]]
+    ) -> Iterator[tuple[int, BytesLike | None]]:
+        with contextlib.closing(landed):  # an early stop cancels what is still outstanding
+            for i, result in landed:
+                yield i, self._value(key_ranges[i][0], result, copy=False)
+
+    def _fetch(self, key_ranges: Sequence[tuple[str, ByteRange | None]]) -> list[object]:
+        """Each range's result (obstore's buffer, or the exception), concurrently."""
         for key, _ in key_ranges:
             validate_key(key)
         self._open()
@@ -423,7 +477,7 @@ class ObstoreStore(Store):
         for (_, idx), result in zip(multi.items(), results[len(singles) :], strict=True):
             for n, i in enumerate(idx):
                 out[i] = result if isinstance(result, BaseException) else result[n]  # type: ignore[index]
-        return [self._value(k, res) for (k, _), res in zip(key_ranges, out, strict=True)]
+        return out
 
     def exists(self, key: str) -> bool:
         """Whether ``key`` holds a value: one request for its first byte."""

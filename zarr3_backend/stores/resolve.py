@@ -116,8 +116,9 @@ def make_store(obj: Any, *, mode: str = "r", storage_options: dict[str, Any] | N
     (FsspecStore; plain ``file://`` URLs give a LocalStore; http(s) URLs are read-only), an
     fsspec mapper, or a dict (MemoryStore). ``mode == "r"`` makes the store read-only.
     ``storage_options`` go to the fsspec filesystem unchanged, except the section
-    ``"zarr3": {"retries": ..., "batch_size": ..., "backend": ...}``, which configures the
-    store itself (see FsspecStore, ObstoreStore).
+    ``"zarr3": {"retries": ..., "backend": ..., <setting>: ...}``, which configures the store
+    itself (see FsspecStore, ObstoreStore; a setting is a ``zarr3_backend.settings`` name such
+    as ``requests_in_flight``, whose older name ``batch_size`` is accepted too).
 
     Remote URLs: ``s3://``, ``gs://``, ``az://`` (``abfs://``) and ``http(s)://`` URLs get an
     ObstoreStore when obstore is installed (``pip install zarr3_backend[obstore]``), an
