@@ -311,7 +311,7 @@ def test_null_fill_value_reads_missing_chunks_as_zero_and_masks_nothing(tmp_path
 
 @pytest.mark.interop
 @pytest.mark.parametrize("consolidated", [True, False])
-def test_zarr_python_v2_hierarchy_opens_as_a_read_only_group(tmp_path, consolidated):
+def test_zarr_python_v2_hierarchy_opens_read_only_with_mode_r_and_writes_as_v2_otherwise(tmp_path, consolidated):
     import zarr
 
     root = zarr.open_group(tmp_path / "h.zarr", mode="w", zarr_format=2)
@@ -335,19 +335,30 @@ def test_zarr_python_v2_hierarchy_opens_as_a_read_only_group(tmp_path, consolida
     assert z3.open_group(tmp_path / "h.zarr", path="sub", use_consolidated=False).zarr_format == 2
     assert "x" in g.tree() and "y" in g.tree()
 
-    # writes are refused, whatever the mode asked for, and nothing changes on disk
-    g = z3.open_group(tmp_path / "h.zarr", mode="a")
+    # mode="r" refuses every write, and nothing changes on disk
     for write in (
         lambda: g.create_group("new"),
         lambda: g.create_array("new", shape=(1,), dtype="i1"),
         lambda: g.attrs.update({"k": 1}),
         lambda: g["x"].__setitem__(0, 9),
         lambda: g["x"].resize((9,)),
-        lambda: z3.open_array(tmp_path / "h.zarr", path="x", mode="r+").__setitem__(0, 9),
+        lambda: z3.open_array(tmp_path / "h.zarr", path="x", mode="r").__setitem__(0, 9),
     ):
-        with pytest.raises(ReadOnlyError, match="Zarr v2"):
+        with pytest.raises(ReadOnlyError, match="read-only"):
             write()
     assert _snapshot(tmp_path / "h.zarr") == before
+
+    # a writable open writes Zarr v2 that zarr-python reads (nothing becomes zarr.json)
+    g = z3.open_group(tmp_path / "h.zarr", mode="a")
+    g.create_group("new")
+    g.create_array("arr", shape=(1,), dtype="i1", fill_value=0)[...] = 7
+    g.attrs.update({"k": 1})
+    g["x"][0] = 9
+    g["x"].resize((7,))
+    assert not any(p.name == "zarr.json" for p in (tmp_path / "h.zarr").rglob("*"))
+    zg = zarr.open_group(tmp_path / "h.zarr", mode="r", zarr_format=2, use_consolidated=consolidated)
+    assert zg.attrs["k"] == 1 and zg["arr"][0] == 7 and "new" in zg
+    assert zg["x"][...].tolist() == [9, 1, 2, 3, 4, 0, 0]
 
 
 def test_corrupt_v2_documents_raise_typed_errors_naming_the_key(tmp_path):
@@ -610,7 +621,7 @@ def test_v2_nodes_inside_a_v3_group_are_left_out_of_listings_as_zarr_python_does
     with pytest.raises(DataTypeError, match=r"a2/\.zarray: field 'dtype'"):
         g["a2"]  # reachable by name, so its error says what it is
     assert list(xr.open_dataset(store, engine="zarr3").data_vars) == ["a3"]
-    with pytest.raises(ZarrV2Error, match="does not delete it"):
+    with pytest.raises(ZarrV2Error, match="does not delete them"):
         del z3.open_group(store, mode="a")["a2"]
 
 
@@ -632,8 +643,10 @@ def test_writing_beside_a_v2_node_in_a_v3_store_keeps_it_readable_by_zarr_python
         xr.open_dataset(root, engine="zarr", group="new").load(),
     )
     assert z3.open_group(root, mode="r")["oldgrp/x"][...].tolist() == [5, 6]
-    with pytest.raises(ZarrV2Error):
-        z3.consolidate_metadata(root, "oldgrp")
+    z3.consolidate_metadata(root, "oldgrp")  # the v2 group's own .zmetadata, as zarr-python writes it
+    consolidated = zarr.open_group(root / "oldgrp", mode="r", zarr_format=2, use_consolidated=True)
+    assert consolidated["x"][...].tolist() == [5, 6]
+    assert not (root / "oldgrp" / "zarr.json").exists()
 
 
 def test_zmetadata_keys_are_normalised_and_a_bad_one_ignored_when_not_used(tmp_path):
