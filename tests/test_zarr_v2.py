@@ -311,7 +311,9 @@ def test_null_fill_value_reads_missing_chunks_as_zero_and_masks_nothing(tmp_path
 
 @pytest.mark.interop
 @pytest.mark.parametrize("consolidated", [True, False])
-def test_zarr_python_v2_hierarchy_opens_read_only_with_mode_r_and_writes_as_v2_otherwise(tmp_path, consolidated):
+def test_zarr_python_v2_hierarchy_opens_read_only_with_mode_r_and_writes_as_v2_otherwise(
+    tmp_path, consolidated
+):
     import zarr
 
     root = zarr.open_group(tmp_path / "h.zarr", mode="w", zarr_format=2)
@@ -391,23 +393,26 @@ def test_truncated_v2_chunk_is_a_typed_error(tmp_path):
 
 
 @pytest.mark.interop
-def test_to_zarr_never_adds_to_a_v2_group_and_mode_w_replaces_it(tmp_path):
+def test_to_zarr_adds_to_a_v2_group_as_v2_and_mode_w_replaces_it(tmp_path):
     import xarray as xr
 
-    from zarr3_backend.errors import ZarrV2Error
+    from zarr3_backend.errors import ArgumentError
 
     path = tmp_path / "v2.zarr"
     ds = xr.Dataset({"v": (("t",), np.arange(4.0))})
     ds.to_zarr(path, zarr_format=2, consolidated=True)
     before = _snapshot(path)
     more = xr.Dataset({"w": (("t",), np.ones(4))})
-    for mode in ("a", "r+"):
-        with pytest.raises(ZarrV2Error, match=r"Zarr v2.*mode='w' on the store's root replaces it"):
-            z3.to_zarr(more, path, mode=mode)
-    with pytest.raises(ZarrV2Error):
-        z3.to_zarr(ds.isel(t=[0]), path, mode="a", append_dim="t")
+    with pytest.raises(ArgumentError, match=r"zarr_format=3 was given, but group '/' .* is Zarr v2"):
+        z3.to_zarr(more, path, mode="a", zarr_format=3)
+    with pytest.raises(ArgumentError, match="mode='r\\+'"):
+        z3.to_zarr(more, path, mode="r+")  # a new variable, as for v3
     assert _snapshot(path) == before  # nothing written
-    z3.to_zarr(more, path, mode="w")
+    z3.to_zarr(more, path, mode="a")  # the store's format: v2
+    assert (path / "w" / ".zarray").exists() and not (path / "zarr.json").exists()
+    both = xr.merge([ds, more])
+    xr.testing.assert_identical(xr.open_dataset(path, engine="zarr", consolidated=True).load(), both)
+    z3.to_zarr(more, path, mode="w")  # replaced: a new store's format, v3 (as xarray's engine)
     assert not (path / ".zgroup").exists() and (path / "zarr.json").exists()
     xr.testing.assert_identical(xr.open_dataset(path, engine="zarr3").load(), more)
 
@@ -527,17 +532,21 @@ def test_nothing_is_created_inside_a_v2_hierarchy(tmp_path):
     before = _snapshot(path)
     new = xr.Dataset({"w": (("t",), np.ones(3))})
     for create in (
-        lambda: z3.to_zarr(new, path, group="sub"),
+        lambda: z3.to_zarr(new, path, group="sub", zarr_format=3),
         lambda: z3.create_group(path, "sub"),
         lambda: z3.open_group(path, "sub", mode="a"),
         lambda: z3.create_array(path, path="sub/new", shape=(2,), dtype="i1"),
         lambda: z3.open_array(path, "new", mode="a", shape=(2,), dtype="i1"),
         lambda: z3.open_group(path, "v", mode="w"),
-        lambda: z3.consolidate_metadata(path),
     ):
-        with pytest.raises(ZarrV2Error, match="writes only v3"):
+        with pytest.raises(ZarrV2Error, match=r"inside the Zarr v2 node .* create it with zarr_format=2"):
             create()
     assert _snapshot(path) == before
+    # v2 nodes are created there: the group of a store's format, and consolidated as xarray does
+    z3.to_zarr(new, path, group="sub")
+    assert (path / "sub" / ".zgroup").exists() and (path / "sub" / "w" / ".zarray").exists()
+    assert not list(path.rglob("zarr.json"))
+    xr.testing.assert_identical(xr.open_dataset(path, engine="zarr", group="sub").load(), new)
 
 
 class CountingStore(z3.MemoryStore):
