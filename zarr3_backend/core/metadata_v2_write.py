@@ -130,7 +130,8 @@ def zarray_document(
 ) -> dict[str, Any]:
     """The ``.zarray`` of an array: its stored one (shape updated) when ``meta`` was read from
     v2, else encoded from the v3 description (``order`` says how chunks are laid out;
-    ``fill_value``, when given, is the v2 JSON fill value, else ``meta``'s own is encoded).
+    ``fill_value``, when given, is the v2 JSON fill value, else ``meta``'s own is encoded; a
+    leading transpose reversing the axes makes the order ``"F"``).
     ``field`` names the argument refused codecs came from."""
     marker = meta.extra_fields.get(V2_MARKER)
     if isinstance(marker, Mapping) and isinstance(marker.get("zarray"), Mapping):
@@ -143,7 +144,7 @@ def zarray_document(
     ndim = len(meta.shape)
     if codecs and codecs[0]["name"] == "transpose":
         want = list(range(ndim))[::-1]
-        if order != "C" or list(codecs[0]["configuration"]["order"]) != want:
+        if list(codecs[0]["configuration"]["order"]) != want:
             raise CodecError(f"{field}: only a transpose that reverses every axis (order 'F') has a v2 form")
         order = "F"
         codecs = codecs[1:]
