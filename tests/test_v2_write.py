@@ -259,7 +259,7 @@ def test_what_v2_cannot_express_is_refused_naming_the_argument(tmp_path):
                     }
                 ],
             },
-        ),  # fmt: skip
+        ),
         (
             CodecError,
             "filters: codec 'transpose'",
