@@ -303,3 +303,32 @@ def test_null_fill_value_stores_every_chunk_as_zarr_python_does(tmp_path):
     a[...] = [0, 0, 1, 2, 0, 0]
     assert sorted(p.name for p in path.iterdir() if not p.name.startswith(".")) == ["0", "1", "2"]
     assert zarr.open_array(path, mode="r", zarr_format=2)[...].tolist() == [0, 0, 1, 2, 0, 0]
+
+
+def test_open_group_creates_v2_and_refuses_the_other_format(tmp_path):
+    path = tmp_path / "o.zarr"
+    g = z3.open_group(path, mode="w", zarr_format=2, attributes={"a": 1})
+    assert g.zarr_format == 2 and json.loads((path / ".zattrs").read_text()) == {"a": 1}
+    assert json.loads((path / ".zgroup").read_text()) == {"zarr_format": 2}
+    assert z3.open_group(path, mode="a", zarr_format=2).zarr_format == 2
+    with pytest.raises(ZarrV2Error, match="zarr_format=3 was given"):
+        z3.open_group(path, mode="a", zarr_format=3)
+    arr = z3.open_array(path, "x", mode="w", shape=(3,), dtype="u1", fill_value=1, zarr_format=2)
+    arr[1] = 5
+    assert zarr.open_array(path / "x", mode="r", zarr_format=2)[...].tolist() == [1, 5, 1]
+    assert z3.open_group(path, "sub", mode="a", zarr_format=2).zarr_format == 2
+    assert sorted(zarr.open_group(path, mode="r", zarr_format=2).keys()) == ["sub", "x"]
+
+
+def test_zarr_python_slash_separated_v2_array_is_appended_under_its_keys(tmp_path):
+    path = tmp_path / "s.zarr"
+    values = np.arange(24, dtype="<i2").reshape(4, 6)
+    zarr.create_array(
+        path, shape=(4, 6), chunks=(3, 4), dtype="<i2", fill_value=-1, zarr_format=2,
+        chunk_key_encoding={"name": "v2", "separator": "/"},
+    )[...] = values  # fmt: skip
+    a = z3.open_array(path, mode="r+")
+    a.append(values[:2] + 100)
+    assert (path / "1" / "1").is_file() and not (path / "1.1").exists()
+    expected = np.concatenate([values, values[:2] + 100])
+    assert zarr.open_array(path, mode="r", zarr_format=2)[...].tolist() == expected.tolist()

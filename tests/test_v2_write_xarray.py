@@ -185,3 +185,16 @@ def test_bad_v2_encodings_are_refused_naming_the_field(tmp_path):
     ds.to_zarr(path, zarr_format=2)
     with pytest.raises(ArgumentError, match="zarr_format=3 was given"):
         z3.to_zarr(ds, path, mode="a", append_dim="x", zarr_format=3)
+
+
+def test_mode_w_and_deferred_writes_as_v2(tmp_path):
+    path = tmp_path / "w.zarr"
+    z3.to_zarr(full_dataset(4), path)  # v3 first
+    ds = full_dataset(6)
+    lazy = ds.chunk({"time": 2})
+    delayed = z3.to_zarr(lazy, path, mode="w", zarr_format=2, compute=False, encoding=ENCODING)
+    assert not (path / "zarr.json").exists() and (path / "t2m" / ".zarray").exists()
+    delayed.compute()
+    for engine in ("zarr", "zarr3"):
+        xr.testing.assert_identical(_read(path, engine), ds)
+    _assert_consolidated_fresh(path, tmp_path)

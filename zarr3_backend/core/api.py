@@ -533,29 +533,47 @@ def open_group(
     storage_options: dict | None = None,
     use_consolidated: bool | None = None,
     attributes: dict | None = None,
+    zarr_format: int | None = None,
 ) -> Group:
     """Open (or with modes ``a``/``w``/``w-`` create) the group at ``path``.
 
     ``use_consolidated``: None uses consolidated metadata when present, True requires it,
-    False ignores it.
+    False ignores it. ``zarr_format``: of a group created here (3 when None); an existing
+    group of another format is refused (``ZarrV2Error``).
     """
     _check_mode(mode)
+    if zarr_format is not None:
+        check_zarr_format(zarr_format)
     path = normalize_path(path)
     store = _resolve_store(store if store is not None else {}, mode, storage_options)
-    return wait_for_commits(store, lambda: _open_group(store, path, mode, use_consolidated, attributes))
+    return wait_for_commits(
+        store, lambda: _open_group(store, path, mode, use_consolidated, attributes, zarr_format)
+    )
 
 
 def _open_group(
-    store: Store, path: str, mode: str, use_consolidated: bool | None, attributes: dict | None
+    store: Store,
+    path: str,
+    mode: str,
+    use_consolidated: bool | None,
+    attributes: dict | None,
+    zarr_format: int | None,
 ) -> Group:
+    fmt = zarr_format or 3
     if mode in ("w", "w-"):
-        return create_group(store, path, attributes=attributes, overwrite=mode == "w")
+        return create_group(store, path, attributes=attributes, overwrite=mode == "w", zarr_format=fmt)
     try:
-        return open_existing_group(store, path, read_only=mode == "r", use_consolidated=use_consolidated)
+        group = open_existing_group(store, path, read_only=mode == "r", use_consolidated=use_consolidated)
     except GroupNotFoundError:
         if mode != "a" or read_node_metadata(store, path) is not None:
             raise
-        return create_group(store, path, attributes=attributes)
+        return create_group(store, path, attributes=attributes, zarr_format=fmt)
+    if zarr_format is not None and not group.implicit and group.zarr_format != zarr_format:
+        raise ZarrV2Error(
+            f"zarr_format={zarr_format} was given, but group {path or '/'!r} in {store!r} is "
+            f"Zarr v{group.zarr_format}"
+        )
+    return group
 
 
 def open_array(

@@ -523,7 +523,8 @@ def _apply(
 
         refresh_v2_consolidated(store, v2_docs, rebuild=manifest.get("consolidate") is not None)
     root_doc = docs.get(root)
-    if manifest.get("consolidate") is not None:
+    root_replaced = root_doc is None and "" in manifest["erase_prefixes"]  # e.g. by a v2 root
+    if manifest.get("consolidate") is not None and not root_replaced:
         from .consolidate import consolidated_root_document
 
         root_doc = consolidated_root_document(store, root_doc)
