@@ -332,3 +332,18 @@ def test_zarr_python_slash_separated_v2_array_is_appended_under_its_keys(tmp_pat
     assert (path / "1" / "1").is_file() and not (path / "1.1").exists()
     expected = np.concatenate([values, values[:2] + 100])
     assert zarr.open_array(path, mode="r", zarr_format=2)[...].tolist() == expected.tolist()
+
+
+def test_structured_v2_array_round_trips(tmp_path):
+    dt = np.dtype([("a", "<i4"), ("x", "<f8"), ("y", "|u1")])  # zarr-python reads flat ones
+    fill = np.array((1, 2.5, 3), dtype=dt)[()]
+    path = tmp_path / "st.zarr"
+    a = z3.create_array(path, shape=(5,), chunks=(2,), dtype=dt, fill_value=fill, zarr_format=2)
+    values = np.array([(i, i / 2, i) for i in range(5)], dtype=dt)
+    a[...] = values
+    zarray = json.loads((path / ".zarray").read_text())
+    assert zarray["dtype"] == [["a", "<i4"], ["x", "<f8"], ["y", "|u1"]]
+    a.resize((7,))
+    theirs = zarr.open_array(path, mode="r", zarr_format=2)
+    assert theirs[...].tolist() == [*values.tolist(), fill.tolist(), fill.tolist()]
+    assert z3.open_array(path)[...].tolist() == theirs[...].tolist()

@@ -125,6 +125,11 @@ def _with_byte_order(conf: Mapping[str, Any], order: str) -> dict[str, Any]:
     return out
 
 
+def _descr_json(descr: Any) -> list:
+    """A structured dtype's ``descr`` as the v2 ``dtype`` JSON: ``[[name, type], ...]``, nested."""
+    return [[name, _descr_json(t) if isinstance(t, list) else t, *rest] for name, t, *rest in descr]
+
+
 def zarray_document(
     meta: ArrayMetadata, *, order: str = "C", fill_value: Any = ..., field: str = "codecs"
 ) -> dict[str, Any]:
@@ -162,9 +167,8 @@ def zarray_document(
     if serializer["name"] == "bytes":
         endian = (serializer.get("configuration") or {}).get("endian", "little")
         byte_order = ">" if endian == "big" else "<"
-        dtype: Any = (
-            npdt.newbyteorder(byte_order).str if npdt.fields is None else npdt.newbyteorder(byte_order).descr
-        )
+        ordered = npdt.newbyteorder(byte_order)
+        dtype: Any = ordered.str if npdt.fields is None else _descr_json(ordered.descr)
         if npdt.fields is None and (npdt.itemsize <= 1 or npdt.kind in "SV"):
             dtype = npdt.str
     else:
