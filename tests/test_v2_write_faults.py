@@ -7,19 +7,32 @@ with no record left and ``.zmetadata`` equal to a fresh consolidation."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import xarray as xr
 from test_fault_injection import (
     CHUNKS,
+    KILL_HOOK,
+    REPO,
     SHAPE,
+    XR_CHILD,
     classify,
+    dataset,
     expected_states,
     leftovers,
     old_values,
     run_child,
+    run_xr_child,
     state_seen,
+    xr_classify,
+    xr_encoding,
+    xr_states,
     zarr_python_sees,
 )
 
@@ -91,3 +104,61 @@ def test_v2_append_killed_at_random_instants(tmp_path):
             assert classify(state_seen(root), expected_states("append")) == 1
             outcomes.append("finished")
     assert len(outcomes) == 5
+
+
+# ---- to_zarr appends to a v2 store ---------------------------------------------------------------
+def _xr_seen(root: Path, engine: str):
+    """The dataset an engine reads through ``.zmetadata``, or "inconsistent" when it cannot be
+    read as one (v2 documents are unmarked: a kill between two .zarray writes leaves arrays
+    that disagree on the append dimension until the commit is finished)."""
+    try:
+        with xr.open_dataset(str(root), engine=engine, consolidated=True) as ds:
+            return ds.load()
+    except Exception:
+        return "inconsistent"
+
+
+def _make_old_v2_dataset(root: Path) -> None:
+    old = dataset()
+    old.to_zarr(str(root), mode="w", zarr_format=2, encoding=xr_encoding("blosc", old))
+
+
+@pytest.mark.slow
+def test_v2_to_zarr_append_killed_inside_and_at_random_instants(tmp_path):
+    """xarray's engine made the v2 store; our append is killed inside its commit and at random
+    instants: after repair both engines read the same whole dataset (the new one when the kill
+    came after the manifest), .zmetadata fresh, no records left."""
+    states = xr_states("append")
+    child = XR_CHILD.replace('print("ready", flush=True)', 'print("ready", flush=True)\n' + KILL_HOOK)
+    roots = []
+    inside = tmp_path / "inside"
+    _make_old_v2_dataset(inside)
+    proc = subprocess.run(
+        [sys.executable, "-c", child, str(inside), "append", "blosc", str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    for engine in ("zarr3", "zarr"):  # .zmetadata is written last: both still read the old dataset
+        assert xr_classify(_xr_seen(inside, engine), states) == 0
+    roots.append((inside, True))
+    probe = tmp_path / "probe"
+    _make_old_v2_dataset(probe)
+    took = run_xr_child(probe, "append", "blosc", None)
+    assert took is not None
+    rng = random.Random("v2-xr-append")
+    for i in range(3):
+        root = tmp_path / f"k{i}"
+        _make_old_v2_dataset(root)
+        if run_xr_child(root, "append", "blosc", rng.uniform(0, took * 1.2)) is None:
+            roots.append((root, False))
+    for root, must_finish in roots:
+        z3.repair(str(root))
+        seen = [xr_classify(_xr_seen(root, engine), states) for engine in ("zarr3", "zarr")]
+        assert seen[0] == seen[1] and (seen[0] == 1 or not must_finish), (root, seen)
+        assert not leftovers(root) and not list(root.rglob("zarr.json"))
+        fresh = consolidated_v2(LocalStore(str(root)))
+        assert json.loads((root / ".zmetadata").read_bytes()) == json.loads(fresh)
