@@ -391,8 +391,9 @@ def v2_array_metadata(
         if fill_value is None
         else fill_value_json(meta3.fill_value, npdt if npdt.kind not in "OT" else np.dtype("O"))
     )
-    field = "codecs" if codecs is not None else "compressors"
-    zarray = zarray_document(meta3, order=order, fill_value=v2_fill, field=field)
+    zarray = zarray_document(
+        meta3, order=order, fill_value=v2_fill, field="codecs" if codecs is not None else None
+    )
     return to_v2_metadata(zarray, meta3.attributes, path)
 
 

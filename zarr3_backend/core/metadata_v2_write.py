@@ -69,8 +69,12 @@ def fill_value_json(value: Any, dtype: np.dtype) -> Any:
     if value is None:
         return None
     kind = dtype.kind
-    if kind == "O":
-        return value if isinstance(value, str) else None if value is None else str(value)
+    if kind == "O":  # text: the string; zarr-python 2 also wrote numbers, read as their text
+        if isinstance(value, bytes | bytearray):
+            raise MetadataError(
+                f"field 'fill_value': no Zarr v2 form for {value!r} of a variable-length array"
+            )
+        return value if isinstance(value, str) else str(value)
     scalar = np.asarray(value, dtype=dtype)[()] if dtype.fields is None else np.asarray(value).astype(dtype)
     if kind == "b":
         return bool(scalar)
@@ -131,13 +135,18 @@ def _descr_json(descr: Any) -> list:
 
 
 def zarray_document(
-    meta: ArrayMetadata, *, order: str = "C", fill_value: Any = ..., field: str = "codecs"
+    meta: ArrayMetadata, *, order: str = "C", fill_value: Any = ..., field: str | None = None
 ) -> dict[str, Any]:
     """The ``.zarray`` of an array: its stored one (shape updated) when ``meta`` was read from
     v2, else encoded from the v3 description (``order`` says how chunks are laid out;
     ``fill_value``, when given, is the v2 JSON fill value, else ``meta``'s own is encoded; a
     leading transpose reversing the axes makes the order ``"F"``).
-    ``field`` names the argument refused codecs came from."""
+    ``field`` names the argument refused codecs came from (``None``: ``filters``,
+    ``serializer`` or ``compressors`` by where the codec sits)."""
+    filters_field, serializer_field, compressors_field = (
+        (field, field, field) if field else ("filters", "serializer", "compressors")
+    )
+    field = field or "codecs"
     marker = meta.extra_fields.get(V2_MARKER)
     if isinstance(marker, Mapping) and isinstance(marker.get("zarray"), Mapping):
         return {"shape": list(meta.shape), **{k: v for k, v in marker["zarray"].items() if k != "shape"}}
@@ -160,7 +169,8 @@ def zarray_document(
     if serializer_at is None:
         names = [c["name"] for c in codecs]
         raise CodecError(
-            f"{field}: the chain {names} has no Zarr v2 form (sharding and numcodecs serializers have none)"
+            f"{serializer_field}: the chain {names} has no Zarr v2 form (sharding and numcodecs "
+            "serializers have none)"
         )
     serializer = codecs[serializer_at]
     npdt = meta.data_type.numpy
@@ -177,9 +187,9 @@ def zarray_document(
         filters.append({"id": serializer["name"]})
     for c in codecs[:serializer_at]:
         if not c["name"].startswith("numcodecs."):
-            raise CodecError(f"{field}: array codec {c['name']!r} has no Zarr v2 form")
-        filters.append(_with_byte_order(_v2_codec(c, field), byte_order))
-    after = [_v2_codec(c, field) for c in codecs[serializer_at + 1 :]]
+            raise CodecError(f"{filters_field}: array codec {c['name']!r} has no Zarr v2 form")
+        filters.append(_with_byte_order(_v2_codec(c, filters_field), byte_order))
+    after = [_v2_codec(c, compressors_field) for c in codecs[serializer_at + 1 :]]
     filters += after[:-1]
     compressor = after[-1] if after else None
     if fill_value is ...:
