@@ -441,13 +441,17 @@ def test_require_array_checks_shape_and_dtype(store):
 
 
 @pytest.mark.interop
-def test_zarr_v2_array_opens_read_only(tmp_path):
+def test_zarr_v2_array_is_read_only_with_mode_r_and_written_as_v2_with_r_plus(tmp_path):
     import zarr
 
     from zarr3_backend.errors import ReadOnlyError
 
     zarr.create_array(tmp_path / "v2.zarr", shape=(3,), dtype="i4", zarr_format=2)[...] = [1, 2, 3]
-    a = z3.open_array(tmp_path / "v2.zarr", mode="r+")
+    a = z3.open_array(tmp_path / "v2.zarr", mode="r")
     assert a.zarr_format == 2 and a.read_only and a[...].tolist() == [1, 2, 3]
-    with pytest.raises(ReadOnlyError, match="Zarr v2"):
+    with pytest.raises(ReadOnlyError, match="read-only"):
         a[0] = 5
+    a = z3.open_array(tmp_path / "v2.zarr", mode="r+")
+    assert a.zarr_format == 2 and not a.read_only
+    a[0] = 5
+    assert zarr.open_array(tmp_path / "v2.zarr", zarr_format=2)[...].tolist() == [5, 2, 3]

@@ -378,7 +378,7 @@ def test_bad_writer_arguments_are_typed_package_errors(tmp_path):
 
     ds = xr.Dataset({"v": (("t",), np.arange(4.0))})
     with pytest.raises(ArgumentError) as info:
-        z3.to_zarr(ds, tmp_path / "o.zarr", mode="w", zarr_format=2)
+        z3.to_zarr(ds, tmp_path / "o.zarr", mode="w", zarr_format=4)
     assert isinstance(info.value, Zarr3Error) and isinstance(info.value, ValueError)
     with pytest.raises(ArgumentTypeError):
         z3.to_zarr(np.arange(3), tmp_path / "o.zarr", mode="w")

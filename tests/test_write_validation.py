@@ -98,12 +98,14 @@ def test_failing_mode_w_leaves_a_nested_group_and_its_siblings(tmp_path):
     assert _files(path) == before
 
 
-def test_zarr_format_2_is_refused_before_anything_is_written(tmp_path):
+def test_a_bad_or_mismatched_zarr_format_is_refused_before_anything_is_written(tmp_path):
     path = tmp_path / "s.zarr"
     z3.to_zarr(_old(), path, mode="w")
     before = _files(path)
     with pytest.raises(ArgumentError, match="zarr_format"):
-        z3.to_zarr(_old(), path, mode="w", zarr_format=2)
+        z3.to_zarr(_old(), path, mode="w", zarr_format=4)
+    with pytest.raises(ArgumentError, match=r"zarr_format=2 was given, but group '/' .* is Zarr v3"):
+        z3.to_zarr(_old(), path, mode="a", zarr_format=2)
     assert _files(path) == before
 
 

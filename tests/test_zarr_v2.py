@@ -311,7 +311,9 @@ def test_null_fill_value_reads_missing_chunks_as_zero_and_masks_nothing(tmp_path
 
 @pytest.mark.interop
 @pytest.mark.parametrize("consolidated", [True, False])
-def test_zarr_python_v2_hierarchy_opens_as_a_read_only_group(tmp_path, consolidated):
+def test_zarr_python_v2_hierarchy_opens_read_only_with_mode_r_and_writes_as_v2_otherwise(
+    tmp_path, consolidated
+):
     import zarr
 
     root = zarr.open_group(tmp_path / "h.zarr", mode="w", zarr_format=2)
@@ -335,19 +337,30 @@ def test_zarr_python_v2_hierarchy_opens_as_a_read_only_group(tmp_path, consolida
     assert z3.open_group(tmp_path / "h.zarr", path="sub", use_consolidated=False).zarr_format == 2
     assert "x" in g.tree() and "y" in g.tree()
 
-    # writes are refused, whatever the mode asked for, and nothing changes on disk
-    g = z3.open_group(tmp_path / "h.zarr", mode="a")
+    # mode="r" refuses every write, and nothing changes on disk
     for write in (
         lambda: g.create_group("new"),
         lambda: g.create_array("new", shape=(1,), dtype="i1"),
         lambda: g.attrs.update({"k": 1}),
         lambda: g["x"].__setitem__(0, 9),
         lambda: g["x"].resize((9,)),
-        lambda: z3.open_array(tmp_path / "h.zarr", path="x", mode="r+").__setitem__(0, 9),
+        lambda: z3.open_array(tmp_path / "h.zarr", path="x", mode="r").__setitem__(0, 9),
     ):
-        with pytest.raises(ReadOnlyError, match="Zarr v2"):
+        with pytest.raises(ReadOnlyError, match="read-only"):
             write()
     assert _snapshot(tmp_path / "h.zarr") == before
+
+    # a writable open writes Zarr v2 that zarr-python reads (nothing becomes zarr.json)
+    g = z3.open_group(tmp_path / "h.zarr", mode="a")
+    g.create_group("new")
+    g.create_array("arr", shape=(1,), dtype="i1", fill_value=0)[...] = 7
+    g.attrs.update({"k": 1})
+    g["x"][0] = 9
+    g["x"].resize((7,))
+    assert not any(p.name == "zarr.json" for p in (tmp_path / "h.zarr").rglob("*"))
+    zg = zarr.open_group(tmp_path / "h.zarr", mode="r", zarr_format=2, use_consolidated=consolidated)
+    assert zg.attrs["k"] == 1 and zg["arr"][0] == 7 and "new" in zg
+    assert zg["x"][...].tolist() == [9, 1, 2, 3, 4, 0, 0]
 
 
 def test_corrupt_v2_documents_raise_typed_errors_naming_the_key(tmp_path):
@@ -380,23 +393,26 @@ def test_truncated_v2_chunk_is_a_typed_error(tmp_path):
 
 
 @pytest.mark.interop
-def test_to_zarr_never_adds_to_a_v2_group_and_mode_w_replaces_it(tmp_path):
+def test_to_zarr_adds_to_a_v2_group_as_v2_and_mode_w_replaces_it(tmp_path):
     import xarray as xr
 
-    from zarr3_backend.errors import ZarrV2Error
+    from zarr3_backend.errors import ArgumentError
 
     path = tmp_path / "v2.zarr"
     ds = xr.Dataset({"v": (("t",), np.arange(4.0))})
     ds.to_zarr(path, zarr_format=2, consolidated=True)
     before = _snapshot(path)
     more = xr.Dataset({"w": (("t",), np.ones(4))})
-    for mode in ("a", "r+"):
-        with pytest.raises(ZarrV2Error, match=r"Zarr v2.*mode='w' on the store's root replaces it"):
-            z3.to_zarr(more, path, mode=mode)
-    with pytest.raises(ZarrV2Error):
-        z3.to_zarr(ds.isel(t=[0]), path, mode="a", append_dim="t")
+    with pytest.raises(ArgumentError, match=r"zarr_format=3 was given, but group '/' .* is Zarr v2"):
+        z3.to_zarr(more, path, mode="a", zarr_format=3)
+    with pytest.raises(ArgumentError, match="mode='r\\+'"):
+        z3.to_zarr(more, path, mode="r+")  # a new variable, as for v3
     assert _snapshot(path) == before  # nothing written
-    z3.to_zarr(more, path, mode="w")
+    z3.to_zarr(more, path, mode="a")  # the store's format: v2
+    assert (path / "w" / ".zarray").exists() and not (path / "zarr.json").exists()
+    both = xr.merge([ds, more])
+    xr.testing.assert_identical(xr.open_dataset(path, engine="zarr", consolidated=True).load(), both)
+    z3.to_zarr(more, path, mode="w")  # replaced: a new store's format, v3 (as xarray's engine)
     assert not (path / ".zgroup").exists() and (path / "zarr.json").exists()
     xr.testing.assert_identical(xr.open_dataset(path, engine="zarr3").load(), more)
 
@@ -516,17 +532,21 @@ def test_nothing_is_created_inside_a_v2_hierarchy(tmp_path):
     before = _snapshot(path)
     new = xr.Dataset({"w": (("t",), np.ones(3))})
     for create in (
-        lambda: z3.to_zarr(new, path, group="sub"),
+        lambda: z3.to_zarr(new, path, group="sub", zarr_format=3),
         lambda: z3.create_group(path, "sub"),
         lambda: z3.open_group(path, "sub", mode="a"),
         lambda: z3.create_array(path, path="sub/new", shape=(2,), dtype="i1"),
         lambda: z3.open_array(path, "new", mode="a", shape=(2,), dtype="i1"),
         lambda: z3.open_group(path, "v", mode="w"),
-        lambda: z3.consolidate_metadata(path),
     ):
-        with pytest.raises(ZarrV2Error, match="writes only v3"):
+        with pytest.raises(ZarrV2Error, match=r"inside the Zarr v2 node .* create it with zarr_format=2"):
             create()
     assert _snapshot(path) == before
+    # v2 nodes are created there: the group of a store's format, and consolidated as xarray does
+    z3.to_zarr(new, path, group="sub")
+    assert (path / "sub" / ".zgroup").exists() and (path / "sub" / "w" / ".zarray").exists()
+    assert not list(path.rglob("zarr.json"))
+    xr.testing.assert_identical(xr.open_dataset(path, engine="zarr", group="sub").load(), new)
 
 
 class CountingStore(z3.MemoryStore):
@@ -610,7 +630,7 @@ def test_v2_nodes_inside_a_v3_group_are_left_out_of_listings_as_zarr_python_does
     with pytest.raises(DataTypeError, match=r"a2/\.zarray: field 'dtype'"):
         g["a2"]  # reachable by name, so its error says what it is
     assert list(xr.open_dataset(store, engine="zarr3").data_vars) == ["a3"]
-    with pytest.raises(ZarrV2Error, match="does not delete it"):
+    with pytest.raises(ZarrV2Error, match="does not delete them"):
         del z3.open_group(store, mode="a")["a2"]
 
 
@@ -632,8 +652,10 @@ def test_writing_beside_a_v2_node_in_a_v3_store_keeps_it_readable_by_zarr_python
         xr.open_dataset(root, engine="zarr", group="new").load(),
     )
     assert z3.open_group(root, mode="r")["oldgrp/x"][...].tolist() == [5, 6]
-    with pytest.raises(ZarrV2Error):
-        z3.consolidate_metadata(root, "oldgrp")
+    z3.consolidate_metadata(root, "oldgrp")  # the v2 group's own .zmetadata, as zarr-python writes it
+    consolidated = zarr.open_group(root / "oldgrp", mode="r", zarr_format=2, use_consolidated=True)
+    assert consolidated["x"][...].tolist() == [5, 6]
+    assert not (root / "oldgrp" / "zarr.json").exists()
 
 
 def test_zmetadata_keys_are_normalised_and_a_bad_one_ignored_when_not_used(tmp_path):

@@ -1,5 +1,6 @@
 """``zarr3 copy``: any store to any store (a Zarr v2 source too), with rechunking and
-resharding, in parallel with dask, resumable.
+resharding, in parallel with dask, resumable; the destination is Zarr v3, or with
+``--zarr-format 2`` Zarr v2 (unsharded: a sharded source's inner chunks become the chunks).
 
 One dask task per destination storage unit (shard, or chunk when unsharded): the source is read
 through ``zarr3_backend.dask.from_array`` in blocks that are exactly the destination's units,
@@ -29,9 +30,11 @@ from ..core.api import create_array, create_group, open_array, open_node
 from ..core.array import Array
 from ..core.group import Group
 from ..core.info import array_info
+from ..core.metadata_v2 import v2_fill_value_is_null
 from ..core.paths import join_path, normalize_path
 from ..dask import compute_with_progress, from_array
 from ..errors import ArgumentError, NodeExistsError, Zarr3Error
+from ..xarray.encoding import decode_fill_value_attr
 from ._common import emit_json, json_option, store_for, typed_errors
 from .migrate import standard_codec
 
@@ -54,6 +57,8 @@ class Layout:
     filters: tuple[dict, ...]
     serializer: dict
     compressors: tuple[dict, ...]
+    zarr_format: int = 3
+    order: str = "C"  # v2: "F" when the source's chain starts with an axis-reversing transpose
 
 
 def split_codecs(codecs: Sequence[Any], option: str = "--codecs") -> tuple[tuple, dict, tuple]:
@@ -90,12 +95,21 @@ def _shape_option(value: str | None, option: str) -> tuple[int, ...] | str | Non
 
 
 def destination_layout(
-    src: Array, chunks: Any = None, shards: Any = None, codecs: Sequence[Any] | None = None
+    src: Array,
+    chunks: Any = None,
+    shards: Any = None,
+    codecs: Sequence[Any] | None = None,
+    zarr_format: int = 3,
 ) -> Layout:
     """The source's layout with the options applied: ``chunks``/``shards`` tuples (``"none"``
-    unshards), ``codecs`` the chain of each (inner) chunk. A Zarr v2 source's numcodecs
-    compressors become the standard v3 codecs where they write the same bytes."""
+    unshards), ``codecs`` the chain of each (inner) chunk. For a v3 destination a Zarr v2
+    source's numcodecs compressors become the standard v3 codecs where they write the same
+    bytes; a v2 destination is unsharded (``--shards`` is refused) and keeps numcodecs codecs."""
     info = array_info(src)
+    if zarr_format == 2:
+        if isinstance(shards, tuple):
+            raise CopyArgumentError(f"--shards: Zarr v2 has no sharding (--zarr-format 2), got {shards}")
+        shards = "none"
     for option, value in (("--chunks", chunks), ("--shards", shards)):
         if isinstance(value, tuple) and len(value) != src.ndim:
             raise CopyArgumentError(
@@ -113,12 +127,19 @@ def destination_layout(
         new_shards = info.shard_shape
     if codecs is not None:
         filters, serializer, compressors = split_codecs(codecs)
+    elif zarr_format == 2:
+        filters, serializer, compressors = tuple(info.filters), dict(info.serializer), tuple(info.compressors)
     else:
         where = src.path or "/"
         filters = tuple(standard_codec(c, where) for c in info.filters)
         serializer = dict(info.serializer)
         compressors = tuple(standard_codec(c, where) for c in info.compressors)
-    return Layout(tuple(new_chunks), new_shards, filters, serializer, compressors)
+    order = "C"
+    reverse = list(range(src.ndim))[::-1]
+    if zarr_format == 2 and filters and filters[0].get("name") == "transpose":
+        if list((filters[0].get("configuration") or {}).get("order", ())) == reverse:
+            filters, order = filters[1:], "F"  # v2's order F (one dimension: no transpose at all)
+    return Layout(tuple(new_chunks), new_shards, filters, serializer, compressors, zarr_format, order)
 
 
 def _attributes(src: Array | Group) -> dict:
@@ -129,8 +150,32 @@ def _attributes(src: Array | Group) -> dict:
     return attrs
 
 
+def _v2_fill_value(src: Array, attrs: dict) -> Any:
+    """The v2 ``fill_value`` of a v3 source array, with xarray's meaning (v2 readers mask it):
+    its CF ``_FillValue`` attribute (then dropped from ``attrs``), else NaN for a float array
+    filled with NaN, else none (v2's null: every chunk is stored, nothing masked)."""
+    if "_FillValue" in attrs:
+        return decode_fill_value_attr(
+            attrs.pop("_FillValue"), src.dtype, where=f"{src.path or '/'}: _FillValue"
+        )
+    value = src.fill_value
+    if src.dtype.kind in "fc" and np.isnan(value).any():
+        return value
+    return None
+
+
 def prepare_destination(src: Array, dst_store: Any, path: str, layout: Layout, overwrite: bool) -> Array:
     """Create the destination array, or open it when a resumed copy made it with this layout."""
+    v2 = layout.zarr_format == 2
+    dims = src.dimension_names
+    if v2 and dims is not None and any(d is None for d in dims):
+        dims = None  # v2's _ARRAY_DIMENSIONS names every axis or none
+    attrs = _attributes(src)
+    fill = src.fill_value
+    if v2 and src.zarr_format == 2:
+        fill = None if v2_fill_value_is_null(src.metadata) else fill
+    elif v2:
+        fill = _v2_fill_value(src, attrs)
     kwargs = {
         "shape": src.shape,
         "dtype": src.dtype if src.dtype.kind not in "OT" else src.metadata.data_type.to_json(),
@@ -139,10 +184,13 @@ def prepare_destination(src: Array, dst_store: Any, path: str, layout: Layout, o
         "filters": list(layout.filters) or None,
         "serializer": layout.serializer,
         "compressors": list(layout.compressors) or None,
-        "fill_value": src.fill_value,
-        "dimension_names": src.dimension_names,
-        "attributes": _attributes(src),
+        "fill_value": fill,
+        "dimension_names": dims,
+        "attributes": attrs,
     }
+    if v2:
+        kwargs.update(zarr_format=2, order=layout.order)
+        del kwargs["shards"]
     try:
         return create_array(dst_store, path, **kwargs)
     except NodeExistsError:
@@ -218,9 +266,11 @@ def copy_hierarchy(
     overwrite: bool = False,
     progress: bool = False,
     scheduler: str | None = None,
+    zarr_format: int = 3,
 ) -> list[CopyResult]:
-    """Copy the node at ``path`` (and everything below it) from one store to another; every
-    array is copied by one dask computation (all arrays together)."""
+    """Copy the node at ``path`` (and everything below it) from one store to another, written
+    as Zarr ``zarr_format``; every array is copied by one dask computation (all arrays
+    together)."""
     src_store = store_for(src_location, "r")
     dst_store = store_for(dst_location, "a")
     root = open_node(src_store, path, mode="r")
@@ -233,10 +283,12 @@ def copy_hierarchy(
         groups = {"": root, **{rel: m for rel, m in members.items() if isinstance(m, Group)}}
     dst_root = normalize_path(path)
     # every layout is checked before anything is written
-    layouts = {rel: destination_layout(a, chunks, shards, codecs) for rel, a in arrays.items()}
+    layouts = {rel: destination_layout(a, chunks, shards, codecs, zarr_format) for rel, a in arrays.items()}
     for rel, g in groups.items():  # groups first: their attributes
         try:
-            create_group(dst_store, join_path(dst_root, rel), attributes=_attributes(g))
+            create_group(
+                dst_store, join_path(dst_root, rel), attributes=_attributes(g), zarr_format=zarr_format
+            )
         except NodeExistsError:
             pass
     plans = []
@@ -298,6 +350,13 @@ def copy_hierarchy(
 )
 @click.option("--overwrite", is_flag=True, help="Replace destination arrays that exist with another layout.")
 @click.option(
+    "--zarr-format",
+    "zarr_format",
+    type=click.Choice(["2", "3"]),
+    default="3",
+    help="Write Zarr v3 (default) or v2 (.zarray/.zattrs; unsharded, numcodecs codecs).",
+)
+@click.option(
     "--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal)."
 )
 @json_option
@@ -311,10 +370,12 @@ def copy(
     codecs: str | None,
     scheduler: str | None,
     overwrite: bool,
+    zarr_format: str,
     progress: bool | None,
     as_json: bool,
 ) -> None:
-    """Copy the hierarchy at SRC to DST (any stores; a Zarr v2 SRC is written as v3).
+    """Copy the hierarchy at SRC to DST (any stores; v2 or v3 SRC, written as v3, or as v2
+    with --zarr-format 2).
 
     Arrays keep their shape, data type, fill value, dimension names and attributes; their
     chunks, shards and codecs are the source's unless --chunks/--shards/--codecs say
@@ -346,6 +407,7 @@ def copy(
         overwrite=overwrite,
         progress=show and not as_json,
         scheduler=scheduler,
+        zarr_format=int(zarr_format),
     )
     if as_json:
         emit_json([r.__dict__ for r in results])

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..codecs import Codec
 from ..errors import (
+    ArgumentError,
     ArrayNotFoundError,
     CodecError,
     GroupNotFoundError,
@@ -28,14 +29,24 @@ from ..stores.resolve import MODES
 from .array import Array
 from .chunk_grid import RegularChunkGrid, rectilinear_from_arg
 from .chunk_key_encoding import DefaultChunkKeyEncoding, parse_chunk_key_encoding
-from .codec_specs import build_codecs
+from .codec_specs import build_codecs, coerce_codec
 from .commit import Transaction, replace_document, wait_for_commits
 from .commit import repair as repair_writes
-from .consolidate import consolidated
+from .consolidate import consolidated, consolidated_v2, refresh_v2_consolidated
 from .dtypes import DataType, as_data_type, default_fill_value, parse_fill_value
 from .group import Group, node_from_metadata, open_existing_group, read_node_metadata, v2_ancestor
 from .metadata import ArrayMetadata, GroupMetadata, parse_node, to_bytes
-from .paths import ancestor_paths, join_prefix, metadata_key, normalize_path, validate_new_node_path
+from .metadata_v2 import ARRAY_KEY, CONSOLIDATED_KEY, GROUP_KEY
+from .metadata_v2_write import fill_value_json, is_v2, node_documents, v2_group_metadata, zarray_document
+from .metadata_v2_write import v2_array_metadata as to_v2_metadata
+from .paths import (
+    ancestor_paths,
+    join_path,
+    join_prefix,
+    metadata_key,
+    normalize_path,
+    validate_new_node_path,
+)
 from .rectilinear import check_codecs
 
 
@@ -73,9 +84,12 @@ def _as_shape(name: str, value: Any, ndim: int | None = None) -> tuple[int, ...]
     return shape
 
 
-def missing_parent_documents(store: Store, path: str) -> dict[str, bytes]:
-    """zarr.json documents for missing ancestor groups; refuses an array ancestor."""
+def missing_parent_documents(store: Store, path: str, zarr_format: int = 3) -> dict[str, bytes]:
+    """Documents for missing ancestor groups (``zarr.json``, or with ``zarr_format=2`` the
+    ``.zattrs`` and ``.zgroup``); refuses an array ancestor, and a node of the other format."""
     ancestors = ancestor_paths(path)
+    if zarr_format == 2:
+        return _missing_v2_parents(store, path, ancestors)
     docs = store.get_many([metadata_key(a) for a in ancestors]) if ancestors else []
     missing = {}
     for a, doc in zip(ancestors, docs, strict=True):
@@ -89,13 +103,34 @@ def missing_parent_documents(store: Store, path: str) -> dict[str, bytes]:
     return missing
 
 
+def _missing_v2_parents(store: Store, path: str, ancestors: Sequence[str]) -> dict[str, bytes]:
+    """``.zattrs`` + ``.zgroup`` of the ancestors of a new v2 node that have neither; an array
+    ancestor, or a v3 one (whose listings would leave the v2 node out), is refused."""
+    keys = [join_path(a, name) for a in ancestors for name in (GROUP_KEY, ARRAY_KEY, "zarr.json")]
+    found = store.exists_many(keys) if keys else []
+    missing: dict[str, bytes] = {}
+    for i, a in enumerate(ancestors):
+        is_group, is_array, is_v3 = found[3 * i : 3 * i + 3]
+        if is_array:
+            raise NodeExistsError(f"cannot create {path!r}: ancestor {a or '/'!r} is an array")
+        if is_v3:
+            raise ZarrV2Error(
+                f"cannot create the Zarr v2 node {path!r} in {store!r}: ancestor {a or '/'!r} is a Zarr v3 "
+                "node (zarr.json), whose readers would not list it; use zarr_format=3"
+            )
+        if not is_group:
+            missing.update(node_documents(a, v2_group_metadata({}, a)))
+    return missing
+
+
 def refuse_inside_v2(store: Store, path: str, ancestors: Sequence[str] | None = None) -> None:
-    """Raise ``ZarrV2Error`` when ``path`` lies inside a Zarr v2 hierarchy (``v2_ancestor``)."""
+    """Raise ``ZarrV2Error`` when a v3 node at ``path`` would lie inside a Zarr v2 hierarchy
+    (``v2_ancestor``): its ``zarr.json`` would hide the v2 node from v2 readers."""
     key = v2_ancestor(store, ancestor_paths(path) if ancestors is None else ancestors)
     if key is not None:
         raise ZarrV2Error(
-            f"cannot create {path!r} in {store!r}: it would lie inside the Zarr v2 node of {key!r}, "
-            "and zarr3_backend reads v2 but writes only v3"
+            f"cannot create the Zarr v3 node {path!r} in {store!r}: it would lie inside the Zarr v2 node "
+            f"of {key!r}; create it with zarr_format=2"
         )
 
 
@@ -112,14 +147,18 @@ def _clear_for_create(store: Store, path: str, overwrite: bool) -> bool:
     return exists
 
 
-def _write_new_node(store: Store, path: str, doc: bytes, overwrite: bool) -> None:
-    """Write a validated ``zarr.json`` at ``path``: refuse (or clear) what is there, add any
-    missing parent groups, then the document itself. Replacing a node is one transaction: a
-    reader (or a crash) never finds it half erased."""
+def _write_new_node(store: Store, path: str, meta: ArrayMetadata | GroupMetadata, overwrite: bool) -> None:
+    """Write validated metadata as the documents of a new node at ``path`` (``zarr.json``, or a
+    v2 node's ``.zattrs`` and ``.zarray``/``.zgroup``): refuse (or clear) what is there, add
+    any missing parent groups, then the documents themselves (and a v2 hierarchy's ``.zmetadata``
+    is brought up to date). Replacing a node is one transaction: a reader (or a crash) never
+    finds it half erased."""
     store.check_writable()
-    parents = missing_parent_documents(store, path)
+    zarr_format = 2 if is_v2(meta) else 3
+    parents = missing_parent_documents(store, path, zarr_format)
+    docs = node_documents(path, meta)
     if _clear_for_create(store, path, overwrite):
-        documents = {**parents, metadata_key(path): doc}
+        documents = {**parents, **docs}
         with Transaction(
             store, guard=(path,), documents=documents, erase_prefixes=[join_prefix(path)]
         ) as txn:
@@ -127,7 +166,10 @@ def _write_new_node(store: Store, path: str, doc: bytes, overwrite: bool) -> Non
         return
     if parents:
         store.set_many(parents)
-    store.set(metadata_key(path), doc)
+    for key, doc in docs.items():  # in order: a v2 node's .zattrs before its .zarray/.zgroup
+        store.set(key, doc)
+    if zarr_format == 2:
+        refresh_v2_consolidated(store, {**parents, **docs}, rebuild=False)
 
 
 def repair(store: Any, *, storage_options: dict | None = None, all_writers: bool = False) -> list[str]:
@@ -238,6 +280,123 @@ def array_metadata(
     return ArrayMetadata.from_json(meta.to_json(), path)
 
 
+def check_zarr_format(zarr_format: Any) -> None:
+    """Refuse a ``zarr_format`` other than 2 or 3."""
+    if isinstance(zarr_format, bool) or zarr_format not in (2, 3):
+        raise ArgumentError(f"zarr_format must be 2 or 3, got {zarr_format!r}")
+
+
+#: What each codec argument of a v2 array may name (numcodecs ids pass as ``numcodecs.<id>``).
+_V2_CODECS = {
+    "compressors": ("blosc", "zstd", "gzip"),
+    "filters": ("blosc", "zstd", "gzip"),
+    "serializer": ("auto", "bytes", "vlen-utf8", "vlen-bytes"),
+    "codecs": ("transpose", "bytes", "vlen-utf8", "vlen-bytes", "blosc", "zstd", "gzip"),
+}
+
+
+def _check_v2_codecs(field: str, value: Any) -> None:
+    """Refuse, naming the argument, a codec that Zarr v2 cannot express."""
+    if value is None or (isinstance(value, str) and value == "auto"):
+        return
+    items = list(value) if isinstance(value, list | tuple) else [value]
+    for item in items:
+        codec = coerce_codec(item)
+        name = (
+            codec if isinstance(codec, str) else codec.get("name") if isinstance(codec, dict) else codec.name
+        )
+        if not (isinstance(name, str) and (name in _V2_CODECS[field] or name.startswith("numcodecs."))):
+            raise CodecError(
+                f"{field}: codec {name!r} has no Zarr v2 form (zarr_format=2 takes numcodecs codecs, "
+                f"and {', '.join(_V2_CODECS[field])})"
+            )
+
+
+def v2_array_metadata(
+    *,
+    shape: Any,
+    dtype: Any,
+    chunks: Any = None,
+    shards: Any = None,
+    codecs: Sequence[Any] | None = None,
+    compressors: Any = "auto",
+    filters: Any = None,
+    serializer: Any = "auto",
+    fill_value: Any = None,
+    chunk_key_encoding: Any = None,
+    dimension_names: Sequence[str | None] | None = None,
+    attributes: dict | None = None,
+    order: str = "C",
+    dimension_separator: str | None = None,
+    path: str = "",
+) -> ArrayMetadata:
+    """Validated metadata of a new Zarr v2 array (pure): the arguments of ``array_metadata``
+    turned into a ``.zarray`` (``fill_value=None``: v2's "no fill value"; ``dimension_names``
+    become xarray's ``_ARRAY_DIMENSIONS`` attribute; ``dimension_separator`` "." by default, or
+    the ``separator`` of a ``v2`` ``chunk_key_encoding``), read back as a reader will see it."""
+    if shards is not None:
+        raise CodecError("shards: Zarr v2 has no sharding (zarr_format=2 takes shards=None)")
+    for field, value in (("compressors", compressors), ("filters", filters), ("serializer", serializer)):
+        _check_v2_codecs(field, value)
+    if codecs is not None:
+        _check_v2_codecs("codecs", list(codecs))
+    if order not in ("C", "F"):
+        raise ArgumentError(f"order must be 'C' or 'F', got {order!r}")
+    separator = dimension_separator
+    if chunk_key_encoding is not None:
+        encoding = chunk_key_encoding
+        if isinstance(encoding, dict) and "separator" in encoding:
+            encoding = {
+                "name": encoding.get("name", "default"),
+                "configuration": {"separator": encoding["separator"]},
+            }
+        encoding = parse_chunk_key_encoding(encoding) if isinstance(encoding, str | dict) else encoding
+        if encoding.name != "v2":
+            raise ArgumentError(
+                f"chunk_key_encoding: Zarr v2 arrays use the 'v2' key encoding, got {encoding.name!r}"
+            )
+        if separator is not None and separator != encoding.separator:
+            raise ArgumentError(
+                f"dimension_separator {separator!r} differs from chunk_key_encoding's {encoding.separator!r}"
+            )
+        separator = encoding.separator
+    separator = separator or "."
+    if separator not in (".", "/"):
+        raise ArgumentError(f"dimension_separator must be '.' or '/', got {separator!r}")
+    attrs = dict(attributes or {})
+    if dimension_names is not None:
+        names = list(dimension_names)
+        if any(not isinstance(n, str) for n in names):
+            raise ArgumentError(
+                f"dimension_names: Zarr v2 (_ARRAY_DIMENSIONS) needs a name for every axis, got {names}"
+            )
+        attrs["_ARRAY_DIMENSIONS"] = names
+    meta3 = array_metadata(
+        shape=shape,
+        dtype=dtype,
+        chunks=chunks,
+        codecs=codecs,
+        compressors=compressors,
+        filters=filters,
+        serializer=serializer,
+        fill_value=fill_value,
+        chunk_key_encoding={"name": "v2", "configuration": {"separator": separator}},
+        dimension_names=dimension_names,
+        attributes=attrs,
+        path=path,
+    )
+    npdt = meta3.data_type.numpy
+    v2_fill = (
+        None
+        if fill_value is None
+        else fill_value_json(meta3.fill_value, npdt if npdt.kind not in "OT" else np.dtype("O"))
+    )
+    zarray = zarray_document(
+        meta3, order=order, fill_value=v2_fill, field="codecs" if codecs is not None else None
+    )
+    return to_v2_metadata(zarray, meta3.attributes, path)
+
+
 def _fill_to_json_input(value: Any, dt: DataType) -> Any:
     """Turn a Python/numpy fill value into a JSON form ``parse_fill_value`` accepts."""
     from .dtypes import fill_value_to_json
@@ -284,13 +443,44 @@ def create_array(
     storage_options: dict | None = None,
     write_empty_chunks: bool = False,
     shard_index: dict | None = None,
+    zarr_format: int = 3,
+    order: str = "C",
+    dimension_separator: str | None = None,
 ) -> Array:
     """Create an array and write its ``zarr.json`` (and any missing parent groups).
 
     ``chunks`` is the read chunk (the inner chunk when ``shards`` is given). With a full
     ``codecs`` chain, ``chunks`` is the chunk grid's shape and ``shards`` must be None.
+    ``zarr_format=2`` writes a ``.zarray`` and ``.zattrs`` instead (``v2_array_metadata``).
     """
     path = validate_new_node_path(normalize_path(path))
+    check_zarr_format(zarr_format)
+    if zarr_format == 2:
+        meta = v2_array_metadata(
+            shape=shape,
+            dtype=dtype,
+            chunks=chunks,
+            shards=shards,
+            codecs=codecs,
+            compressors=compressors,
+            filters=filters,
+            serializer=serializer,
+            fill_value=fill_value,
+            chunk_key_encoding=chunk_key_encoding,
+            dimension_names=dimension_names,
+            attributes=attributes,
+            order=order,
+            dimension_separator=dimension_separator,
+            path=path,
+        )
+        store = _resolve_store(store, "w" if overwrite else "a", storage_options)
+        _write_new_node(store, path, meta, overwrite)
+        return Array(store, path, meta, write_empty_chunks=write_empty_chunks)
+    if order != "C" or dimension_separator is not None:
+        given = "order" if order != "C" else "dimension_separator"
+        raise ArgumentError(
+            f"{given} is a Zarr v2 setting (zarr_format=2); v3 arrays take codecs and chunk_key_encoding"
+        )
     store = _resolve_store(store, "w" if overwrite else "a", storage_options)
     meta = array_metadata(
         shape=shape,
@@ -308,8 +498,7 @@ def create_array(
         attributes=attributes,
         path=path,
     )
-    doc = to_bytes(meta)
-    _write_new_node(store, path, doc, overwrite)
+    _write_new_node(store, path, meta, overwrite)
     return Array(store, path, meta, write_empty_chunks=write_empty_chunks)
 
 
@@ -320,13 +509,20 @@ def create_group(
     attributes: dict | None = None,
     overwrite: bool = False,
     storage_options: dict | None = None,
+    zarr_format: int = 3,
 ) -> Group:
-    """Create a group and write its ``zarr.json`` (and any missing parent groups)."""
+    """Create a group and write its ``zarr.json`` (and any missing parent groups); with
+    ``zarr_format=2`` its ``.zgroup`` and ``.zattrs``."""
     path = validate_new_node_path(normalize_path(path))
     store = _resolve_store(store, "w" if overwrite else "a", storage_options)
-    meta = GroupMetadata(attributes=dict(attributes or {}))
-    doc = to_bytes(meta)
-    _write_new_node(store, path, doc, overwrite)
+    check_zarr_format(zarr_format)
+    meta = (
+        GroupMetadata(attributes=dict(attributes or {}))
+        if zarr_format == 3
+        else v2_group_metadata(dict(attributes or {}), path)
+    )
+    to_bytes(meta)  # validates the attributes before anything is written
+    _write_new_node(store, path, meta, overwrite)
     return Group(store, path, meta)
 
 
@@ -338,29 +534,47 @@ def open_group(
     storage_options: dict | None = None,
     use_consolidated: bool | None = None,
     attributes: dict | None = None,
+    zarr_format: int | None = None,
 ) -> Group:
     """Open (or with modes ``a``/``w``/``w-`` create) the group at ``path``.
 
     ``use_consolidated``: None uses consolidated metadata when present, True requires it,
-    False ignores it.
+    False ignores it. ``zarr_format``: of a group created here (3 when None); an existing
+    group of another format is refused (``ZarrV2Error``).
     """
     _check_mode(mode)
+    if zarr_format is not None:
+        check_zarr_format(zarr_format)
     path = normalize_path(path)
     store = _resolve_store(store if store is not None else {}, mode, storage_options)
-    return wait_for_commits(store, lambda: _open_group(store, path, mode, use_consolidated, attributes))
+    return wait_for_commits(
+        store, lambda: _open_group(store, path, mode, use_consolidated, attributes, zarr_format)
+    )
 
 
 def _open_group(
-    store: Store, path: str, mode: str, use_consolidated: bool | None, attributes: dict | None
+    store: Store,
+    path: str,
+    mode: str,
+    use_consolidated: bool | None,
+    attributes: dict | None,
+    zarr_format: int | None,
 ) -> Group:
+    fmt = zarr_format or 3
     if mode in ("w", "w-"):
-        return create_group(store, path, attributes=attributes, overwrite=mode == "w")
+        return create_group(store, path, attributes=attributes, overwrite=mode == "w", zarr_format=fmt)
     try:
-        return open_existing_group(store, path, read_only=mode == "r", use_consolidated=use_consolidated)
+        group = open_existing_group(store, path, read_only=mode == "r", use_consolidated=use_consolidated)
     except GroupNotFoundError:
         if mode != "a" or read_node_metadata(store, path) is not None:
             raise
-        return create_group(store, path, attributes=attributes)
+        return create_group(store, path, attributes=attributes, zarr_format=fmt)
+    if zarr_format is not None and not group.implicit and group.zarr_format != zarr_format:
+        raise ZarrV2Error(
+            f"zarr_format={zarr_format} was given, but group {path or '/'!r} in {store!r} is "
+            f"Zarr v{group.zarr_format}"
+        )
+    return group
 
 
 def open_array(
@@ -413,20 +627,21 @@ def open_node(
 
 def consolidate_metadata(store: Any, path: str = "", *, storage_options: dict | None = None) -> Group:
     """Write every descendant's ``zarr.json`` into the group's inline consolidated metadata
-    (waiting for other writers' commits to land; their markers are kept)."""
+    (waiting for other writers' commits to land; their markers are kept); for a Zarr v2 group,
+    every descendant's v2 documents into its ``.zmetadata``."""
     path = normalize_path(path)
     store = _resolve_store(store, "r+", storage_options)
 
-    def build() -> GroupMetadata:
+    def build() -> GroupMetadata | None:
         group = open_existing_group(store, path, read_only=False, use_consolidated=False)
-        if group.zarr_format == 2:
-            raise ZarrV2Error(
-                f"group {path or '/'!r} in {store!r} is Zarr v2: zarr3_backend reads v2 but writes only v3 "
-                "(its .zmetadata is left as it is)"
-            )
-        return consolidated(group)
+        return None if group.zarr_format == 2 else consolidated(group)
 
     meta = wait_for_commits(store, build)
+    if meta is None:  # a v2 group: its .zmetadata, in zarr-python's form
+        zmetadata = consolidated_v2(store, path)
+        assert zmetadata is not None
+        store.set(join_path(path, CONSOLIDATED_KEY), zmetadata)
+        return open_existing_group(store, path, read_only=False, use_consolidated=None)
     replace_document(store, metadata_key(path), to_bytes(meta))
     return Group(store, path, meta)
 

@@ -8,7 +8,6 @@ every change of shape, are one transaction (``core/commit.py``): all of it or no
 
 from __future__ import annotations
 
-import json
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -22,10 +21,12 @@ from ..errors import ReadOnlyError, ResourceLimitError, ShapeError
 from ..stores.base import Store
 from . import rectilinear
 from .attributes import Attributes
-from .commit import Transaction, replace_document
-from .metadata import ArrayMetadata, to_bytes
-from .metadata_v2 import V2_MARKER
-from .paths import metadata_key, node_name
+from .commit import Transaction
+from .metadata import ArrayMetadata
+from .metadata_v2 import V2_MARKER, v2_fill_value_is_null
+from .metadata_v2_store import store_node_metadata
+from .metadata_v2_write import node_documents
+from .paths import node_name
 from .pipeline import ChunkPipeline
 from .selection import OIndex, VIndex, fancy_kind, flatten_nd
 from .unit_writes import OneUnit
@@ -65,8 +66,9 @@ class Array:
         self.store = store
         self.path = path
         self.metadata = metadata
-        self.read_only = read_only or store.read_only or self.zarr_format == 2
-        self.write_empty_chunks = write_empty_chunks
+        self.read_only = read_only or store.read_only
+        # v2 without a fill value: every chunk is stored (none equals "no value"), as zarr-python does
+        self.write_empty_chunks = write_empty_chunks or v2_fill_value_is_null(metadata)
 
     def __getstate__(self) -> dict:  # a pickled Array (a dask task) makes its pipeline afresh
         state = self.__dict__.copy()
@@ -76,7 +78,7 @@ class Array:
     # ---- description -----------------------------------------------------------------------
     @property
     def zarr_format(self) -> int:
-        """2 for an array read from Zarr v2 metadata (always read-only here), else 3."""
+        """2 for an array stored as Zarr v2 (``.zarray``), else 3."""
         return 2 if V2_MARKER in self.metadata.extra_fields else 3
 
     @property
@@ -241,8 +243,7 @@ class Array:
     # ---- writing ---------------------------------------------------------------------------
     def _check_writable(self) -> None:
         if self.read_only:
-            why = " (Zarr v2: zarr3_backend reads v2 and writes only v3)" if self.zarr_format == 2 else ""
-            raise ReadOnlyError(f"array {self.path or '/'!r} is read-only{why}")
+            raise ReadOnlyError(f"array {self.path or '/'!r} is read-only")
 
     def _coerce_value(self, value: Any, shape: tuple[int, ...]) -> np.ndarray:
         return coerce_value(value, self.dtype, shape, f"array {self.path or '/'!r}")
@@ -275,7 +276,7 @@ class Array:
     def _commit_write(self, meta: ArrayMetadata, indexer: Any, value: np.ndarray) -> None:
         """Write ``value`` into ``indexer``'s units of the array described by ``meta`` in one
         transaction; ``meta`` becomes the stored document if it differs from today's."""
-        documents = {} if meta == self.metadata else {metadata_key(self.path): to_bytes(meta)}
+        documents = {} if meta == self.metadata else node_documents(self.path, meta)
         target = Array(self.store, self.path, meta, write_empty_chunks=self.write_empty_chunks)
         with Transaction(self.store, guard=(self.path,), documents=documents) as txn:
             target._with_store(txn.staging)._write_units(indexer, value)
@@ -322,16 +323,13 @@ class Array:
 
     # ---- metadata changes ------------------------------------------------------------------
     def _write_metadata(self, metadata: ArrayMetadata) -> None:
-        replace_document(self.store, metadata_key(self.path), to_bytes(metadata))  # keeps others' marks
-        self.metadata = metadata
+        self.metadata = store_node_metadata(self.store, self.path, metadata)  # keeps others' marks
 
     def _set_attributes(self, attrs: dict) -> None:
         self._check_writable()
-        new = self.metadata.evolve(attributes=attrs)
-        data = to_bytes(new)  # validates (e.g. NaN in attributes) before anything is written
-        replace_document(self.store, metadata_key(self.path), data)
-        # keep in memory exactly what a reader of the document will see
-        self.metadata = new.evolve(attributes=json.loads(data)["attributes"])
+        # validated (e.g. NaN in attributes) before anything is written; kept in memory exactly
+        # as a reader of the stored documents will see it
+        self.metadata = store_node_metadata(self.store, self.path, self.metadata.evolve(attributes=attrs))
 
     def invalidate_cache(self) -> None:
         """Forget cached shard indexes and decoded chunks of this array, e.g. after other
@@ -359,7 +357,7 @@ class Array:
             return
         # the new shape and the erases in one transaction: a crash never shows the new shape
         # over chunks it should have dropped (a later growth would bring them back)
-        documents = {metadata_key(self.path): to_bytes(new_meta)}
+        documents = node_documents(self.path, new_meta)
         with Transaction(self.store, guard=(self.path,), documents=documents) as txn:
             txn.staging.erase_many(doomed)
             txn.commit()

@@ -15,6 +15,14 @@ state, the new state, or a typed refusal (:class:`~zarr3_backend.errors.Interrup
 4. **apply**: old prefixes are erased, staged values moved into place, then the new documents
    written (the root last; they carry no marker) and the staging area removed.
 
+Zarr v2 nodes (``.zarray``/``.zgroup``/``.zattrs``) have no field a reader must understand, so
+they are never marked: their values are staged and moved into place as for v3, then their
+documents written last (``.zattrs`` before ``.zarray``), then the consolidated ``.zmetadata``.
+A crash leaves each chunk whole (old or new value), but until the commit is finished (by the
+next write or :func:`repair`) a v2 reader may see new chunks under the old ``.zarray`` (an
+append's new values past the old shape are not yet visible; a region write may show some of
+its chunks and not others) and a stale ``.zmetadata``.
+
 Markers of several writers share the field (one entry per write), and are added and removed
 with conditional writes where the store offers them. A write whose process is gone is finished
 by the next write; a live writer's records are never touched (see ``_owner``).
@@ -36,6 +44,8 @@ from ..errors import InterruptedWriteError, MetadataError, WriteConflictError
 from ..stores import Store
 from ..stores.base import BytesLike, PositionedReader
 from .metadata import WRITE_IN_PROGRESS_FIELD
+from .metadata_v2 import CONSOLIDATED_KEY
+from .metadata_v2_write import is_v2_document_key
 from .paths import metadata_key
 
 #: Where transactions keep their staged values and manifests (at the store's root).
@@ -393,8 +403,11 @@ class Transaction:
 
 
 def root_is_consolidated(store: Store) -> bool:
-    """Whether the store's root group document holds consolidated metadata (one read)."""
-    raw = store.get(metadata_key(""))
+    """Whether the store's root group document holds consolidated metadata, or a Zarr v2 root
+    has a ``.zmetadata`` (one batched read)."""
+    raw, zmetadata = store.get_many([metadata_key(""), CONSOLIDATED_KEY])
+    if raw is None:
+        return zmetadata is not None
     try:
         doc = json.loads(raw) if raw is not None else None
     except ValueError:
@@ -404,7 +417,8 @@ def root_is_consolidated(store: Store) -> bool:
 
 def _guarded_keys(store: Store, manifest: Mapping[str, Any]) -> list[str]:
     """Every existing ``zarr.json`` the commit changes or guards, the deepest first."""
-    keys = set(manifest["documents"]) | set(manifest["guard"])
+    # only zarr.json documents take the marker: v2 documents have no must-understand field
+    keys = {k for k in (*manifest["documents"], *manifest["guard"]) if k.rpartition("/")[2] == "zarr.json"}
     if manifest.get("consolidate") is not None or root_is_consolidated(store):
         keys.add(metadata_key(""))
     for prefix in manifest["erase_prefixes"]:
@@ -498,11 +512,19 @@ def _apply(
     for key in guarded:
         if key != root and key not in docs_gone:
             _write_final(store, key, docs.pop(key, None), txn_id)
+    v2_docs = {k: v for k, v in docs.items() if is_v2_document_key(k)}
     for key, doc in docs.items():  # documents of nodes that did not exist yet
-        if key != root:
+        if key != root and key not in v2_docs:
             _write_final(store, key, doc, txn_id)
+    for key, doc in v2_docs.items():  # unmarked; .zattrs before .zarray/.zgroup (node_documents)
+        store.set(key, doc)
+    if v2_docs or manifest.get("consolidate") is not None:
+        from .consolidate import refresh_v2_consolidated
+
+        refresh_v2_consolidated(store, v2_docs, rebuild=manifest.get("consolidate") is not None)
     root_doc = docs.get(root)
-    if manifest.get("consolidate") is not None:
+    root_replaced = root_doc is None and "" in manifest["erase_prefixes"]  # e.g. by a v2 root
+    if manifest.get("consolidate") is not None and not root_replaced:
         from .consolidate import consolidated_root_document
 
         root_doc = consolidated_root_document(store, root_doc)

@@ -1,6 +1,7 @@
-"""Consolidated metadata: every descendant's ``zarr.json`` inlined into a group's document.
+"""Consolidated metadata: every descendant's ``zarr.json`` inlined into a group's document, or
+for Zarr v2 every descendant's documents in the group's ``.zmetadata``.
 
-One owner for how the inline form is built, used by ``consolidate_metadata`` and by the commit
+One owner for how both forms are built, used by ``consolidate_metadata`` and by the commit
 protocol (which rebuilds the root's copy as the last step of a write).
 """
 
@@ -10,9 +11,11 @@ import json
 
 from ..errors import MetadataError
 from ..stores import Store
-from .group import Group
+from .group import Group, read_v2_node_metadata
 from .metadata import WRITE_IN_PROGRESS_FIELD, GroupMetadata, to_bytes
-from .paths import metadata_key
+from .metadata_v2 import CONSOLIDATED_KEY, GROUP_KEY
+from .metadata_v2_write import consolidated_document, node_documents, patched_consolidated
+from .paths import ancestor_paths, join_path, metadata_key
 
 
 def consolidated(group: Group) -> GroupMetadata:
@@ -46,3 +49,43 @@ def consolidated_root_document(store: Store, root_doc: bytes | None) -> bytes | 
     doc.pop("consolidated_metadata", None)  # members are listed from the store, not the old copy
     meta = GroupMetadata.from_json(doc, "")
     return to_bytes(consolidated(Group(store, "", meta, use_consolidated=False)))
+
+
+def consolidated_v2(store: Store, path: str = "") -> bytes | None:
+    """A fresh ``.zmetadata`` for the Zarr v2 group at ``path`` (its own ``.zgroup``/``.zattrs``
+    and every v2 descendant's documents, listed from the store), in zarr-python's form; ``None``
+    when ``path`` is not a v2 group."""
+    meta = read_v2_node_metadata(store, path, use_consolidated=False)
+    if not isinstance(meta, GroupMetadata):
+        return None
+    group = Group(store, path, meta, use_consolidated=False)
+    entries: dict[str, object] = {}
+    for key, raw in node_documents("", meta).items():
+        entries[key] = json.loads(raw)
+    entries = {GROUP_KEY: entries.pop(GROUP_KEY), **entries}  # zarr-python's order
+    for rel, node in sorted(group.members(max_depth=None).items()):
+        for key, raw in node_documents(rel, node.metadata).items():
+            entries[key] = json.loads(raw)
+    return consolidated_document(entries)
+
+
+def refresh_v2_consolidated(store: Store, docs: dict[str, bytes], *, rebuild: bool) -> None:
+    """Bring Zarr v2 ``.zmetadata`` up to date after the v2 documents ``docs`` were written:
+    with ``rebuild`` the root's is built afresh (when the root is a v2 group); every other
+    existing ``.zmetadata`` of a group above a written document gets those documents put in."""
+    groups = {a for key in docs for a in ancestor_paths(key)}
+    if rebuild:
+        fresh = consolidated_v2(store, "")
+        if fresh is not None:
+            store.set(CONSOLIDATED_KEY, fresh)
+            groups.discard("")
+    if not groups:
+        return
+    ordered = sorted(groups)
+    for path, raw in zip(
+        ordered, store.get_many([join_path(p, CONSOLIDATED_KEY) for p in ordered]), strict=True
+    ):
+        if raw is not None:
+            patched = patched_consolidated(raw, path, docs)
+            if patched is not None:
+                store.set(join_path(path, CONSOLIDATED_KEY), patched)

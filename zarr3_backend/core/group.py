@@ -4,13 +4,12 @@ Listing a hierarchy fetches every ``zarr.json`` of one level in one batched stor
 the inline consolidated metadata of the root instead when it is present (no listing at all).
 Prefixes that hold nodes (a ``zarr.json`` somewhere below) but no ``zarr.json`` of their own are
 implicit groups. Zarr v2 nodes (``.zarray``/``.zgroup``) are read as their v3 equivalents
-(``metadata_v2``), read-only, wherever they are found (in a listing, by name, or in a v2 group's
+(``metadata_v2``), and written back as v2, wherever they are found (in a listing, by name, or in a v2 group's
 ``.zmetadata``, whose entries are translated only when their node is opened).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -30,8 +29,7 @@ from ..errors import (
 from ..stores.base import Store
 from .array import Array
 from .attributes import Attributes
-from .commit import replace_document
-from .metadata import ArrayMetadata, GroupMetadata, load_json, parse_node, parse_node_json, to_bytes
+from .metadata import ArrayMetadata, GroupMetadata, load_json, parse_node, parse_node_json
 from .metadata_v2 import (
     ARRAY_KEY,
     CONSOLIDATED_KEY,
@@ -216,7 +214,7 @@ class Group:
         self.store = store
         self.path = path
         self.metadata = metadata
-        self.read_only = read_only or store.read_only or V2_MARKER in metadata.extra_fields
+        self.read_only = read_only or store.read_only
         self.implicit = implicit
         self.use_consolidated = use_consolidated
 
@@ -235,7 +233,7 @@ class Group:
 
     @property
     def zarr_format(self) -> int:
-        """2 for a group read from Zarr v2 metadata (always read-only here), else 3."""
+        """2 for a group stored as Zarr v2 (``.zgroup``), else 3."""
         return 2 if V2_MARKER in self.metadata.extra_fields else 3
 
     @property
@@ -247,20 +245,20 @@ class Group:
 
     def _check_writable(self) -> None:
         if self.read_only:
-            why = " (Zarr v2: zarr3_backend reads v2 and writes only v3)" if self.zarr_format == 2 else ""
-            raise ReadOnlyError(f"group {self.path or '/'!r} is read-only{why}")
+            raise ReadOnlyError(f"group {self.path or '/'!r} is read-only")
 
     def _set_attributes(self, attrs: dict) -> None:
+        from .metadata_v2_store import store_node_metadata  # it reaches the commit protocol
+
         self._check_writable()
         new = GroupMetadata(
             attributes=attrs,
             consolidated_metadata=self.metadata.consolidated_metadata,
             extra_fields=self.metadata.extra_fields,
         )
-        data = to_bytes(new)
-        replace_document(self.store, metadata_key(self.path), data)  # keeps writers' in-flight marks
+        seen = store_node_metadata(self.store, self.path, new)  # keeps writers' in-flight marks
         self.metadata = GroupMetadata(
-            attributes=json.loads(data)["attributes"],
+            attributes=seen.attributes,
             consolidated_metadata=new.consolidated_metadata,
             extra_fields=new.extra_fields,
         )
@@ -484,10 +482,12 @@ class Group:
 
     # ---- creating children -----------------------------------------------------------------
     def create_array(self, name: str, **kwargs: Any) -> Array:
-        """Create an array below this group; same keywords as ``zarr3_backend.create_array``."""
+        """Create an array below this group; same keywords as ``zarr3_backend.create_array``
+        (``zarr_format`` defaults to the group's)."""
         from .api import create_array
 
         self._check_writable()
+        kwargs.setdefault("zarr_format", self.zarr_format)
         return create_array(self.store, join_path(self.path, normalize_path(name)), **kwargs)
 
     def create_group(self, name: str, attributes: dict | None = None, overwrite: bool = False) -> Group:
@@ -496,7 +496,11 @@ class Group:
 
         self._check_writable()
         return create_group(
-            self.store, join_path(self.path, normalize_path(name)), attributes=attributes, overwrite=overwrite
+            self.store,
+            join_path(self.path, normalize_path(name)),
+            attributes=attributes,
+            overwrite=overwrite,
+            zarr_format=self.zarr_format,
         )
 
     def require_group(self, name: str) -> Group:
@@ -531,8 +535,8 @@ class Group:
         path = join_path(self.path, normalize_path(name))
         if any(self.store.exists_many([join_path(path, ARRAY_KEY), join_path(path, GROUP_KEY)])):
             raise ZarrV2Error(
-                f"{path!r} in group {self.path or '/'!r} is a Zarr v2 node: zarr3_backend reads v2 "
-                "but writes only v3, and does not delete it"
+                f"{path!r} in group {self.path or '/'!r} is a Zarr v2 node: zarr3_backend writes v2 "
+                "nodes but does not delete them"
             )
         if not self.store.exists(metadata_key(path)) and not is_implicit_group(self.store, path):
             raise NodeNotFoundError(f"no array or group named {name!r} in group {self.path or '/'!r}")
@@ -559,7 +563,7 @@ class Group:
 def open_existing_group(store: Store, path: str, *, read_only: bool, use_consolidated: bool | None) -> Group:
     """The group at ``path``; an implicit group when it has no ``zarr.json`` but nodes below it.
 
-    A Zarr v2 group is read as v3 (read-only). Raises ``GroupNotFoundError`` when neither it
+    A Zarr v2 group is read as v3 (and written as v2). Raises ``GroupNotFoundError`` when neither it
     nor anything below it is a node.
     """
     meta = read_node_metadata(store, path, use_consolidated=use_consolidated)
@@ -571,8 +575,8 @@ def open_existing_group(store: Store, path: str, *, read_only: bool, use_consoli
         )
     if isinstance(meta, ArrayMetadata):
         raise GroupNotFoundError(f"{path or '/'!r} is an array, not a group")
-    if V2_MARKER in meta.extra_fields:  # read-only; .zmetadata already honoured or ignored
-        return Group(store, path, meta, read_only=True, use_consolidated=use_consolidated)
+    if V2_MARKER in meta.extra_fields:  # .zmetadata already honoured or ignored
+        return Group(store, path, meta, read_only=read_only, use_consolidated=use_consolidated)
     if use_consolidated is False and meta.consolidated_metadata is not None:
         meta = GroupMetadata(
             attributes=meta.attributes, consolidated_metadata=None, extra_fields=meta.extra_fields

@@ -9,9 +9,10 @@ order goes to the ``bytes`` codec, and keys use the ``v2`` chunk key encoding wi
 ``dimension_separator``. ``M8``/``m8`` dtypes become the ``numpy.datetime64``/``numpy.timedelta64``
 data types and structured dtypes (the ``[[name, dtype], ...]`` list, nested too) the ``struct``
 type, whose base64 fill value becomes per-field values; a structure mixing byte orders or
-holding a sub-array field has no v3 form and is refused, naming the field. Every translated document carries ``V2_MARKER`` (an ignorable extra
-field holding the original ``fill_value``), which makes its node read-only: this package reads
-Zarr v2 and writes only v3.
+holding a sub-array field has no v3 form and is refused, naming the field. Every translated
+document carries ``V2_MARKER`` (an ignorable extra field holding the original ``fill_value``
+and, for an array, its ``.zarray`` without the shape): the node stays v2 when written, and
+``metadata_v2_write`` turns it back into its v2 documents.
 """
 
 from __future__ import annotations
@@ -318,7 +319,11 @@ def array_document(zarray: Any, zattrs: Any = None, path: str = "") -> dict[str,
         "fill_value": fill,
         "codecs": codecs,
         "attributes": attrs,
-        V2_MARKER: {"must_understand": False, "fill_value": zarray.get("fill_value")},
+        V2_MARKER: {
+            "must_understand": False,
+            "fill_value": zarray.get("fill_value"),
+            "zarray": {k: v for k, v in zarray.items() if k != "shape"},
+        },
     }
     dims = _dimension_names(attrs, zarray)
     if dims is not None and len(dims) == len(shape):

@@ -99,6 +99,12 @@ def layout_origin(var: Variable, kwargs: Mapping[str, Any], user_encoding: bool)
 
 
 _TEXT_SERIALIZERS = frozenset({"vlen-utf8", "vlen-bytes"})
+#: The compressor xarray's engine (through zarr-python 3.1.6) gives a new Zarr v2 array:
+#: numcodecs' default Blosc.
+V2_DEFAULT_COMPRESSOR = {
+    "name": "blosc",
+    "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle", "blocksize": 0},
+}
 
 
 def _codec_name(codec: Any) -> str | None:
@@ -129,19 +135,29 @@ def _codec_list(value: Any) -> list:
 
 
 def creation_kwargs(
-    var: Variable, name: str, *, user_encoding: bool, write_empty_chunks: bool | None
+    var: Variable,
+    name: str,
+    *,
+    user_encoding: bool,
+    write_empty_chunks: bool | None,
+    zarr_format: int = 3,
 ) -> dict[str, Any]:
-    """Keyword arguments of ``array_metadata`` for a CF-encoded variable and its zarr encoding.
+    """Keyword arguments of ``array_metadata`` (``v2_array_metadata`` with ``zarr_format=2``)
+    for a CF-encoded variable and its zarr encoding.
 
     Raises ``ValueError`` for unknown keys in an encoding the user passed (unknown keys left
-    from reading a store are dropped, as xarray does).
+    from reading a store are dropped, as xarray does). For v2, as xarray's engine: no
+    ``fill_value`` key (the CF ``_FillValue`` is the array's fill value) and Blosc(lz4) by
+    default.
     """
     encoding = {k: v for k, v in var.encoding.items() if k not in _SAFE_TO_DROP}
     if "_FillValue" in encoding and encoding["_FillValue"] is None:
         del encoding["_FillValue"]  # "no CF _FillValue": CF encoding has already honoured it
-    invalid = sorted(set(encoding) - _VALID_ENCODING)
+    valid = _VALID_ENCODING if zarr_format == 3 else _VALID_ENCODING - {"fill_value"}
+    invalid = sorted(set(encoding) - valid)
     if invalid and user_encoding:
-        raise ArgumentError(f"unexpected encoding parameters for variable {name!r}: {invalid}")
+        hint = " Use `_FillValue` to set the Zarr array `fill_value`" if "fill_value" in invalid else ""
+        raise ArgumentError(f"unexpected encoding parameters for variable {name!r}: {invalid}.{hint}")
     for k in invalid:
         del encoding[k]
     if "_FillValue" in var.encoding and var.encoding["_FillValue"] is not None:
@@ -176,6 +192,8 @@ def creation_kwargs(
             kwargs["shard_index"] = dict(encoding["shard_index"])
         if "compressors" in encoding:
             kwargs["compressors"] = _codec_list(encoding["compressors"])
+        elif zarr_format == 2:
+            kwargs["compressors"] = [V2_DEFAULT_COMPRESSOR]
         if "filters" in encoding:
             kwargs["filters"] = _codec_list(encoding["filters"])
         serializer = encoding.get("serializer")

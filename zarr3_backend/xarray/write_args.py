@@ -9,13 +9,13 @@ import xarray as xr
 from xarray.backends.common import NONE_VAR_NAME
 
 from ..core.api import open_group
-from ..core.group import Group
+from ..core.group import Group, v2_ancestor
+from ..core.paths import ancestor_paths
 from ..errors import (
     ArgumentError,
     ArgumentTypeError,
     GroupNotFoundError,
     NodeExistsError,
-    ZarrV2Error,
 )
 from ..stores.base import Store
 
@@ -77,9 +77,29 @@ class UnknownVariableError(ArgumentError, KeyError):
 
 
 def check_zarr_format(zarr_format: int | None) -> None:
-    """Refuse any ``zarr_format`` but 3 (or None)."""
-    if zarr_format not in (None, 3):
-        raise ArgumentError(f"zarr3_backend writes zarr_format 3 only, got zarr_format={zarr_format!r}")
+    """Refuse any ``zarr_format`` but 2, 3 or None."""
+    if isinstance(zarr_format, bool) or zarr_format not in (None, 2, 3):
+        raise ArgumentError(f"zarr_format must be 2, 3 or None, got zarr_format={zarr_format!r}")
+
+
+def choose_zarr_format(
+    zarr_format: int | None, store: Store, path: str, mode: str, existing: Group | None
+) -> int:
+    """The format of the write: an existing group's (a different ``zarr_format`` is refused),
+    else the one given; with neither, a new group inside a Zarr v2 hierarchy is v2, any other
+    (and whatever mode="w" writes, as xarray's engine does) v3."""
+    if existing is not None and not existing.implicit:
+        if zarr_format is not None and zarr_format != existing.zarr_format:
+            raise ArgumentError(
+                f"zarr_format={zarr_format} was given, but group {path or '/'!r} in {store!r} is "
+                f"Zarr v{existing.zarr_format} (mode={mode!r} adds to it; mode='w' replaces it)"
+            )
+        return existing.zarr_format
+    if zarr_format is not None:
+        return zarr_format
+    if mode != "w" and v2_ancestor(store, ancestor_paths(path)) is not None:
+        return 2
+    return 3
 
 
 def checked_encoding(
@@ -100,8 +120,8 @@ def checked_encoding(
 
 
 def open_existing(store: Store, path: str, mode: str) -> Group | None:
-    """The group the write adds to (``None`` when there is none, or mode="w" replaces it);
-    refuses what the mode forbids (``w-`` over a group, ``r+`` without one, a v2 group)."""
+    """The group the write adds to, v3 or v2 (``None`` when there is none, or mode="w" replaces
+    it); refuses what the mode forbids (``w-`` over a group, ``r+`` without one)."""
     if mode == "w":
         return None
     try:
@@ -112,9 +132,4 @@ def open_existing(store: Store, path: str, mode: str) -> Group | None:
         return None
     if mode == "w-":
         raise NodeExistsError(f"a group already exists at {path or '/'!r} in {store!r} (mode='w-')")
-    if existing.zarr_format == 2:
-        raise ZarrV2Error(
-            f"group {path or '/'!r} in {store!r} is Zarr v2: zarr3_backend reads v2 but writes only v3 "
-            f"(mode={mode!r} cannot add to it; mode='w' on the store's root replaces it with v3)"
-        )
     return existing

@@ -3,7 +3,7 @@
 Every store write of ``to_zarr`` happens here, inside one :class:`~zarr3_backend.core.commit.Transaction`
 per call (one for a whole DataTree): numpy data and dask tasks write through its staging store,
 and the commit then erases what mode="w" replaces, puts the data in place and writes every
-``zarr.json`` (and the consolidated metadata) in one marked window. A killed or failed write
+``zarr.json`` (and the consolidated metadata) in one marked window (Zarr v2 documents unmarked, after the data: see core/commit.py). A killed or failed write
 leaves the old state (or, once its manifest is written, a state the next write finishes).
 ``compute=False`` commits the metadata (and numpy data) now and returns a Delayed that writes the
 dask data straight to the store, as xarray's initialise-then-fill pattern needs.
@@ -27,8 +27,7 @@ from ..core.api import missing_parent_documents, open_group
 from ..core.array import Array
 from ..core.commit import Transaction
 from ..core.group import Group
-from ..core.metadata import GroupMetadata, to_bytes
-from ..core.paths import join_prefix, metadata_key
+from ..core.paths import join_prefix
 from ..dask.tree import Tally, receipts_of, sum_counts
 from ..dask.write import FusingDelayed
 from ..dask.write import store as dask_store
@@ -70,9 +69,10 @@ def execute(
     erase: list[str] = []
     for plan in plans:
         if plan.create_group:  # a new (or replaced) group, and any missing parents
-            for key, doc in missing_parent_documents(store, plan.path).items():
+            for key, doc in missing_parent_documents(store, plan.path, plan.zarr_format).items():
                 documents.setdefault(key, doc)  # never over a document another plan gives
-            documents.setdefault(metadata_key(plan.path), to_bytes(GroupMetadata()))
+            for key, doc in plan.new_group_documents().items():
+                documents.setdefault(key, doc)
         documents.update(plan.documents())
         guard += [plan.path, *(w.target.path for w in plan.writes)]
         erase += plan.erase_prefixes

@@ -15,11 +15,12 @@ import xarray as xr
 from xarray import conventions
 from xarray.core.variable import Variable
 
-from ..core.api import array_metadata, refuse_inside_v2
+from ..core.api import array_metadata, missing_parent_documents, refuse_inside_v2, v2_array_metadata
 from ..core.array import Array
 from ..core.group import Group
 from ..core.metadata import GroupMetadata, to_bytes
 from ..core.metadata_v2 import ARRAY_KEY, GROUP_KEY
+from ..core.metadata_v2_write import node_documents, v2_group_metadata
 from ..core.paths import join_path, metadata_key, node_name
 from ..dask.alignment import check_deferred_edges, check_region_edges, storage_units
 from ..dask.write import plan_chunks
@@ -106,7 +107,9 @@ class VariableWrite:
     variable: Variable
     target: Array
     region: tuple[slice, ...]
-    document: bytes | None  # the zarr.json committed after the data (new array or shape), or None
+    #: the documents committed after the data (new array or shape: its zarr.json, or a v2
+    #: array's .zattrs and .zarray); empty when its metadata stays as stored
+    documents: dict[str, bytes] = field(default_factory=dict)
 
 
 @dataclass
@@ -117,21 +120,27 @@ class WritePlan:
     writes: list[VariableWrite] = field(default_factory=list)
     attrs: dict[str, Any] | None = None  # group attributes to store (None: leave them)
     erase_prefixes: list[str] = field(default_factory=list)  # what mode="w" drops
-    create_group: bool = False  # the group is new (or replaced): its zarr.json is written
-    group_metadata: GroupMetadata | None = None  # the group's zarr.json to store, if it changes
+    create_group: bool = False  # the group is new (or replaced): its documents are written
+    group_metadata: GroupMetadata | None = None  # the group's metadata to store, if it changes
+    zarr_format: int = 3  # of the group and every new array (``write_args.choose_zarr_format``)
 
     def documents(self) -> dict[str, bytes]:
         """The metadata documents committed after the data: each grown or new array's
-        ``zarr.json``, then the group's."""
-        docs = {metadata_key(w.target.path): w.document for w in self.writes if w.document is not None}
+        (``zarr.json``, or v2's ``.zattrs`` and ``.zarray``), then the group's."""
+        docs = {k: v for w in self.writes for k, v in w.documents.items()}
         if self.group_metadata is not None:
-            docs[metadata_key(self.path)] = to_bytes(self.group_metadata)
+            docs.update(node_documents(self.path, self.group_metadata))
         return docs
+
+    def new_group_documents(self) -> dict[str, bytes]:
+        """The documents of the group as created empty (before ``documents`` adds its own)."""
+        empty = GroupMetadata() if self.zarr_format == 3 else v2_group_metadata({}, self.path)
+        return node_documents(self.path, empty)
 
     @property
     def changes_metadata(self) -> bool:
         """Whether the commit changes any document (then consolidated metadata is refreshed)."""
-        return self.attrs is not None or any(w.document is not None for w in self.writes)
+        return self.attrs is not None or any(w.documents for w in self.writes)
 
 
 def _region_tuple(dims: tuple[str, ...], region: Mapping[str, slice]) -> tuple[slice, ...]:
@@ -158,11 +167,13 @@ def plan_write(
     write_empty_chunks: bool | None,
     compute: bool = True,
     erases: bool = True,
+    zarr_format: int = 3,
 ) -> WritePlan:
     """Validate the write of ``ds`` to the group at ``path`` and plan it (reads, never writes).
 
     ``erases``: with mode="w", whether this write erases its group (not when an enclosing
-    group, such as a tree's root, is erased by another plan).
+    group, such as a tree's root, is erased by another plan). ``zarr_format``: of the group
+    and its new arrays (stored arrays keep theirs).
     """
     variables, attrs = conventions.encode_dataset_coordinates(ds)
     for k, enc in encoding.items():
@@ -214,6 +225,7 @@ def plan_write(
         attrs={k: encode_attr_value(v) for k, v in attrs.items()} if mode != "r+" else None,
         erase_prefixes=[path] if mode == "w" and erases else [],
         create_group=mode == "w" or group is None,
+        zarr_format=zarr_format,
     )
     plan.group_metadata = _group_metadata(plan, None if mode == "w" else group)
     for name, var in variables.items():
@@ -238,6 +250,7 @@ def plan_write(
                 path=path,
                 user_encoding=name in encoding,
                 write_empty_chunks=write_empty_chunks,
+                zarr_format=zarr_format,
             )
         if write is None:
             continue
@@ -257,7 +270,10 @@ def plan_write(
 def _group_metadata(plan: WritePlan, group: Group | None) -> GroupMetadata | None:
     """The group's new ``zarr.json`` (``None`` when it stays as stored), checked now: it is
     written last, and a bad attribute must not strand written data."""
-    old = group.metadata if group is not None else GroupMetadata()
+    if group is not None:
+        old = group.metadata
+    else:
+        old = GroupMetadata() if plan.zarr_format == 3 else v2_group_metadata({}, plan.path)
     if plan.attrs is None or (plan.attrs == dict(old.attributes) and not plan.create_group):
         return None
     check_attributes(plan.attrs, "dataset attributes")
@@ -368,26 +384,43 @@ def _check_ownership(
 
 
 def _plan_new(
-    name: str, var: Variable, *, store: Store, path: str, user_encoding: bool, write_empty_chunks: bool | None
+    name: str,
+    var: Variable,
+    *,
+    store: Store,
+    path: str,
+    user_encoding: bool,
+    write_empty_chunks: bool | None,
+    zarr_format: int = 3,
 ) -> VariableWrite:
-    """A new array: CF-encode, build its metadata (held back until the data is written)."""
+    """A new array: CF-encode, build its metadata (held back until the data is written).
+    Zarr v2 as xarray's engine writes it: the CF ``_FillValue`` is the ``fill_value`` (not an
+    attribute), the dimensions go to ``_ARRAY_DIMENSIONS``."""
     encoded = encode_variable(var, name)
     kwargs = creation_kwargs(
-        encoded, name, user_encoding=user_encoding, write_empty_chunks=write_empty_chunks
+        encoded,
+        name,
+        user_encoding=user_encoding,
+        write_empty_chunks=write_empty_chunks,
+        zarr_format=zarr_format,
     )
     wec = kwargs.pop("write_empty_chunks")
     apath = join_path(path, name)
     attributes = stored_attributes(encoded)
+    if zarr_format == 2:
+        attributes.pop("_FillValue", None)
+        kwargs["fill_value"] = encoded.attrs.get("_FillValue")
     check_attributes(attributes, f"variable {name!r}: attributes")
+    build = array_metadata if zarr_format == 3 else v2_array_metadata
     try:
-        meta = array_metadata(**kwargs, dimension_names=encoded.dims, attributes=attributes, path=apath)
-        document = to_bytes(meta)  # written after the data, so built (and checked) now
+        meta = build(**kwargs, dimension_names=encoded.dims, attributes=attributes, path=apath)
+        documents = node_documents(apath, meta)  # written after the data, so built (and checked) now
     except Zarr3Error as e:
         origin = layout_origin(encoded, kwargs, user_encoding)
         raise type(e)(f"variable {name!r}: {e}{origin}") from e
     target = Array(store, apath, meta, write_empty_chunks=wec)
     return VariableWrite(
-        name, encoded, target, _concrete((slice(None),) * encoded.ndim, target.shape), document
+        name, encoded, target, _concrete((slice(None),) * encoded.ndim, target.shape), documents
     )
 
 
@@ -419,16 +452,16 @@ def _plan_existing(
     encoded = _match_dims(name, encode_like_stored(var, stored, name), dims, a.shape, region, append_dim)
     wec = a.write_empty_chunks if write_empty_chunks is None else write_empty_chunks
     reg = _region_tuple(dims, region)
-    meta, document = a.metadata, None
+    meta, documents = a.metadata, {}
     if has_append:
         axis = dims.index(append_dim)
         old = a.shape[axis]
         shape = tuple(old + encoded.shape[axis] if i == axis else n for i, n in enumerate(a.shape))
         meta = a.metadata.evolve(shape=shape)
-        document = to_bytes(meta)  # the new shape is stored after the data
+        documents = node_documents(a.path, meta)  # the new shape is stored after the data
         reg = tuple(slice(old, shape[axis]) if i == axis else s for i, s in enumerate(reg))
     target = Array(store, a.path, meta, write_empty_chunks=wec)
-    return VariableWrite(name, encoded, target, _concrete(reg, target.shape), document)
+    return VariableWrite(name, encoded, target, _concrete(reg, target.shape), documents)
 
 
 def _check_same_coordinate(
@@ -461,18 +494,21 @@ def _check_same_coordinate(
 
 
 def refuse_clashes(store: Store, path: str, plan: WritePlan, arrays: Mapping[str, Array]) -> None:
-    """Before anything is written: the group must not lie inside a Zarr v2 hierarchy, and a new
-    array must not land where another node is stored (a v3 group, or a v2 node, which v3
-    listings leave out)."""
-    refuse_inside_v2(store, path)
+    """Before anything is written: a v3 group must not lie inside a Zarr v2 hierarchy (a v2
+    one not inside a v3 group: ``missing_parent_documents``), and a new array must not land
+    where another node is stored (a v3 group, or a v2 node, which v3 listings leave out)."""
+    if plan.zarr_format == 3:
+        refuse_inside_v2(store, path)
+    else:
+        missing_parent_documents(store, path, 2)
     new = [w.target.path for w in plan.writes if w.name not in arrays]
     keys = [k for p in new for k in (metadata_key(p), join_path(p, ARRAY_KEY), join_path(p, GROUP_KEY))]
     found = store.exists_many(keys) if keys else []
     for i, p in enumerate(new):
-        if found[3 * i]:
+        if found[3 * i] or (plan.zarr_format == 2 and found[3 * i + 2]):
             raise NodeExistsError(f"cannot write variable {node_name(p)!r}: a group is stored at {p!r}")
         if found[3 * i + 1] or found[3 * i + 2]:
             raise ZarrV2Error(
                 f"cannot write variable {node_name(p)!r}: a Zarr v2 node is stored at {p!r} "
-                "(zarr3_backend reads v2 but writes only v3)"
+                "(a v3 group does not list it)"
             )

@@ -68,6 +68,7 @@ def write_tree(
             align_chunks,
             write_empty_chunks,
             compute,
+            zarr_format,
         )
         path = root if at_root else join_path(root, normalize_path(rel))
         try:

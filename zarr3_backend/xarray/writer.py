@@ -36,6 +36,7 @@ from .write_args import (
     check_zarr_format,
     checked_encoding,
     choose_mode,
+    choose_zarr_format,
     open_existing,
     validate_names,
 )
@@ -68,6 +69,11 @@ def to_zarr(
     write_inherited_coords: bool = False,
 ) -> Group | Delayed:
     """Write ``dataset`` to a Zarr v3 store, as ``xarray.Dataset.to_zarr`` would.
+
+    ``zarr_format=2`` writes Zarr v2 as xarray's engine does with zarr-python (``.zarray``,
+    ``.zattrs`` with ``_ARRAY_DIMENSIONS``, the CF ``_FillValue`` as the ``fill_value``,
+    ``.zmetadata``); ``None`` writes v3 to a new store and the store's own format to an
+    existing one (appends and region writes into v2 stores stay v2).
 
     Dask variables are written with one task per shard (per chunk when unsharded); dask chunks
     that would split a shard raise ``ChunkAlignmentError`` unless ``align_chunks=True``. A
@@ -112,7 +118,9 @@ def to_zarr(
     check_zarr_format(zarr_format)
     zstore = make_store(store if store is not None else {}, mode="a", storage_options=storage_options)
     path = normalize_path(group)
-    options = WriteOptions(mode, append_dim, region, safe_chunks, align_chunks, write_empty_chunks, compute)
+    options = WriteOptions(
+        mode, append_dim, region, safe_chunks, align_chunks, write_empty_chunks, compute, zarr_format
+    )
     plan = prepare(ds, zstore, path, encoding, options)
     consolidate = (
         bool(consolidated) or (consolidated is None and mode != "r+") or root_is_consolidated(zstore)
@@ -141,6 +149,7 @@ class WriteOptions:
     align_chunks: bool
     write_empty_chunks: bool | None
     compute: bool
+    zarr_format: int | None = None  # as given: None follows the store (``choose_zarr_format``)
 
     @property
     def aligns(self) -> bool:
@@ -165,6 +174,7 @@ def prepare(
     encoding = checked_encoding(encoding, ds)
     mode, append_dim = options.mode, options.append_dim
     existing = open_existing(zstore, path, mode)
+    zarr_format = choose_zarr_format(options.zarr_format, zstore, path, mode, existing)
     arrays = dict(existing.arrays()) if existing is not None else {}
     if mode == "w":
         ds = detach_from_target(ds, zstore, path if erased_path is None else erased_path)
@@ -187,6 +197,7 @@ def prepare(
         write_empty_chunks=options.write_empty_chunks,
         compute=options.compute,
         erases=erased_path is None or erased_path == path,
+        zarr_format=zarr_format,
     )
     if mode != "w":
         refuse_clashes(zstore, path, plan, arrays)
