@@ -347,3 +347,24 @@ def test_structured_v2_array_round_trips(tmp_path):
     theirs = zarr.open_array(path, mode="r", zarr_format=2)
     assert theirs[...].tolist() == [*values.tolist(), fill.tolist(), fill.tolist()]
     assert z3.open_array(path)[...].tolist() == theirs[...].tolist()
+
+
+def test_a_dataset_read_from_v2_with_numcodecs_codecs_pickles(tmp_path):
+    """dask and xarray pickle what they read; numcodecs codec classes must be found by name."""
+    import pickle
+
+    import numcodecs
+
+    path = str(tmp_path / "p.zarr")
+    a = z3.create_array(
+        path,
+        shape=(6,),
+        chunks=(3,),
+        dtype="i4",
+        zarr_format=2,
+        filters=[numcodecs.Delta(dtype="i4")],
+        compressors=[numcodecs.Blosc()],
+    )
+    a[...] = np.arange(6)
+    back = pickle.loads(pickle.dumps(z3.open_array(path, mode="r")))
+    np.testing.assert_array_equal(back[...], np.arange(6))

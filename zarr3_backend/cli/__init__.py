@@ -17,7 +17,7 @@ from .tree import tree
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="zarr3_backend")
 def main() -> None:
-    """Look inside, migrate, copy and check Zarr stores (v3, and v2 sources)."""
+    """Look inside, migrate, copy and check Zarr stores (v3 and v2)."""
 
 
 main.add_command(info)

@@ -254,6 +254,7 @@ def _make_class(codec_id: str, kind: str) -> type[Codec]:
     cls_name = "Numcodecs" + "".join(part.capitalize() for part in codec_id.split("_"))
     cls = type(cls_name, (base,), {"codec_id": codec_id, "name": PREFIX + codec_id, "__module__": __name__})
     cls.__doc__ = f"``{PREFIX}{codec_id}``: numcodecs' {codec_id!r} codec in a v3 codec chain."
+    globals()[cls_name] = cls  # a module attribute, so pickle finds it by name (dask, xarray)
     return register_codec(cls)
 
 

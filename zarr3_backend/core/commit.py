@@ -31,7 +31,6 @@ by the next write; a live writer's records are never touched (see ``_owner``).
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -547,23 +546,11 @@ def pending_writes(store: Store) -> list[str]:
     return sorted(store.list_dir(TXN_DIR + "/"))
 
 
-#: How long an open waits for other writers' commits to finish before it refuses (seconds);
-#: the ``ZARR3_COMMIT_WAIT`` environment variable (read at each open) overrides it.
-COMMIT_WAIT = 30.0
-
-
-def _commit_wait() -> float:
-    raw = os.environ.get("ZARR3_COMMIT_WAIT")
-    try:
-        return float(raw) if raw is not None else COMMIT_WAIT
-    except ValueError:
-        return COMMIT_WAIT
-
-
 def wait_for_commits(store: Store, call: Callable[[], Any]) -> Any:
     """``call()``, retried while it meets the marker of a write whose writer is alive (its commit
-    window is short); a dead writer's marker, or one that outlasts the wait, is raised."""
-    deadline = time.monotonic() + _commit_wait()
+    window is short); a dead writer's marker, or one that outlasts the wait (the store's
+    ``commit_wait`` setting, ``ZARR3_COMMIT_WAIT``), is raised."""
+    deadline = time.monotonic() + store.settings.commit_wait
     delay = 0.002
     while True:
         try:

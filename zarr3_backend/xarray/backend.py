@@ -1,5 +1,5 @@
 """``engine="zarr3"``: xarray's ``open_dataset``, ``open_datatree`` and ``open_groups`` on Zarr v3
-(and, read-only, Zarr v2) stores through zarr3_backend, with the arguments and meaning of
+and Zarr v2 stores through zarr3_backend, with the arguments and meaning of
 xarray's own zarr engine."""
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ class Zarr3BackendEntrypoint(BackendEntrypoint):
     """Open Zarr v3 stores (paths, fsspec URLs, zarr3_backend Stores) without zarr-python.
 
     Takes the arguments of xarray's ``engine="zarr"`` with the same meaning; see
-    ``zarr3_backend.xarray`` for the differences. Zarr v2 stores open read-only (their
+    ``zarr3_backend.xarray`` for the differences. Zarr v2 stores open too (their
     ``_ARRAY_DIMENSIONS`` name the dimensions; the v2 ``fill_value`` masks, as in xarray).
 
     Dask chunks: ``preferred_chunks`` is the shard shape (the chunk shape when unsharded), so
