@@ -368,3 +368,24 @@ def test_a_dataset_read_from_v2_with_numcodecs_codecs_pickles(tmp_path):
     a[...] = np.arange(6)
     back = pickle.loads(pickle.dumps(z3.open_array(path, mode="r")))
     np.testing.assert_array_equal(back[...], np.arange(6))
+
+
+def test_rewriting_a_v2_array_whose_fill_value_is_a_bare_infinity_token(tmp_path):
+    """zarr-python 2 writes non-finite fill values as bare JSON tokens; a rewrite of such an
+    array (attributes, resize) writes strictly valid JSON with v2's string spelling."""
+    import json
+
+    root = tmp_path / "inf.zarr"
+    (root / "a").mkdir(parents=True)
+    (root / ".zgroup").write_text('{"zarr_format": 2}')
+    (root / "a" / ".zarray").write_text(
+        '{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<f8", "compressor": null, '
+        '"fill_value": Infinity, "order": "C", "filters": null}'
+    )
+    a = z3.open_array(str(root), path="a", mode="r+")
+    assert a.fill_value == np.inf
+    a.attrs["units"] = "K"
+    a.resize(6)
+    doc = json.loads((root / "a" / ".zarray").read_text(), parse_constant=lambda c: pytest.fail(c))
+    assert doc["fill_value"] == "Infinity" and doc["shape"] == [6]
+    np.testing.assert_array_equal(z3.open_array(str(root), path="a")[...], np.full(6, np.inf))

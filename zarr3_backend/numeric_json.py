@@ -14,7 +14,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CANONICAL_NAN_BITS", "float_to_json", "parse_float_json", "parse_int_json", "parse_number_json"]
+__all__ = [
+    "CANONICAL_NAN_BITS",
+    "float_to_json",
+    "non_finite_spelled",
+    "parse_float_json",
+    "parse_int_json",
+    "parse_number_json",
+]
 
 #: The bits the spec gives the string "NaN": sign 0, exponent all ones, only the mantissa MSB set.
 CANONICAL_NAN_BITS = {2: 0x7E00, 4: 0x7FC0_0000, 8: 0x7FF8_0000_0000_0000}
@@ -94,3 +101,16 @@ def float_to_json(value: np.floating) -> float | str:
         return "Infinity" if value > 0 else "-Infinity"
     # numpy's str() is the shortest decimal that round-trips in the value's own precision
     return float(str(value))
+
+
+def non_finite_spelled(obj: Any) -> Any:
+    """``obj`` (parsed JSON: dicts, lists, scalars) with every non-finite float spelled as the
+    specs spell it (``"NaN"``, ``"Infinity"``, ``"-Infinity"``): what ``json.dumps(...,
+    allow_nan=False)`` then writes is strictly valid JSON that the other libraries read back."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "NaN" if math.isnan(obj) else ("Infinity" if obj > 0 else "-Infinity")
+    if isinstance(obj, dict):
+        return {k: non_finite_spelled(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [non_finite_spelled(v) for v in obj]
+    return obj

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +12,7 @@ import click
 
 from ..core.api import open_node
 from ..errors import Zarr3Error
+from ..numeric_json import non_finite_spelled
 from ..stores.base import Store
 from ..stores.resolve import make_store
 
@@ -32,20 +32,9 @@ def open_at(location: str, path: str, mode: str = "r") -> Any:
     return open_node(store_for(location, mode), path, mode=mode)
 
 
-def _strict(obj: Any) -> Any:
-    """``obj`` with non-finite floats spelled as zarr.json spells them (``"NaN"``, ...)."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return "NaN" if math.isnan(obj) else ("Infinity" if obj > 0 else "-Infinity")
-    if isinstance(obj, dict):
-        return {k: _strict(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_strict(v) for v in obj]
-    return obj
-
-
 def emit_json(obj: Any) -> None:
     """Print ``obj`` as indented, strictly valid JSON on stdout (no bare NaN tokens)."""
-    click.echo(json.dumps(_strict(obj), indent=2, default=str, allow_nan=False))
+    click.echo(json.dumps(non_finite_spelled(obj), indent=2, default=str, allow_nan=False))
 
 
 def typed_errors(func: Callable[..., Any]) -> Callable[..., Any]:

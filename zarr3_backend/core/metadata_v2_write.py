@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CodecError, MetadataError
+from ..numeric_json import non_finite_spelled
 from .metadata import ArrayMetadata, GroupMetadata, parse_node_json, to_bytes
 from .metadata_v2 import (
     ARRAY_KEY,
@@ -216,7 +217,9 @@ def _attributes(meta: ArrayMetadata | GroupMetadata) -> dict[str, Any]:
 
 
 def _dump(doc: Any) -> bytes:
-    return json.dumps(doc, indent=2, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    """A v2 document as strictly valid JSON: non-finite numbers (a ``fill_value`` zarr-python
+    2 wrote as a bare ``Infinity``) are spelled as v2 spells them."""
+    return json.dumps(non_finite_spelled(doc), indent=2, allow_nan=False, ensure_ascii=False).encode("utf-8")
 
 
 def node_documents(path: str, meta: ArrayMetadata | GroupMetadata) -> dict[str, bytes]:

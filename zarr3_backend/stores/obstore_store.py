@@ -416,11 +416,12 @@ class ObstoreStore(Store):
         """The value of ``key`` (or the part ``byte_range`` selects, clipped to the value)."""
         return self.get_partial_values([(key, byte_range)])[0]
 
-    def get_many(self, keys: Sequence[str]) -> list[BytesLike | None]:  # type: ignore[override]
-        """Values of many keys, concurrently on the store's event loop; each a read-only view of
-        the buffer obstore filled (no copy)."""
+    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        """Values of many keys, concurrently on the store's event loop, as ``bytes`` (callers
+        parse documents from them; the chunk pipeline reads through ``stream_partial_values``,
+        which hands over views without a copy)."""
         results = self._fetch([(k, None) for k in keys])
-        return [self._value(k, res, copy=False) for k, res in zip(keys, results, strict=True)]
+        return [self._value(k, res) for k, res in zip(keys, results, strict=True)]
 
     def get_partial_values(self, key_ranges: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
         """Byte ranges of many keys, concurrently; several bounded ranges of one key go in one
