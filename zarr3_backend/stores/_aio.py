@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import sys
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
@@ -56,6 +57,46 @@ def run_bounded(
     if not calls:
         return []
     return fsspec.asyn.sync(fs.loop, _bounded, calls, limit, give_up)
+
+
+class ByteGate:
+    """At most ``budget`` bytes of response bodies being read or landed and not yet taken by the
+    consumer (one body always passes). A request holds back its body until it gets through, so
+    what the server sends waits in the server and the network, not in this process: a stream
+    keeps hundreds of requests in flight with a bounded memory. Used on the loop's thread only."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.held = 0
+        self._by_call: dict[int, int] = {}
+        self._waiting: deque[tuple[int, int, asyncio.Future[None]]] = deque()
+
+    async def enter(self, call: int, nbytes: int) -> None:
+        """Wait until call ``call`` may read its body of ``nbytes`` bytes, and count them."""
+        if not self._waiting and (self.held == 0 or self.held + nbytes <= self.budget):
+            self._take(call, nbytes)
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((call, nbytes, future))
+        await future  # cancelled with its request: the bytes were never counted
+
+    def _take(self, call: int, nbytes: int) -> None:
+        self.held += nbytes
+        self._by_call[call] = self._by_call.get(call, 0) + nbytes
+
+    def leave(self, call: int) -> None:
+        """Call ``call``'s body was taken by the consumer, or failed: let others through."""
+        self.held -= self._by_call.pop(call, 0)
+        while self._waiting:
+            waiting_call, nbytes, future = self._waiting[0]
+            if future.cancelled():
+                self._waiting.popleft()
+                continue
+            if self.held and self.held + nbytes > self.budget:
+                return
+            self._waiting.popleft()
+            self._take(waiting_call, nbytes)
+            future.set_result(None)
 
 
 class _Stream:
@@ -121,9 +162,12 @@ def stream_bounded(
     calls: Sequence[Callable[[], Awaitable[Any]]],
     limit: int,
     give_up: Callable[[BaseException], bool],
+    gate: ByteGate | None = None,
 ) -> Iterator[tuple[int, object]]:
     """Yield ``(i, result)`` for each of ``calls`` as it lands on ``loop`` (running in another
     thread), in completion order; a result is the value or the exception the call raised.
+    Calls that read their bodies through ``gate`` (``ByteGate.enter`` with their index) have
+    their bytes let go when the consumer takes them.
 
     At most ``limit`` calls are outstanding or landed but not yet taken: a new one starts when
     the consumer takes one. When the consumer stops early (the generator is closed or
@@ -139,6 +183,8 @@ def stream_bounded(
         while taken < n:
             i, result = stream.landed.get()
             taken += 1
+            if gate is not None:
+                loop.call_soon_threadsafe(gate.leave, i)
             loop.call_soon_threadsafe(stream.start, 1)
             yield i, result
     finally:

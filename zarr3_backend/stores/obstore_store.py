@@ -36,7 +36,7 @@ from obstore.exceptions import (
 
 from ..byte_range import ByteRange
 from ..errors import StoreError, Zarr3Error
-from ._aio import _bounded, stream_bounded
+from ._aio import ByteGate, _bounded, stream_bounded
 from .base import BytesLike, Store, StoreArgumentError, dir_prefix, validate_key, validate_prefix
 from .fsspec_errors import (
     BucketNotFoundError,
@@ -441,10 +441,28 @@ class ObstoreStore(Store):
         for key, _ in key_ranges:
             validate_key(key)
         self._open()
-        limit = max(1, in_flight or self.settings.requests_in_flight)
-        calls = [lambda key=key, r=r: self._read(key, r) for key, r in key_ranges]
-        landed = stream_bounded(_LOOP.loop(), calls, limit, _is_endpoint_down)
+        settings = self.settings
+        limit = max(1, in_flight or settings.requests_in_flight)
+        gate = ByteGate(settings.window_bytes)  # whole values: bodies read as memory allows
+        calls = [
+            (lambda i=i, key=key: self._read_whole(key, gate, i))
+            if r is None or (r.offset == 0 and r.length is None)
+            else (lambda key=key, r=r: self._read(key, r))
+            for i, (key, r) in enumerate(key_ranges)
+        ]
+        landed = stream_bounded(_LOOP.loop(), calls, limit, _is_endpoint_down, gate)
         return self._settle_stream(landed, key_ranges)
+
+    async def _read_whole(self, key: str, gate: ByteGate, call: int) -> Any:
+        """One whole value whose body is read only once ``gate`` lets its size through (the
+        request, and the server's answer, are in flight meanwhile); raises when missing."""
+        got = await obstore.get_async(self._client, key)
+        await gate.enter(call, int(got.meta["size"]))
+        try:
+            return await got.bytes_async()
+        except BaseException:
+            gate.leave(call)
+            raise
 
     def _settle_stream(
         self, landed: Iterator[tuple[int, object]], key_ranges: Sequence[tuple[str, ByteRange | None]]
