@@ -88,7 +88,7 @@ def test_the_window_bounds_the_undecoded_bytes(monkeypatch):
         real(run, counted(), weight, limit, kind)
 
     monkeypatch.setattr("zarr3_backend.core.unit_reads.map_bounded", watching)
-    with settings.using(window_bytes=600):
+    with settings.using(window_bytes=1200):  # half of it for the decoders
         np.testing.assert_array_equal(z3.open_array(store, mode="r+")[...], data)
     assert 0 < peak <= 600 + 512
 

@@ -326,10 +326,10 @@ def test_obstore_stream_reads_bodies_only_as_the_consumer_makes_room(latency, mo
     monkeypatch.setattr(obstore_store, "ByteGate", Watched)
     store = ObstoreStore(f"{latency.url}/root")
     keys = [f"v/{i}" for i in range(12)]
-    budget = 1000  # about two values: each is 100-507 bytes
+    budget = 1000  # about two values (each is 100-507 bytes): half the window
     got = {}
     latency.reset()
-    with settings.using(window_bytes=budget):
+    with settings.using(window_bytes=2 * budget):
         for i, value in store.stream_partial_values([(k, None) for k in keys]):
             time.sleep(0.02)  # a slow consumer: bodies must wait for it
             got[i] = bytes(value)

@@ -36,8 +36,9 @@ class Settings:
     cpu_threads: int = dataclasses.field(default_factory=lambda: os.cpu_count() or 1)
     #: Requests one batched or streamed call keeps in flight on an object store.
     requests_in_flight: int = 256
-    #: Compressed bytes a streamed read holds that have landed but are not decoded yet; past it
-    #: no new request goes out until decoding catches up.
+    #: Compressed bytes a streamed read holds that have landed but are not decoded yet: half
+    #: for values handed to the decoders, half for answers the store has read and not handed
+    #: over (ObstoreStore reads a body only within it); past it, intake waits for decoding.
     window_bytes: int = 32 * _MiB
     #: Byte ranges of one value closer than this are fetched as one request; ``None``: the
     #: store's own default (``Store.coalesce_gap``: small on local disk, about 1 MiB on object

@@ -121,7 +121,9 @@ def _read_streamed(pipe: ChunkPipeline, whole: list[Item], keys: list[str], cach
     def weight(landed: tuple[int, Any]) -> int:
         return 0 if landed[1] is None else len(landed[1])
 
-    map_bounded(decode, stream, weight, settings.window_bytes, kind="cpu")
+    # half the window for values handed to the decoders; stores that hold back answers they
+    # have not handed over (ObstoreStore) keep the other half for those
+    map_bounded(decode, stream, weight, max(1, settings.window_bytes // 2), kind="cpu")
 
 
 def _read_inline(pipe: ChunkPipeline, whole: list[Item], keys: list[str], cache: ChunkCache | None) -> None:

@@ -443,7 +443,9 @@ class ObstoreStore(Store):
         self._open()
         settings = self.settings
         limit = max(1, in_flight or settings.requests_in_flight)
-        gate = ByteGate(settings.window_bytes)  # whole values: bodies read as memory allows
+        # whole values: a body is read only as memory allows (half the window: the consumer
+        # keeps the other half for what it was handed and has not decoded yet)
+        gate = ByteGate(max(1, settings.window_bytes // 2))
         calls = [
             (lambda i=i, key=key: self._read_whole(key, gate, i))
             if r is None or (r.offset == 0 and r.length is None)
