@@ -167,11 +167,31 @@ def current(
     """The settings in force here and now: defaults, then environment variables (of
     ``environ``, default ``os.environ``), then ``store_overrides`` (one store's own, checked),
     then the innermost ``using(...)`` blocks."""
+    blocks = _overrides.get()
+    if environ is None:  # the common case, asked for on every read: memoised (values are hashable)
+        raw = tuple(os.environ.get(var) for var in _VARIABLES)
+        key = (raw, tuple(store_overrides.items()) if store_overrides else (), tuple(blocks.items()))
+        found = _resolved.get(key)
+        if found is not None:
+            return found
     values = from_environment(environ)
+    clean = environ is None and all(
+        r is None or r.strip() == "" or name in values for name, r in zip(ENVIRONMENT, raw, strict=True)
+    )
     if store_overrides:
         values.update(store_overrides)
-    values.update(_overrides.get())
-    return Settings(**values)
+    values.update(blocks)
+    settings = Settings(**values)
+    if clean:  # a bad environment value warns each time: not memoised
+        if len(_resolved) >= 256:
+            _resolved.clear()
+        _resolved[key] = settings
+    return settings
+
+
+_VARIABLES = tuple(ENVIRONMENT.values())
+#: ``current()`` results by (environment text, store overrides, ``using`` overrides).
+_resolved: dict[tuple, Settings] = {}
 
 
 @contextlib.contextmanager

@@ -83,7 +83,8 @@ def read_regions(pipe: ChunkPipeline, parts: list[Item], adopt: Any = False) -> 
                 rest.append(i)
     else:
         rest = list(range(len(parts)))
-    views = {key: ShardView.in_store(store, key, layout) for key in dict.fromkeys(keys)}
+    gap = _once(lambda: store.coalesce_gap)  # resolved once per call, and only if ranges merge
+    views = {key: ShardView.in_store(store, key, layout, gap) for key in dict.fromkeys(keys)}
 
     # stores with costly requests: the inner chunks of every region go out in one batched call
     # (requests_in_flight at once) instead of one call per region from a thread each
@@ -165,3 +166,15 @@ def _prefetch(
         out[i] = values[pos : pos + len(ranges)]
         pos += len(ranges)
     return out
+
+
+def _once(get: Callable[[], int]) -> Callable[[], int]:
+    """``get``, called at most once (its value kept)."""
+    kept: list[int] = []
+
+    def value() -> int:
+        if not kept:
+            kept.append(get())
+        return kept[0]
+
+    return value

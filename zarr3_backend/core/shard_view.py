@@ -96,16 +96,32 @@ class ShardView:
     """The inner chunks of one stored shard of ``layout``, read through ``read``; byte ranges
     closer than ``gap`` are fetched as one (the store's ``coalesce_gap``)."""
 
-    def __init__(self, layout: ShardLayout, read: RangeReader, gap: int = MERGE_GAP) -> None:
+    def __init__(
+        self, layout: ShardLayout, read: RangeReader, gap: int | Callable[[], int] = MERGE_GAP
+    ) -> None:
         self.layout = layout
         self._read = read
-        self.gap = gap
+        self._gap = gap
+
+    @property
+    def gap(self) -> int:
+        """Byte ranges closer than this are fetched as one (asked for only when ranges are
+        merged: raw reads through an open file never need it)."""
+        if callable(self._gap):
+            self._gap = self._gap()
+        return self._gap
 
     @classmethod
-    def in_store(cls, store: Store, key: str, layout: ShardLayout) -> ShardView:
-        """The shard stored under ``key``: each read is one batched ``get_partial_values``."""
+    def in_store(
+        cls, store: Store, key: str, layout: ShardLayout, gap: int | Callable[[], int] | None = None
+    ) -> ShardView:
+        """The shard stored under ``key``: each read is one batched ``get_partial_values``;
+        ranges closer than ``gap`` (default: the store's ``coalesce_gap``, asked for when
+        first needed) are merged."""
         return cls(
-            layout, lambda ranges: store.get_partial_values([(key, r) for r in ranges]), store.coalesce_gap
+            layout,
+            lambda ranges: store.get_partial_values([(key, r) for r in ranges]),
+            (lambda: store.coalesce_gap) if gap is None else gap,
         )
 
     def nested(self, off: int, nb: int, where: str) -> ShardView:
@@ -115,7 +131,9 @@ class ShardView:
         if nested is None:
             raise CodecError(f"{where}: the inner chunks of this shard are not shards read in parts")
         return ShardView(
-            nested, _offset_reader(self._read, off, nb, guard=self.layout.end_guard, where=where), self.gap
+            nested,
+            _offset_reader(self._read, off, nb, guard=self.layout.end_guard, where=where),
+            lambda: self.gap,
         )
 
     # ---- the index ------------------------------------------------------------------------
