@@ -27,10 +27,15 @@ CASES = {
         compressors=[numcodecs.GZip(5)],
         dimension_separator="/",
     ),
-    "f8_nan_fill_delta": dict(
-        data=np.where(rng.random((9,)) < 0.3, np.nan, rng.standard_normal(9)),
+    "f8_delta_nan_fill": dict(  # exact values: a float Delta rounds, and a NaN spreads in its chunk
+        data=rng.integers(-100, 100, 9).astype("f8"),
         filters=[numcodecs.Delta(dtype="f8")],
         compressors=None,
+        fill_value=np.nan,
+    ),
+    "f8_nan_values": dict(
+        data=np.where(rng.random((9,)) < 0.3, np.nan, rng.standard_normal(9)),
+        compressors=[numcodecs.Blosc()],
         fill_value=np.nan,
     ),
     "big_endian_f8": dict(data=rng.standard_normal((6, 5)).astype(">f8"), compressors=[numcodecs.Zlib(1)]),
