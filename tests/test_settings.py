@@ -282,3 +282,17 @@ def test_no_warning_when_the_environment_is_clean():
         warnings.simplefilter("error")
         current()
         assert MemoryStore().settings == Settings()
+
+
+def test_one_setting_resolves_as_all_of_them_do(monkeypatch):
+    """``settings.value`` (the hot paths' single lookup) agrees with ``current()``."""
+    from zarr3_backend import settings
+
+    assert settings.value("io_threads") == settings.current().io_threads
+    monkeypatch.setenv("ZARR3_BUFFER_POOL_MB", "3")
+    assert settings.value("buffer_pool_bytes") == 3 * 2**20 == settings.current().buffer_pool_bytes
+    with settings.using(cpu_threads=3):
+        assert settings.value("cpu_threads") == 3 == settings.current().cpu_threads
+    monkeypatch.setenv("ZARR3_IO_THREADS", "0")  # invalid: warns, the default stands
+    with pytest.warns(UserWarning, match="ZARR3_IO_THREADS"):
+        assert settings.value("io_threads") == settings.Settings().io_threads

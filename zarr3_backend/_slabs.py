@@ -19,6 +19,7 @@ that, results are plain allocations.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -28,6 +29,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from .settings import current as current_settings
+from .settings import value as setting_value
 
 SLAB_BYTES = 32 * 2**20
 #: Results of this size range come from the pool.
@@ -42,17 +44,26 @@ _PROBES = 8
 def default_cap_bytes(environ: Mapping[str, str] | None = None) -> int:
     """The pool's size limit: the ``buffer_pool_bytes`` setting (with the environment
     variables of ``environ``, default ``os.environ``), else the defaults described above."""
-    environ = os.environ if environ is None else environ
-    configured = current_settings(environ=environ).buffer_pool_bytes
+    # asked for at every pooled allocation: current() is memoised for os.environ itself
+    configured = (
+        setting_value("buffer_pool_bytes")
+        if environ is None
+        else current_settings(environ=environ).buffer_pool_bytes
+    )
     if configured is not None:
         return configured
-    if "MALLOC_TRIM_THRESHOLD_" in environ:
+    if "MALLOC_TRIM_THRESHOLD_" in (os.environ if environ is None else environ):
         return 64 * _MiB
+    return min(1024 * _MiB, _physical_memory() // 16)
+
+
+@functools.cache
+def _physical_memory() -> int:
+    """The machine's memory in bytes (8 GiB when the system does not say)."""
     try:
-        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
-        physical = 8 * 2**30
-    return min(1024 * _MiB, physical // 16)
+        return 8 * 2**30
 
 
 def _refcounts_reliable() -> bool:

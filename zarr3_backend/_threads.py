@@ -19,7 +19,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from .settings import current as current_settings
+from .settings import value as setting_value
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -45,8 +45,7 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 
 def pool_size(kind: str) -> int:
     """The threads of the ``kind`` pool (``"io"`` or ``"cpu"``) as the settings say now."""
-    settings = current_settings()
-    return settings.io_threads if kind == "io" else settings.cpu_threads
+    return setting_value("io_threads" if kind == "io" else "cpu_threads")
 
 
 def _pool(kind: str, size: int | None = None) -> ThreadPoolExecutor:

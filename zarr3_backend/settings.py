@@ -190,6 +190,24 @@ def current(
 
 
 _VARIABLES = tuple(ENVIRONMENT.values())
+_DEFAULTS = Settings()
+
+
+def value(name: str) -> Any:
+    """One process-wide setting now (``using(...)`` blocks, then its environment variable, then
+    the default), without resolving the others: for the hot paths that need just one (thread
+    pool sizes, the buffer pool's cap), asked for on every call."""
+    blocks = _overrides.get()
+    if name in blocks:
+        return blocks[name]
+    raw = os.environ.get(ENVIRONMENT[name])
+    if raw is not None and raw.strip() != "":
+        parsed = _parse(name, raw)
+        if parsed is not None:
+            return parsed
+    return getattr(_DEFAULTS, name)
+
+
 #: ``current()`` results by (environment text, store overrides, ``using`` overrides).
 _resolved: dict[tuple, Settings] = {}
 
