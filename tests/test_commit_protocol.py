@@ -104,3 +104,14 @@ def test_two_read_modify_writes_of_one_unit_in_one_transaction_keep_both():
         staged[4:8] = 2  # reads the unit again: must see the first write, not the stored one
         txn.commit()
     np.testing.assert_array_equal(z3.open_array(store, path="x")[...], [1, 1, 1, 1, 2, 2, 2, 2])
+
+
+def test_the_staging_view_keeps_the_stores_own_settings():
+    """Writes staged in a transaction run with the settings the user gave the store."""
+    from zarr3_backend.core.commit import StagingStore
+    from zarr3_backend.stores import MemoryStore
+
+    base = MemoryStore(settings={"requests_in_flight": 7, "coalesce_gap": 123})
+    staging = StagingStore(base, "t1")
+    assert staging.settings.requests_in_flight == 7
+    assert staging.coalesce_gap == 123 == base.coalesce_gap

@@ -195,6 +195,8 @@ class StagingStore(Store):
         self._tomb = txn_prefix(txn_id) + "erase/"
         self.expected: dict[str, Any] = {}
         self.costly_requests = base.costly_requests
+        self.setting_overrides = base.setting_overrides  # the base store's own settings hold
+        self.default_coalesce_gap = base.default_coalesce_gap
         self.supports_conditional_writes = base.supports_conditional_writes
         self.refuses_unguarded_partial_writes = base.refuses_unguarded_partial_writes
 
