@@ -396,22 +396,6 @@ class ObstoreStore(Store):
                 raise
         return True
 
-    async def _read_ranges(self, key: str, ranges: list[ByteRange]) -> list[Any]:
-        """Several bounded ranges of one value in one coalescing call; any trouble (a range past
-        the end) falls back to one request per range, with the clipping rules."""
-        try:
-            got = await obstore.get_ranges_async(
-                self._client, key, starts=[r.offset for r in ranges], lengths=[r.length for r in ranges]
-            )
-            out = list(got)
-            if all(len(b) == r.length for b, r in zip(out, ranges, strict=True)):
-                return out
-        except _MISSING:
-            raise
-        except Exception:
-            pass
-        return list(await asyncio.gather(*(self._read(key, r) for r in ranges)))
-
     def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
         """The value of ``key`` (or the part ``byte_range`` selects, clipped to the value)."""
         return self.get_partial_values([(key, byte_range)])[0]
@@ -424,9 +408,8 @@ class ObstoreStore(Store):
         return [self._value(k, res) for k, res in zip(keys, results, strict=True)]
 
     def get_partial_values(self, key_ranges: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
-        """Byte ranges of many keys, concurrently; several bounded ranges of one key go in one
-        coalescing ``get_ranges`` call (adjacent ranges become one request). Values are
-        ``bytes`` (callers hash them: the shard-index memo)."""
+        """Byte ranges of many keys, concurrently, one request per range (the caller merges
+        neighbouring ranges by ``coalesce_gap``). Values are ``bytes``."""
         out = self._fetch(key_ranges)
         return [self._value(k, res) for (k, _), res in zip(key_ranges, out, strict=True)]  # type: ignore[misc]
 
@@ -478,27 +461,10 @@ class ObstoreStore(Store):
         for key, _ in key_ranges:
             validate_key(key)
         self._open()
-        grouped: dict[str, list[int]] = {}
-        for i, (key, r) in enumerate(key_ranges):
-            if r is not None and not r.is_suffix and r.length:
-                grouped.setdefault(key, []).append(i)
-        multi = {key: idx for key, idx in grouped.items() if len(idx) > 1}
-        in_multi = {i for idx in multi.values() for i in idx}
-        singles = [i for i in range(len(key_ranges)) if i not in in_multi]
-        calls: list[Callable[[], Awaitable[Any]]] = []
-        for i in singles:
-            key, r = key_ranges[i]
-            calls.append(lambda key=key, r=r: self._read(key, r))
-        for key, idx in multi.items():
-            calls.append(lambda key=key, idx=idx: self._read_ranges(key, [key_ranges[i][1] for i in idx]))
-        results = self._batch("reading", calls)
-        out: list[object] = [None] * len(key_ranges)
-        for i, result in zip(singles, results, strict=False):
-            out[i] = result
-        for (_, idx), result in zip(multi.items(), results[len(singles) :], strict=True):
-            for n, i in enumerate(idx):
-                out[i] = result if isinstance(result, BaseException) else result[n]  # type: ignore[index]
-        return out
+        # one request per range: callers merge neighbouring ranges by this store's
+        # ``coalesce_gap`` first (obstore's get_ranges would merge again, by its own 1 MiB)
+        calls = [lambda key=key, r=r: self._read(key, r) for key, r in key_ranges]
+        return self._batch("reading", calls)
 
     def exists(self, key: str) -> bool:
         """Whether ``key`` holds a value: one request for its first byte."""
