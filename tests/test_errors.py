@@ -627,7 +627,7 @@ def _set_index_entry(store, key: str, layout, entry: int, offset: int, nbytes: i
 def test_shard_index_entry_past_any_shard_is_refused_before_reading(store, compressors, nbytes):
     a = z3.create_array(store, "s", shape=(8,), dtype="f4", chunks=(2,), shards=(8,), compressors=compressors)
     a[:] = np.arange(8)
-    layout = a._chain.array_bytes.layout(a._chain.specs[-1])
+    layout = a._pipeline.chain.array_bytes.layout(a._pipeline.chain.specs[-1])
     _set_index_entry(store, "s/c/0", layout, 1, 0, nbytes)
     b = z3.open_array(store, "s")
     with zraises(errors.CorruptionError, match=r"shard 's/c/0'.*inner chunk \(1,\).*past the end"):
@@ -683,7 +683,7 @@ def test_whole_shard_too_large_for_memory_is_a_resource_limit():
     shard = {"name": "sharding_indexed", "configuration": {"chunk_shape": [inner, inner]}}
     codecs = [{"name": "transpose", "configuration": {"order": [1, 0]}}, shard]
     a = z3.create_array(s, "t", shape=(n, n), dtype="f4", chunks=(n, n), codecs=codecs)
-    layout = a._chain.array_bytes.layout(a._chain.specs[-1])
+    layout = a._pipeline.chain.array_bytes.layout(a._pipeline.chain.specs[-1])
     s.set("t/c/0/0", encode_index(np.full((*layout.grid, 2), EMPTY, dtype=np.uint64), layout.index))
     import resource
 

@@ -655,7 +655,7 @@ def _rewrite_index(path, layout, mutate):
 def test_raw_inner_chunk_pointing_outside_the_data_is_corruption(tmp_path, index_location):
     data = _data((16, 16))
     a = _raw_sharded(tmp_path, data, index_location=index_location)
-    layout = a._pipeline.shard_codec.layout(a._chain.specs[-1])
+    layout = a._pipeline.shard_codec.layout(a._pipeline.chain.specs[-1])
     path = tmp_path / "r" / "c" / "1" / "0"
 
     def past_the_end(index, size):  # inner chunk (1, 1) now ends in the index or past the end
@@ -674,7 +674,7 @@ def test_raw_inner_chunk_pointing_outside_the_data_is_corruption(tmp_path, index
 def test_raw_inner_chunk_of_the_wrong_size_is_corruption(tmp_path):
     data = _data((16, 16))
     a = _raw_sharded(tmp_path, data)
-    layout = a._pipeline.shard_codec.layout(a._chain.specs[-1])
+    layout = a._pipeline.shard_codec.layout(a._pipeline.chain.specs[-1])
 
     def shorter(index, size):
         index[0, 1, 1] -= 4
@@ -788,7 +788,7 @@ def _reject_ranged_reads(ranges):
 def test_read_many_into_merges_neighbouring_inner_chunks(tmp_path):
     data = _data((16, 16))
     a = _raw_sharded(tmp_path, data)  # shards 8x8 of 4x4 inner chunks, stored in C order
-    codec, spec = a._pipeline.shard_codec, a._chain.specs[-1]
+    codec, spec = a._pipeline.shard_codec, a._pipeline.chain.specs[-1]
     raw = (tmp_path / "r" / "c" / "0" / "0").read_bytes()
     index = shard_indexes(a._pipeline, ["c/0/0"])["c/0/0"]
     reader = _CountingReader(raw)
@@ -809,7 +809,7 @@ def test_read_many_into_merges_neighbouring_inner_chunks(tmp_path):
 def test_read_many_into_reports_a_shard_that_shrank_while_reading(tmp_path):
     data = _data((16, 16))
     a = _raw_sharded(tmp_path, data)
-    codec, spec = a._pipeline.shard_codec, a._chain.specs[-1]
+    codec, spec = a._pipeline.shard_codec, a._pipeline.chain.specs[-1]
     raw = (tmp_path / "r" / "c" / "0" / "0").read_bytes()
     index = shard_indexes(a._pipeline, ["c/0/0"])["c/0/0"]
     reader = _CountingReader(raw)

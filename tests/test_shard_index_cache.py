@@ -92,7 +92,7 @@ def test_stale_cached_index_is_detected_and_reread():
     new = np.zeros((16, 16))
     new[5, 6] = 42.0  # compresses to other sizes: the shard's offsets move
     _external_rewrite(store, new)
-    codec, spec = a._chain.array_bytes, a._chain.specs[-1]
+    codec, spec = a._pipeline.chain.array_bytes, a._pipeline.chain.specs[-1]
     fresh = ShardView(
         codec.layout(spec), lambda ranges: [z3.MemoryStore.get(store, "x/c/0/0", r) for r in ranges]
     ).read_index()

@@ -15,8 +15,6 @@ from typing import Any
 import numpy as np
 
 from .. import _slabs, indexing
-from ..codecs import CodecChain
-from ..codecs.sharding import ShardingCodec
 from ..errors import ReadOnlyError, ResourceLimitError, ShapeError
 from ..stores.base import Store
 from . import rectilinear
@@ -129,7 +127,7 @@ class Array:
     @property
     def shards(self) -> tuple[int, ...] | None:
         """The shard shape, or ``None`` when the array is not sharded."""
-        return self.storage_chunks if self._sharding is not None else None
+        return self.storage_chunks if self._pipeline.sharding is not None else None
 
     @property
     def chunks(self) -> tuple[int, ...]:
@@ -176,18 +174,9 @@ class Array:
     def _pipeline(self) -> ChunkPipeline:
         """The chunk pipeline of this array as it is now (made anew when the metadata changed)."""
         pipe = self.__dict__.get("_pipe")
-        if pipe is None or pipe.metadata is not self.metadata or pipe.store is not self.store:
+        if pipe is None or pipe.metadata is not self.metadata:
             pipe = self.__dict__["_pipe"] = ChunkPipeline(self.store, self.path, self.metadata)
         return pipe
-
-    @property
-    def _chain(self) -> CodecChain:
-        return self._pipeline.chain
-
-    @property
-    def _sharding(self) -> ShardingCodec | None:
-        """The sharding codec when it is the chain's array->bytes codec."""
-        return self._pipeline.sharding
 
     def _chunk_key(self, coords: tuple[int, ...]) -> str:
         return self._pipeline.key(coords)

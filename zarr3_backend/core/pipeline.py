@@ -56,14 +56,6 @@ class ChunkPipeline:
         #: Decoded, checked shard indexes by their encoded bytes (a pure memo, never stale).
         self.index_memo: dict[bytes, np.ndarray] = {}
 
-    def __getstate__(self) -> dict:  # a pickled pipeline (in a dask task) starts with empty caches
-        state = self.__dict__.copy()
-        state["index_cache"] = (
-            None if self.index_cache is None else ShardIndexCache(self.index_cache.max_bytes)
-        )
-        state["index_memo"] = {}
-        return state
-
     # ---- what every step needs -----------------------------------------------------------
     def key(self, coords: tuple[int, ...]) -> str:
         """The store key of the storage unit at grid ``coords``."""
@@ -102,10 +94,6 @@ class ChunkPipeline:
             return self.chain.decode(data)
         except CorruptionError as e:
             raise type(e)(f"{self.unit_name} {key!r}: {e}") from e
-
-    def with_store(self, store: Store) -> ChunkPipeline:
-        """This pipeline over another store (a transaction's staging view)."""
-        return ChunkPipeline(store, self.path, self.metadata)
 
     # ---- reads ---------------------------------------------------------------------------
     def read(self, items: Sequence[tuple[np.ndarray, Any]], adopt: Any = False) -> dict[int, np.ndarray]:
