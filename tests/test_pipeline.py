@@ -168,3 +168,18 @@ def test_cached_units_are_not_views_of_reused_scratch_memory(tmp_path):
         reopened[8:64, 8:64]  # reuses the threads' scratch memory many times over
         np.testing.assert_array_equal(reopened[0:8, 0:8], first)
         np.testing.assert_array_equal(first, data[0:8, 0:8])
+
+
+def test_forgetting_one_array_keeps_what_a_sibling_with_a_longer_name_cached():
+    """An array's writes drop its own cached units, not those of "a" + more letters."""
+    store = StreamingStore()
+    data = np.arange(16, dtype="f8").reshape(4, 4)
+    for name in ("a", "ab"):
+        z3.create_array(store, name, shape=(4, 4), chunks=(2, 2), dtype="f8")[...] = data
+    with settings.using(chunk_cache_bytes=1 << 20):
+        ab = z3.open_array(store, path="ab", mode="r+")
+        ab[...]
+        store.streamed.clear()
+        z3.open_array(store, path="a", mode="r+")[...] = 0  # a transaction: forgets all of "a"
+        np.testing.assert_array_equal(ab[...], data)
+        assert store.streamed == []  # "ab" still served from the cache

@@ -164,4 +164,4 @@ class ChunkPipeline:
             self.index_cache.invalidate(keys)
         cache = self.chunk_cache
         if cache is not None:
-            cache.invalidate(keys if keys is not None else None, prefix=self.path)
+            cache.invalidate(keys if keys is not None else None, prefix=join_prefix(self.path))
