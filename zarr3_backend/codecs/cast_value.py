@@ -158,9 +158,12 @@ class CastValueCodec(ArrayArrayCodec):
     # --- the cast ----------------------------------------------------------------------------
     def _cast(self, x: np.ndarray, dst: np.dtype, direction: str, src: np.dtype) -> np.ndarray:
         x = np.asarray(x, dtype=src)
+        pairs = self._pairs(direction, src, dst)
+        if not pairs:  # no scalar_map (the usual case): no mask, no second output array
+            return self._convert(x, dst)
         out = np.empty(x.shape, dtype=dst)
         todo = np.ones(x.shape, dtype=bool)
-        for key, value in self._pairs(direction, src, dst):
+        for key, value in pairs:
             hit = todo & (np.isnan(x) if _is_nan(key) else (x == key) & (np.signbit(x) == np.signbit(key)))
             out[hit] = value
             todo &= ~hit

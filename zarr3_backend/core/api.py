@@ -37,7 +37,7 @@ from .dtypes import DataType, as_data_type, default_fill_value, parse_fill_value
 from .group import Group, node_from_metadata, open_existing_group, read_node_metadata, v2_ancestor
 from .metadata import ArrayMetadata, GroupMetadata, parse_node, to_bytes
 from .metadata_v2 import ARRAY_KEY, CONSOLIDATED_KEY, GROUP_KEY
-from .metadata_v2_write import fill_value_json, is_v2, node_documents, v2_group_metadata, zarray_document
+from .metadata_v2_write import is_v2, node_documents, v2_group_metadata, zarray_document
 from .metadata_v2_write import v2_array_metadata as to_v2_metadata
 from .paths import (
     ancestor_paths,
@@ -385,14 +385,11 @@ def v2_array_metadata(
         attributes=attrs,
         path=path,
     )
-    npdt = meta3.data_type.numpy
-    v2_fill = (
-        None
-        if fill_value is None
-        else fill_value_json(meta3.fill_value, npdt if npdt.kind not in "OT" else np.dtype("O"))
-    )
-    zarray = zarray_document(
-        meta3, order=order, fill_value=v2_fill, field="codecs" if codecs is not None else None
+    zarray = zarray_document(  # fill_value=None: v2's "no fill value"; ...: meta3's, encoded
+        meta3,
+        order=order,
+        fill_value=None if fill_value is None else ...,
+        field="codecs" if codecs is not None else None,
     )
     return to_v2_metadata(zarray, meta3.attributes, path)
 

@@ -410,7 +410,7 @@ def root_is_consolidated(store: Store) -> bool:
     if raw is None:
         return zmetadata is not None
     try:
-        doc = json.loads(raw) if raw is not None else None
+        doc = json.loads(raw)
     except ValueError:
         return False
     return isinstance(doc, dict) and isinstance(doc.get("consolidated_metadata"), dict)

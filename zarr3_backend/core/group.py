@@ -73,11 +73,6 @@ def read_node_metadata(
     return read_v2_node_metadata(store, path, use_consolidated=use_consolidated)
 
 
-def _parse_json(data: Any, key: str) -> Any:
-    """A stored JSON document, parsed (``load_json``: typed errors naming ``key``, bounded depth)."""
-    return load_json(data, key)
-
-
 def _v2_docs(store: Store, paths: list[str], names: tuple[str, ...]) -> list[dict[str, Any]]:
     """For each node path, its v2 documents among ``names`` that exist, parsed (one batched get)."""
     keys = [join_path(p, n) for p in paths for n in names]
@@ -88,7 +83,7 @@ def _v2_docs(store: Store, paths: list[str], names: tuple[str, ...]) -> list[dic
         for j, name in enumerate(names):
             data = found[i * len(names) + j]
             if data is not None:
-                docs[name] = _parse_json(data, keys[i * len(names) + j])
+                docs[name] = load_json(data, keys[i * len(names) + j])
         out.append(docs)
     return out
 
@@ -363,15 +358,18 @@ class Group:
         if self.consolidated is not None:
             docs = self.consolidated
             out = {}
+            unreadable: list[str] = []  # nothing below an unreadable group is listed
             for rel in sorted(docs):
                 if max_depth is None or rel.count("/") < max_depth:
                     if skip and _is_skipped_array(docs[rel], rel, skip):
                         continue
-                    if any(rel.startswith(k + "/") for k, v in out.items() if isinstance(v, UnreadableNode)):
+                    if any(rel.startswith(u + "/") for u in unreadable):
                         continue
                     out[rel] = self._member(
                         rel, docs[rel], errors, partial(self._child_from_consolidated, rel)
                     )
+                    if isinstance(out[rel], UnreadableNode):
+                        unreadable.append(rel)
             return out
         out: dict[str, Node] = {}
         level = [("", self.path)]  # (relative path, absolute path) of groups to list
@@ -589,7 +587,7 @@ def open_existing_group(store: Store, path: str, *, read_only: bool, use_consoli
 def _json_or_none(data: Any) -> Any:
     """The parsed JSON of a document, or ``None`` when it is not JSON (``parse_node`` says why)."""
     try:
-        return _parse_json(data, "")
+        return load_json(data, "")
     except MetadataError:
         return None
 

@@ -102,9 +102,11 @@ class ChunkPipeline:
 
         ``adopt`` (True, or a set of ``id(out)``) names outputs filled by exactly one shard
         region; for those the decoded array itself is returned in ``{id(out): array}``."""
-        partial_ok = self.shard_codec is not None  # the codec reads regions of a unit itself
-        whole = [(o, p) for o, p in items if p.is_complete or not partial_ok]
-        parts = [(o, p) for o, p in items if not (p.is_complete or not partial_ok)]
+        if self.shard_codec is None:  # only shards are read in parts (by their inner chunks)
+            whole, parts = list(items), []
+        else:
+            whole = [(o, p) for o, p in items if p.is_complete]
+            parts = [(o, p) for o, p in items if not p.is_complete]
         if whole:
             unit_reads.read_whole(self, whole)
         return shard_reads.read_regions(self, parts, adopt) if parts else {}

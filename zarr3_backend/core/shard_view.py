@@ -32,6 +32,7 @@ from ..codecs.shard_index import (
 from ..codecs.shard_selection import inner_indexer
 from ..errors import CodecError, CorruptionError
 from ..stores.base import PositionedReader, Store
+from .read_outputs import whole_chunk_target
 from .shard_index_cache import ShardIndexCache
 
 #: At most this many decoded shard indexes are memoised per memo (``ChunkPipeline.index_memo``).
@@ -298,7 +299,7 @@ class ShardView:
                 available = max(0, min(nb + guard, reader.size - off))
                 if available < nb + guard:  # runs past the end of the shard or into its index
                     raise outside_error(q.chunk_coords, off, nb, available, guard)
-                target = _contiguous_target(out, q, nb) if same_dtype else None
+                target = whole_chunk_target(q, out, layout.chunk_shape) if same_dtype else None
                 if target is None:
                     staged.append((off, q, out))
                 else:
@@ -396,16 +397,3 @@ def _contiguous_runs(reads: Run) -> list[Run]:
             size = len(buf)
         end = off + len(buf)
     return runs
-
-
-def _contiguous_target(out: np.ndarray, q: indexing.ChunkProjection, nb: int) -> np.ndarray | None:
-    """The region of ``out`` a whole inner chunk fills, when it is one C-contiguous block of
-    ``nb`` bytes (the chunk's bytes can then be read straight into it), else ``None``."""
-    if not q.is_complete or not all(isinstance(s, slice) and s.step in (None, 1) for s in q.out_selection):
-        return None
-    if not all(isinstance(s, slice) and s.step in (None, 1) for s in q.chunk_selection):
-        return None
-    region = out[q.out_selection]
-    if region.nbytes != nb or not region.flags.c_contiguous:
-        return None
-    return region
