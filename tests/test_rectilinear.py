@@ -315,3 +315,15 @@ def test_regular_units_keep_their_behaviour() -> None:
     assert split_sizes(10, 4, 2) == (2, 4, 4)
     with pytest.raises(ChunkAlignmentError, match=r"shards of size 4.*\[0, 4\)"):
         check_alignment(((3, 3), (4,)), (4, 4))
+
+
+def test_get_region_and_get_regions_read_rectilinear_arrays(tmp_path):
+    """The box reads dask tasks use work on rectilinear grids as on regular ones."""
+    data = np.arange(70, dtype="i4").reshape(10, 7)
+    a = z3.create_array(str(tmp_path / "r"), shape=(10, 7), dtype="i4", chunks=[[2, 3, 5], [4, 3]])
+    a[...] = data
+    box = (slice(1, 4), slice(2, 5))
+    np.testing.assert_array_equal(a.get_region(box), data[box])
+    got = a.get_regions([box, (slice(0, 10), slice(0, 7))])
+    np.testing.assert_array_equal(got[0], data[box])
+    np.testing.assert_array_equal(got[1], data)

@@ -210,11 +210,15 @@ class Array:
 
     def get_region(self, region: tuple[slice, ...]) -> np.ndarray:
         """The values of a box of step-1 slices (what a dask task reads), in one batched call."""
+        if not self.metadata.chunk_grid.is_regular:  # chunk by chunk, through chunk views
+            return rectilinear.read(self, tuple(region))
         return self._read(indexing.basic_indexer(tuple(region), self.shape, self.storage_chunks))
 
     def get_regions(self, regions: Sequence[tuple[slice, ...]]) -> list[np.ndarray]:
         """The values of many boxes of step-1 slices in one call: every storage unit and shard
         index they touch is fetched once, in batched store calls, and decoded concurrently."""
+        if not self.metadata.chunk_grid.is_regular:
+            return [self.get_region(r) for r in regions]
         indexers = [indexing.basic_indexer(tuple(r), self.shape, self.storage_chunks) for r in regions]
         keys = [_region_key(r, self.shape) for r in regions]
         return self._pipeline.read_boxes(indexers, keys)

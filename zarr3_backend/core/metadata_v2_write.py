@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -54,14 +53,6 @@ def is_v2(meta: ArrayMetadata | GroupMetadata) -> bool:
 
 
 # ---- fill values ---------------------------------------------------------------------------------
-def _float_json(value: float) -> Any:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    return value
-
-
 def fill_value_json(value: Any, dtype: np.dtype) -> Any:
     """The ``.zarray`` ``fill_value`` of ``value`` for numpy ``dtype``, as the v2 spec spells it:
     ``"NaN"``/``"Infinity"``/``"-Infinity"`` for non-finite floats, ``[re, im]`` for complex
@@ -82,9 +73,9 @@ def fill_value_json(value: Any, dtype: np.dtype) -> Any:
     if kind in "iu":
         return int(scalar)
     if kind == "f":
-        return _float_json(float(scalar))
+        return non_finite_spelled(float(scalar))
     if kind == "c":
-        return [_float_json(float(scalar.real)), _float_json(float(scalar.imag))]
+        return [non_finite_spelled(float(scalar.real)), non_finite_spelled(float(scalar.imag))]
     if kind in "mM":
         return int(np.asarray(scalar).view("i8"))
     if kind == "U":

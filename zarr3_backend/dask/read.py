@@ -16,7 +16,6 @@ import numpy as np
 from dask.array.core import normalize_chunks
 from dask.base import tokenize
 
-from ..core import rectilinear
 from ..core.array import Array
 from ..errors import ShapeError
 from .alignment import split_sizes
@@ -39,8 +38,6 @@ class BlockReader:
 
     def __getitem__(self, key: Any) -> np.ndarray:
         key = key if isinstance(key, tuple) else (key,)
-        if not self.array.metadata.chunk_grid.is_regular:
-            return rectilinear.read(self.array, key)  # chunk by chunk, through chunk views
         if len(key) == self.ndim and all(isinstance(k, slice) and k.step in (None, 1) for k in key):
             region = tuple(slice(*k.indices(n)[:2]) for k, n in zip(key, self.shape, strict=True))
             return self.array.get_region(region)

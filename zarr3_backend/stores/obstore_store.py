@@ -539,11 +539,6 @@ class ObstoreStore(Store):
                     "erasing", f"{self.url} ({len(chunk)} keys from {chunk[0]!r})", result
                 ) from result
 
-    def erase_prefix(self, prefix: str) -> None:
-        """Remove every key starting with ``prefix``."""
-        self.check_writable(prefix)
-        self.erase_many(list(self.list_prefix(prefix)))
-
     def move(self, src: str, dst: str) -> None:
         """Server-side copy of ``src`` to ``dst`` (atomic for readers of ``dst``), then delete
         ``src``; a missing ``src`` does nothing (a re-run move)."""
