@@ -172,7 +172,8 @@ class _OurTreeWriter:
 
 # xarray's own DataTree zarr tests (TestZarrDatatreeIO, from the installed wheel), read back with
 # xarray's zarr engine, written by ours: its test functions in a class parametrized for
-# zarr_format=3 only (zarr3_backend writes v3 only; xarray's class also runs zarr_format=2).
+# zarr_format=3 here (xarray's class also runs zarr_format=2; DataTree writes as v2 are
+# covered by tests/test_v2_write_xarray.py).
 TestXarrayDatatreeTestsOnOurWriter = pytest.mark.parametrize("zarr_format", [3])(
     type(
         "TestXarrayDatatreeTestsOnOurWriter",

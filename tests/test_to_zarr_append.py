@@ -324,3 +324,16 @@ def test_append_to_a_consistent_store_passes_the_length_check():
     z3.to_zarr(hourly("2024-01-01T04", 2, seed=1), store, append_dim="time")
     back = xr.open_dataset(store, engine="zarr3")
     assert {back[n].sizes["time"] for n in ("t2m", "station_count", "time")} == {6}
+
+
+def test_append_along_a_dimension_named_only_by_the_array_dimensions_attribute(tmp_path):
+    """A v3 array whose dimensions are named only by xarray's ``_ARRAY_DIMENSIONS`` attribute
+    opens with them, and is appended along them (the writer matches as the reader reads)."""
+    path = str(tmp_path / "s.zarr")
+    a = z3.create_array(
+        path, "v", shape=(3,), dtype="f8", chunks=(3,), attributes={"_ARRAY_DIMENSIONS": ["t"]}
+    )
+    a[...] = [1.0, 2.0, 3.0]
+    assert xr.open_dataset(path, engine="zarr3").v.dims == ("t",)
+    z3.to_zarr(xr.Dataset({"v": ("t", [4.0])}), path, append_dim="t")
+    np.testing.assert_array_equal(xr.open_dataset(path, engine="zarr3").v.values, [1.0, 2.0, 3.0, 4.0])

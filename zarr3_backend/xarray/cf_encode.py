@@ -229,7 +229,7 @@ def _same_cf_setting(key: str, a: Any, b: Any) -> bool:
     if a == b:
         return True
     if key == "calendar":
-        aliases = {"standard": "gregorian", "proleptic_gregorian": "proleptic_gregorian"}
+        aliases = {"standard": "gregorian"}
         return aliases.get(a.lower(), a.lower()) == aliases.get(b.lower(), b.lower())
     ua, _, ra = a.partition(" since ")
     ub, _, rb = b.partition(" since ")

@@ -39,14 +39,24 @@ from .encoding import encode_attr_value
 from .layout import creation_kwargs, layout_origin
 
 
-def _array_dims(a: Array) -> tuple[str, ...]:
+def stored_dimension_names(a: Array) -> tuple[str, ...] | None:
+    """The dimension names stored for ``a`` (``dimension_names``, else xarray's
+    ``_ARRAY_DIMENSIONS`` attribute, as the reader takes them), or None when neither names
+    every axis: the one rule for matching stored arrays to dataset dimensions."""
     names = a.dimension_names or ()
-    if len(names) != a.ndim or any(n is None for n in names):
-        attr = a.metadata.attributes.get("_ARRAY_DIMENSIONS")
-        if isinstance(attr, list) and len(attr) == a.ndim:
-            return tuple(attr)
+    if len(names) == a.ndim and all(n is not None for n in names):
+        return tuple(names)  # type: ignore[arg-type]
+    attr = a.metadata.attributes.get("_ARRAY_DIMENSIONS")
+    if isinstance(attr, list) and len(attr) == a.ndim:
+        return tuple(attr)
+    return None
+
+
+def _array_dims(a: Array) -> tuple[str, ...]:
+    dims = stored_dimension_names(a)
+    if dims is None:
         raise ArgumentError(f"array {a.path!r} has no dimension names; cannot match it to dataset dimensions")
-    return tuple(names)  # type: ignore[arg-type]
+    return dims
 
 
 def check_append_lengths(arrays: Mapping[str, Array], append_dim: Hashable) -> None:
@@ -55,8 +65,8 @@ def check_append_lengths(arrays: Mapping[str, Array], append_dim: Hashable) -> N
     naming every array along it and its length."""
     lengths = {}
     for name, a in arrays.items():
-        names = a.dimension_names or a.metadata.attributes.get("_ARRAY_DIMENSIONS") or ()
-        if append_dim in names and len(names) == a.ndim:
+        names = stored_dimension_names(a) or ()
+        if append_dim in names:
             lengths[name] = a.shape[list(names).index(append_dim)]
     if len(set(lengths.values())) > 1:
         listed = ", ".join(f"{n!r}: {m}" for n, m in sorted(lengths.items()))
@@ -195,15 +205,13 @@ def plan_write(
                 f"variables {clash} already exist in the store, but encoding was provided for them"
             )
     if append_dim is not None:
-        stored_dims = {d for a in arrays.values() for d in (a.dimension_names or ())}
-        if append_dim not in stored_dims:
+        dims = {n: stored_dimension_names(a) or () for n, a in arrays.items()}
+        known = {d for names in dims.values() for d in names}
+        if append_dim not in known:
             raise ArgumentError(
-                f"append_dim={append_dim!r} does not match any existing dataset dimensions "
-                f"{sorted(stored_dims)}"
+                f"append_dim={append_dim!r} does not match any existing dataset dimensions {sorted(known)}"
             )
-        left_out = [
-            n for n, a in arrays.items() if append_dim in (a.dimension_names or ()) and n not in variables
-        ]
+        left_out = [n for n, names in dims.items() if append_dim in names and n not in variables]
         if left_out:
             raise ArgumentError(
                 f"stored variables {left_out} have dimension {append_dim!r} but are missing from the dataset to "
