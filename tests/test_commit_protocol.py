@@ -13,7 +13,7 @@ import pytest
 
 import zarr3_backend as z3
 from zarr3_backend._owner import current_owner, host_tag
-from zarr3_backend.core.commit import _claim, markers, repair, txn_prefix, writer_is_dead
+from zarr3_backend.core.commit import _claim, markers, repair, txn_prefix, wait_for_commits, writer_is_dead
 from zarr3_backend.core.metadata import WRITE_IN_PROGRESS_FIELD
 from zarr3_backend.errors import InterruptedWriteError
 from zarr3_backend.stores import LocalStore, MemoryStore
@@ -115,3 +115,34 @@ def test_the_staging_view_keeps_the_stores_own_settings():
     staging = StagingStore(base, "t1")
     assert staging.settings.requests_in_flight == 7
     assert staging.coalesce_gap == 123 == base.coalesce_gap
+
+
+def test_a_marker_whose_write_finished_since_the_read_is_read_again():
+    """The CI race: a reader meets the marker, the writer commits (its records gone) before the
+    reader lists the pending writes; the reader must read again, not report an interrupted write."""
+    store = MemoryStore()
+    calls = []
+
+    def read():
+        calls.append(1)
+        if len(calls) == 1:
+            raise InterruptedWriteError("write 'w' has not committed")
+        return "new state"
+
+    assert wait_for_commits(store, read) == "new state"
+    assert len(calls) == 2
+
+
+def test_a_dead_writers_marker_is_reported_after_one_read_again():
+    store = MemoryStore()
+    txn = f"1-{_gone_pid()}-1-x-{host_tag()}-abcd"
+    store.set(txn_prefix(txn) + "manifest.json", b"{}")
+    calls = []
+
+    def read():
+        calls.append(1)
+        raise InterruptedWriteError(f"write {txn!r} has not committed")
+
+    with pytest.raises(InterruptedWriteError):
+        wait_for_commits(store, read)
+    assert len(calls) == 2

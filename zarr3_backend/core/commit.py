@@ -554,12 +554,21 @@ def wait_for_commits(store: Store, call: Callable[[], Any]) -> Any:
     ``commit_wait`` setting, ``ZARR3_COMMIT_WAIT``), is raised."""
     deadline = time.monotonic() + store.settings.commit_wait
     delay = 0.002
+    read_again = True
     while True:
         try:
             return call()
         except InterruptedWriteError:
             live = [t for t in pending_writes(store) if not writer_is_dead(t)]
-            if not live or time.monotonic() > deadline:
+            if not live:
+                # The marker's write may have finished between ``call()`` reading the document and
+                # the listing (a finished commit leaves no records): read once more before raising.
+                if not read_again:
+                    raise
+                read_again = False
+                continue
+            read_again = True
+            if time.monotonic() > deadline:
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
