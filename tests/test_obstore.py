@@ -441,10 +441,17 @@ def test_without_obstore_remote_urls_use_fsspec(moto, bucket, monkeypatch):
 def test_pickled_store_reads_in_another_process(store):
     store.set("a/b", b"from the parent")
     store.with_read_only(True).get("a/b")  # the client and loop are in use here
+    # The child leaves by os._exit once its answer is out: a process that used obstore's async
+    # API aborts at interpreter exit now and then (7 of 100 runs of a plain obstore 0.12.1
+    # `asyncio.run(get_async(...))` under load, none with its sync API): its runtime threads race
+    # the interpreter's finalisation (PyO3/pyo3-async-runtimes#40). What this test checks is the
+    # pickled store, not obstore's exit.
     code = (
-        "import pickle, sys\n"
+        "import os, pickle, sys\n"
         "s = pickle.loads(sys.stdin.buffer.read())\n"
         "sys.stdout.write(repr((type(s).__name__, s.read_only, s.get('a/b'), sorted(s.list()))))\n"
+        "sys.stdout.flush()\n"
+        "os._exit(0)\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
