@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import time
 from typing import ClassVar
 
@@ -508,3 +509,43 @@ def test_store_into_a_rectilinear_array(tmp_path):
     expected = data.copy()
     expected[2:] *= -1
     np.testing.assert_array_equal(z3.open_array(tmp_path / "b.zarr")[...], expected)
+
+
+class _FailsOnSecondChunk(MemoryStore):
+    """A MemoryStore whose second chunk write (staged or not) fails, as a full disk would."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.armed = False
+        self.chunk_writes = 0
+
+    def _count(self, keys):
+        for key in keys:
+            if self.armed and re.search(r"(^|/)c/\d", key):
+                self.chunk_writes += 1
+                if self.chunk_writes == 2:
+                    raise OSError(f"disk full writing {key!r}")
+
+    def set(self, key, value):
+        self._count([key])
+        super().set(key, value)
+
+    def set_many(self, items):
+        self._count(list(items))
+        super().set_many(items)
+
+
+def test_a_failed_numpy_write_into_a_rectilinear_array_writes_nothing():
+    """``store(numpy, region=)`` into a rectilinear array is one transaction, as on regular
+    grids: failing after one of its units was written leaves the old values. (dask writes are
+    one transaction per task, and a task writes one unit here.)"""
+    old = np.arange(70, dtype="i4").reshape(10, 7)
+    s = _FailsOnSecondChunk()
+    a = z3.create_array(s, shape=(10, 7), dtype="i4", chunks=[[2, 3, 5], [4, 3]])
+    a[...] = old
+    s.armed = True
+    with pytest.raises(OSError, match="disk full"):
+        store(-old[:5], a, region=(slice(0, 5), slice(None)))  # 4 units
+    s.armed = False
+    z3.repair(s)
+    np.testing.assert_array_equal(z3.open_array(s)[...], old)

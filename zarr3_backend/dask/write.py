@@ -27,7 +27,6 @@ from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.layers import ArraySliceDep
 
-from ..core import rectilinear
 from ..core.array import Array
 from ..errors import ChunkAlignmentError, SelectionError, ShapeError
 from .alignment import Unit, aligned_sizes, check_alignment, prove_disjoint, split_sizes, storage_units
@@ -82,26 +81,17 @@ def _done(target: Array, ndim: int) -> Any:
     return np.ones((1,) * ndim, dtype=np.int64) if ndim else 1
 
 
-def _set_region(target: Array, region: tuple[slice, ...], value: np.ndarray) -> None:
-    """Write one task's box: ``set_region``, or chunk by chunk on a rectilinear grid (as
-    ``read.py`` reads it; ``Array.set_region`` takes regular grids only)."""
-    if target.metadata.chunk_grid.is_regular:
-        target.set_region(region, value)
-    else:
-        rectilinear.write(target, region, value)
-
-
 def _write_block(
     block: np.ndarray, target: Array, block_slices: tuple[slice, ...], starts: tuple[int, ...]
 ) -> np.ndarray:
     """Write one block (exactly one storage unit's share) and return a one-element count."""
     region = tuple(slice(s.start + o, s.stop + o) for s, o in zip(block_slices, starts, strict=True))
-    _set_region(target, region, block)
+    target.set_region(region, block)
     return _done(target, block.ndim)
 
 
 def _write_whole(value: np.ndarray, target: Array, region: tuple[slice, ...]) -> Any:
-    _set_region(target, region, value)
+    target.set_region(region, value)
     return _done(target, 0)
 
 
@@ -109,7 +99,7 @@ def _write_piece(
     block: np.ndarray, target: Array, in_block: tuple[slice, ...], region: tuple[slice, ...]
 ) -> np.ndarray:
     """Write the part of a dask block that falls in one storage unit."""
-    _set_region(target, region, block[in_block])
+    target.set_region(region, block[in_block])
     return _done(target, block.ndim)
 
 
@@ -304,7 +294,7 @@ def store(
         value = np.asarray(darr)
         reg = normalize_region(region, a.shape, value.shape, a_label)
         if compute:  # one writer, one batched call: nothing to coordinate
-            _set_region(a, reg, value)
+            a.set_region(reg, value)
             return None
         return _as_write(dask.delayed(_write_whole, pure=False)(value, a, reg), a)
 
