@@ -905,3 +905,21 @@ def test_local_store_never_makes_a_directory_outside_root_when_one_is_swapped_fo
         LocalStore(root).set("d/sub/k", b"v")
     monkeypatch.undo()
     assert swapped and os.listdir(outside) == []
+
+
+def test_a_file_url_with_store_settings_is_a_local_store(tmp_path):
+    """``file://`` URLs keep LocalStore (positioned reads, atomic renames) when the options hold
+    only store settings; any fsspec option gives fsspec's file system."""
+    import numpy as np
+
+    import zarr3_backend as z3
+    from zarr3_backend.stores import make_store
+
+    url = (tmp_path / "d.zarr").as_uri()
+    s = make_store(url, mode="a", storage_options={"zarr3": {"io_threads": 3, "coalesce_gap": 0}})
+    assert isinstance(s, LocalStore)
+    assert s.settings.io_threads == 3 and s.settings.coalesce_gap == 0
+    z3.create_array(s, shape=(4,), dtype="i4", chunks=(2,))[...] = np.arange(4)
+    np.testing.assert_array_equal(z3.open_array(url)[...], np.arange(4))
+    assert isinstance(make_store(url, storage_options={"auto_mkdir": True}), FsspecStore)
+    assert isinstance(make_store(url, storage_options={"zarr3": {"backend": "fsspec"}}), FsspecStore)

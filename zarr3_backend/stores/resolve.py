@@ -9,6 +9,7 @@ import urllib.request
 from collections.abc import MutableMapping
 from typing import Any
 
+from .. import settings as settings_module
 from ..errors import ReadOnlyError
 from .base import Store, StoreArgumentError
 from .fsspec_options import SETTINGS_KEY
@@ -34,6 +35,20 @@ def _local_path_from_file_url(url: str) -> str:
             f"file URL {url!r} names host {parsed.netloc!r}; only local files are supported"
         )
     return urllib.request.url2pathname(parsed.path)
+
+
+def _only_settings(storage_options: dict[str, Any] | None) -> bool:
+    """True when ``storage_options`` hold nothing but store settings (``{"zarr3": {name: ...}}``
+    with ``zarr3_backend.settings`` names): a ``file://`` URL with them is a LocalStore, which
+    keeps what local files can do (positioned reads, atomic renames) that fsspec's would not."""
+    if not storage_options:
+        return True
+    section = storage_options.get(SETTINGS_KEY)
+    return (
+        set(storage_options) == {SETTINGS_KEY}
+        and isinstance(section, dict)
+        and set(section) <= set(settings_module.ENVIRONMENT)
+    )
 
 
 def _choose_backend(storage_options: dict[str, Any] | None) -> tuple[str, dict[str, Any] | None]:
@@ -145,8 +160,9 @@ def make_store(obj: Any, *, mode: str = "r", storage_options: dict[str, Any] | N
             raise ReadOnlyError(f"store {obj!r} is read-only but mode {mode!r} writes")
         return obj
     if isinstance(obj, str) and ("://" in obj or "::" in obj):
-        if obj.startswith("file://") and not storage_options:
-            return LocalStore(_local_path_from_file_url(obj), read_only=read_only)
+        if obj.startswith("file://") and _only_settings(storage_options):
+            section = (storage_options or {}).get(SETTINGS_KEY)
+            return LocalStore(_local_path_from_file_url(obj), read_only=read_only, settings=section)
         return _url_store(obj, mode, storage_options)
     if isinstance(obj, str | os.PathLike):
         if storage_options:
