@@ -558,6 +558,23 @@ def test_zarr_python_local_store_round_trip(tmp_path):
     xr.testing.assert_identical(xr.open_dataset(copy, engine="zarr3").load(), ds)
 
 
+def test_zarr_python_stores_take_settings_and_keep_them_when_copied(tmp_path):
+    """The adapter takes ``settings=`` like every store (``concurrency=`` is the older name of
+    ``requests_in_flight``); read-only views and pickled copies keep them."""
+    import zarr.storage
+
+    inner = zarr.storage.LocalStore(str(tmp_path / "data.zarr"))
+    store = ZarrPythonStore(inner, settings={"requests_in_flight": 5, "coalesce_gap": 0})
+    assert store.concurrency == 5 and store.settings.coalesce_gap == 0
+    assert ZarrPythonStore(inner, concurrency=7).settings.requests_in_flight == 7
+    for copy in (store.with_read_only(True), pickle.loads(pickle.dumps(store))):
+        assert copy.settings.requests_in_flight == 5 and copy.settings.coalesce_gap == 0
+    with pytest.raises(StoreArgumentError, match="requests_in_flight"):
+        ZarrPythonStore(inner, concurrency=0)
+    store.set_many({f"k{i}": b"v" for i in range(20)})
+    assert store.get_many([f"k{i}" for i in range(20)]) == [b"v"] * 20
+
+
 def test_resolving_stores_never_imports_zarr_python(tmp_path):
     """Telling a zarr-python store from other arguments does not import zarr: only such an
     object passed in brings it (the adapter imports zarr lazily). Checked in a fresh process;

@@ -5,7 +5,7 @@ This is the library's one import of zarr-python, and it happens lazily: only whe
 object is passed (``is_zarr_python_store`` tells without importing zarr; an object of a
 zarr-python store class cannot exist unless zarr is already imported). The wrapped store's
 async API runs on zarr-python's own event loop (see ``_run``); batched calls gather their
-requests there, at most ``concurrency`` in flight.
+requests there, at most the store's ``requests_in_flight`` setting in flight.
 
 Icechunk specifics live here too, because they ride on its zarr-python store: pickling rules
 for sessions (``__reduce__``), the receipts of writes through a ``ForkSession`` on dask workers
@@ -15,7 +15,6 @@ Icechunk's conflict errors into ``WriteConflictError``.
 
 from __future__ import annotations
 
-import asyncio
 import pickle
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable, Iterator, Mapping, Sequence
@@ -24,12 +23,10 @@ from typing import Any, TypeVar
 
 from ..byte_range import ByteRange
 from ..errors import ReadOnlyError, StoreError, WriteConflictError, Zarr3Error
+from ._aio import _bounded
 from .base import BytesLike, Store, StoreArgumentError, dir_prefix, validate_key, validate_prefix
 
 T = TypeVar("T")
-
-#: Requests one batched call keeps in flight by default.
-DEFAULT_CONCURRENCY = 64
 
 _ZARR_STORE_MODULE = "zarr.abc.store"
 
@@ -53,14 +50,13 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
     return sync(coro)
 
 
-async def _bounded(calls: Sequence[Callable[[], Awaitable[T]]], limit: int) -> list[T]:
-    semaphore = asyncio.Semaphore(limit)
-
-    async def one(call: Callable[[], Awaitable[T]]) -> T:
-        async with semaphore:
-            return await call()
-
-    return list(await asyncio.gather(*(one(c) for c in calls)))
+async def _all(calls: Sequence[Callable[[], Awaitable[T]]], limit: int) -> list[T]:
+    """Every call's result, at most ``limit`` in flight; the first failure is raised."""
+    results = await _bounded(calls, limit, lambda e: False)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results  # type: ignore[return-value]
 
 
 def _byte_request(byte_range: ByteRange | None) -> Any:
@@ -93,10 +89,10 @@ class Inherited:
 
 
 def _rebuild(
-    data: bytes, read_only: bool, concurrency: int, inherited: Inherited | None = None
+    data: bytes, read_only: bool, settings: Mapping[str, Any], inherited: Inherited | None = None
 ) -> ZarrPythonStore:
     """Pickle helper: unpickle the wrapped store, then wrap it again (marked as a copy)."""
-    store = ZarrPythonStore(pickle.loads(data), read_only=read_only, concurrency=concurrency)
+    store = ZarrPythonStore(pickle.loads(data), read_only=read_only, settings=settings)
     if inherited is not None:
         store._inherited = inherited
     return store
@@ -142,21 +138,26 @@ class ZarrPythonStore(Store):
     #: Every request is a round trip through the wrapped store (often an object store).
     costly_requests = True
 
-    def __init__(self, store: Any, *, read_only: bool | None = None, concurrency: int | None = None) -> None:
+    def __init__(
+        self,
+        store: Any,
+        *,
+        read_only: bool | None = None,
+        concurrency: int | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
         if not is_zarr_python_store(store):
             raise StoreArgumentError(
                 f"ZarrPythonStore needs a zarr-python store object, got {type(store).__name__}"
             )
-        concurrency = DEFAULT_CONCURRENCY if concurrency is None else concurrency
-        if not isinstance(concurrency, int) or concurrency < 1:
-            raise StoreArgumentError(f"concurrency must be a positive integer, got {concurrency!r}")
         if read_only is None:
             read_only = bool(store.read_only)
         elif not read_only and store.read_only:
             raise ReadOnlyError(f"the zarr-python store {store!r} is read-only; cannot open it for writing")
-        super().__init__(read_only=read_only)
+        if concurrency is not None:  # the older name of the requests_in_flight setting
+            settings = {**(settings or {}), "requests_in_flight": concurrency}
+        super().__init__(read_only=read_only, settings=settings)
         self.store = store
-        self.concurrency = concurrency
         self._prototype: Any = None
         # an Icechunk session is itself a transaction: its commit makes every write visible at
         # once, so the package's own staging and markers would only get in its way
@@ -188,6 +189,11 @@ class ZarrPythonStore(Store):
         elif self._changed is not None:
             self._changed.update(keys)
 
+    @property
+    def concurrency(self) -> int:
+        """Requests one batched call keeps in flight (the ``requests_in_flight`` setting)."""
+        return int(self.settings.requests_in_flight)
+
     # ---- plumbing --------------------------------------------------------------------------
     def _buffers(self) -> Any:
         if self._prototype is None:
@@ -208,7 +214,7 @@ class ZarrPythonStore(Store):
     def _batch(self, what: str, calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
         if not calls:
             return []
-        return self._call(what, _bounded(calls, self.concurrency))
+        return self._call(what, _all(calls, self.concurrency))
 
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
         buffers = self._buffers()
@@ -376,7 +382,7 @@ class ZarrPythonStore(Store):
     # ---- identity --------------------------------------------------------------------------
     def with_read_only(self, read_only: bool = True) -> ZarrPythonStore:
         """A store on the same wrapped object with another read-only flag."""
-        return ZarrPythonStore(self.store, read_only=read_only, concurrency=self.concurrency)
+        return ZarrPythonStore(self.store, read_only=read_only, settings=self.setting_overrides)
 
     @property
     def data_identity(self) -> Hashable:
@@ -426,7 +432,7 @@ class ZarrPythonStore(Store):
             raise StoreArgumentError(
                 f"cannot pickle {self!r} (for dask workers or another process): {type(e).__name__}: {e}"
             ) from e
-        return _rebuild, (data, self.read_only, self.concurrency, inherited)
+        return _rebuild, (data, self.read_only, dict(self.setting_overrides), inherited)
 
 
 def commit(session: Any, message: str, **kwargs: Any) -> str:
