@@ -126,6 +126,8 @@ def _numpy_dtype(dtype: Any, path: str) -> np.dtype:
             return np.dtype([_descr_entry(e, path) for e in dtype])
         if isinstance(dtype, str):
             return np.dtype(dtype)
+    except DataTypeError:
+        raise  # a field's own refusal (_descr_entry), already naming the key and field
     except (TypeError, ValueError) as e:
         raise _fail(
             path, ARRAY_KEY, f"field 'dtype': {dtype!r} is not a data type ({e})", DataTypeError
