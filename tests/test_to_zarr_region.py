@@ -148,23 +148,55 @@ def test_two_writers_sharing_a_shard_lose_nothing_with_the_checks_lifted(tmp_pat
 
 
 @pytest.mark.parametrize("mode", ["r+", "a"])
-@pytest.mark.parametrize("chunked", [False, True])
-def test_concurrent_regions_that_share_a_shard_are_refused_for_numpy_and_dask_data(tmp_path, mode, chunked):
+def test_concurrent_dask_regions_that_share_a_shard_are_refused(tmp_path, mode):
+    """dask blocks cannot be merged again at commit, so dask regions must own their shards."""
     ds = dataset()
     path = tmp_path / "r.zarr"
     template(path, ds)
     before = snapshot(LocalStore(path))
     store = RendezvousStore(path, "t2m/c/1/0/0")
-    src = ds.chunk({"time": (4, 2, 2, 4, 4)}) if chunked else ds  # dask blocks own their shards
+    src = ds.chunk({"time": (4, 2, 2, 4, 4)})  # dask blocks own their shards
     errors = write_concurrently(store, src, [slice(0, 6), slice(6, 16)], mode=mode)
     assert [type(e) for e in errors] == [ChunkAlignmentError, ChunkAlignmentError]
     assert "time=0:6" in str(errors[0]) and "time=6:16" in str(errors[1])
     assert snapshot(LocalStore(path)) == before  # refused before anything was written
     # shard-aligned regions go through, in either mode, and lose nothing
-    src = ds.chunk({"time": 4}) if chunked else ds
-    assert write_concurrently(SlowStore(path), src, [slice(0, 8), slice(8, 16)], mode=mode) == [None, None]
+    assert write_concurrently(
+        SlowStore(path), ds.chunk({"time": 4}), [slice(0, 8), slice(8, 16)], mode=mode
+    ) == [
+        None,
+        None,
+    ]
     assert lost_rows(path, ds) == []
     xr.testing.assert_identical(xr.open_dataset(path, engine="zarr3").load(), ds)
+
+
+@pytest.mark.parametrize("mode", ["r+", "a"])
+def test_concurrent_numpy_regions_that_share_a_shard_lose_nothing(tmp_path, mode):
+    """numpy regions may cut a shard (as in xarray's engine): two writers meeting inside shard
+    [4, 8) both read-modify-write it at the same moment, and the commit's conditional write makes
+    the later one merge its rows again."""
+    ds = dataset()
+    path = tmp_path / "r.zarr"
+    template(path, ds)
+    store = RendezvousStore(path, "t2m/c/1/0/0")
+    assert write_concurrently(store, ds, [slice(0, 6), slice(6, 16)], mode=mode) == [None, None]
+    assert store.arrived, "the writers never met: the test did not exercise the shared shard"
+    assert lost_rows(path, ds) == []
+    xr.testing.assert_identical(xr.open_dataset(path, engine="zarr3").load(), ds)
+
+
+class _NoConditionalWrites(MemoryStore):
+    supports_conditional_writes = False
+
+
+def test_numpy_regions_that_cut_a_shard_are_refused_where_writes_cannot_be_conditional():
+    ds, store = dataset(), _NoConditionalWrites()
+    template(store, ds)
+    before = snapshot(store)
+    with pytest.raises(ChunkAlignmentError, match=r"'t2m'.*time=2:10.*safe_chunks=False"):
+        z3.to_zarr(ds.isel(time=slice(2, 10)), store, region={"time": slice(2, 10)})
+    assert snapshot(store) == before
 
 
 def test_a_region_that_cuts_a_shard_is_refused_unless_safe_chunks_is_false():

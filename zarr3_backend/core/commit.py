@@ -528,7 +528,10 @@ def _apply(
     if manifest.get("consolidate") is not None and not root_replaced:
         from .consolidate import consolidated_root_document
 
-        root_doc = consolidated_root_document(store, root_doc)
+        # members may carry a concurrent writer's marker (its commit window): wait for it to
+        # finish, then list its final documents (this write's own markers are gone by now)
+        own_doc = root_doc
+        root_doc = wait_for_commits(store, lambda: consolidated_root_document(store, own_doc))
     if root_doc is None and root in guarded and "" in manifest["erase_prefixes"]:
         store.erase(root)
     else:

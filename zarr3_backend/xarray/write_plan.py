@@ -355,9 +355,10 @@ def _check_ownership(
 ) -> None:
     """Prove, before anything is written, that this write owns every shard it touches.
 
-    Dask chunks must not split a shard; a region (numpy or dask data, any mode) must not cut a
-    shard a neighbouring writer owns; a deferred (``compute=False``) dask write must not share
-    a shard with data outside it, which another pending write could rewrite at the same time.
+    Dask chunks must not split a shard; a region of dask data (or of any data on a store
+    without conditional writes) must not cut a shard a neighbouring writer owns; a deferred
+    (``compute=False``) dask write must not share a shard with data outside it, which another
+    pending write could rewrite at the same time.
     """
     target, dims = write.target, write.variable.dims
     sharded = target.shards is not None
@@ -377,7 +378,11 @@ def _check_ownership(
             raise ChunkAlignmentError(f"{_xarray_lead(write, from_dask)} {e}") from e
     if not safe_chunks:
         return
-    if region:
+    # numpy data that cuts a shard is merged into it again at commit when a neighbouring writer
+    # changed it meanwhile (a conditional write: write_exec._redo); dask blocks cannot be merged
+    # again, so they, and any data on a store without conditional writes, must own their shards
+    merged_again = not lazy and target.store.supports_conditional_writes
+    if region and not merged_again:
         own = tuple(
             sl if d in region else slice(0, n)
             for sl, d, n in zip(write.region, dims, target.shape, strict=True)
