@@ -543,12 +543,11 @@ def test_root_array_migrates(zarr218, zarr34, tmp_path):
     assert_same(zarr34.read(root)[""], want, "zarr 3.4")
 
 
-def test_stale_zmetadata_is_rebuilt_from_the_nodes(zarr218, zarr34, tmp_path):
-    """An array added after ``consolidate_metadata`` (zarr 2.18's .zmetadata does not list it)
-    is migrated and listed in the new consolidated metadata."""
-    root = str(tmp_path / "s.zarr")
-    zarr218.write(root, {"members": {"old": array("<i4", GZIP)}, "consolidate": True})
-    zarr218.write(root, {"members": {"late": array("<u2", ZLIB, sep="/")}})
+def assert_stale_zmetadata_is_rebuilt(writer: Any, zarr218: Any, zarr34: Any, root: str) -> None:
+    """An array added by ``writer`` after ``consolidate_metadata`` (the .zmetadata does not list
+    it) is migrated and listed in the new consolidated metadata."""
+    writer.write(root, {"members": {"old": array("<i4", GZIP)}, "consolidate": True})
+    writer.write(root, {"members": {"late": array("<u2", ZLIB, sep="/")}})
     assert set(zarr218.read(root, consolidated=True)) == {"old"}
     want = zarr218.read(root)
     result = run_cli("migrate", root)
@@ -561,6 +560,10 @@ def test_stale_zmetadata_is_rebuilt_from_the_nodes(zarr218, zarr34, tmp_path):
         assert_same(g[name][...], want[name], f"zarr {zarr.__version__}")
         assert_same(z3.open_group(root, mode="r")[name][...], want[name], "zarr3_backend")
         assert_same(by_zarr34[name], want[name], "zarr 3.4")
+
+
+def test_stale_zmetadata_is_rebuilt_from_the_nodes(zarr218, zarr34, tmp_path):
+    assert_stale_zmetadata_is_rebuilt(zarr218, zarr218, zarr34, str(tmp_path / "s.zarr"))
 
 
 #: v2 nodes Zarr v3 cannot express: name -> (array spec or None for a group, text the CLI's
@@ -680,14 +683,14 @@ def _strict_json(path: str) -> Any:
         return json.load(f, parse_constant=refuse)
 
 
-def test_non_finite_attributes_are_written_as_strict_json(zarr218, tmp_path):
-    """zarr 2.18 writes NaN/Infinity attributes as bare JSON tokens; every migrated document is
-    strict JSON (tensorstore refuses anything else), spelling them as v3 spells fill values."""
-    root = str(tmp_path / "n.zarr")
+def assert_non_finite_attributes_become_strict_json(writer: Any, zarr218: Any, root: str) -> None:
+    """NaN/Infinity attributes as ``writer`` writes them (zarr 2.18: bare JSON tokens): every
+    migrated document is strict JSON (tensorstore refuses anything else), spelling them as v3
+    spells fill values."""
     attrs = {"missing": float("nan"), "top": float("inf"), "range": [float("-inf"), 1.5]}
     spec = {**array("<f4", GZIP), "attrs": {**attrs, "_ARRAY_DIMENSIONS": ["y", "x"]}}
-    zarr218.write(root, {"attrs": attrs, "members": {"a": spec}, "consolidate": True})
-    assert "NaN" in open(os.path.join(root, "a", ".zattrs")).read()  # what 2.18 wrote
+    writer.write(root, {"attrs": attrs, "members": {"a": spec}, "consolidate": True})
+    assert "NaN" in open(os.path.join(root, "a", ".zattrs")).read()  # what the writer wrote
     want = zarr218.read(root)["a"]
     result = run_cli("migrate", root)
     assert result.exit_code == 0, result.stderr
@@ -701,6 +704,10 @@ def test_non_finite_attributes_are_written_as_strict_json(zarr218, tmp_path):
     assert dict(z3.open_group(root, mode="r")["a"].attrs) == spelled
     t = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": os.path.join(root, "a")}}).result()
     assert_same(t.read().result(), want, "tensorstore")
+
+
+def test_non_finite_attributes_are_written_as_strict_json(zarr218, tmp_path):
+    assert_non_finite_attributes_become_strict_json(zarr218, zarr218, str(tmp_path / "n.zarr"))
 
 
 def test_oracle_round_trips_values_and_describes_nodes(zarr218, tmp_path):

@@ -22,8 +22,10 @@ from test_migrate_zarr218 import (
     array,
     assert_gap_migrates_exactly,
     assert_migrated_keeping_every_chunk_byte,
+    assert_non_finite_attributes_become_strict_json,
     assert_refused_before_writing,
     assert_same,
+    assert_stale_zmetadata_is_rebuilt,
     assert_values_read_back,
     run_cli,
 )
@@ -126,3 +128,11 @@ def test_root_array_with_fill_value_zero_text(zarr218, zarr34, tmp_path):
     assert_same(z3.open_array(root, mode="r")[...], want, "zarr3_backend")
     assert_same(zarr.open_array(root, mode="r")[...], want, f"zarr {zarr.__version__}")
     assert_same(zarr34.read(root)[""], want, "zarr 3.4")
+
+
+def test_stale_zmetadata_is_rebuilt_from_the_nodes(zarr218, zarr34, tmp_path):
+    assert_stale_zmetadata_is_rebuilt(zarr34, zarr218, zarr34, str(tmp_path / "s.zarr"))
+
+
+def test_non_finite_attributes_are_written_as_strict_json(zarr218, zarr34, tmp_path):
+    assert_non_finite_attributes_become_strict_json(zarr34, zarr218, str(tmp_path / "n.zarr"))
