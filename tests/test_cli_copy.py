@@ -206,3 +206,27 @@ def test_copy_text_strings_and_0d_with_progress(tmp_path):
     d = z3.open_group(dst, mode="r")
     assert list(d["words"][:]) == list(words)
     assert d["scalar"][...] == 3.5
+
+
+def test_copy_refuses_a_codec_out_of_place_before_writing(tmp_path, src):
+    """--codecs is split by the one rule the xarray layout uses (array -> array codecs, one
+    array -> bytes codec, bytes -> bytes codecs); a codec after the serializer that is not
+    bytes -> bytes, a second serializer or a bad setting is refused naming it, before any
+    write (it used to be moved silently ahead of the serializer)."""
+    dst = tmp_path / "dst.zarr"
+    transposed = '[{"name": "bytes"}, {"name": "transpose", "configuration": {"order": [1, 0]}}]'
+    result = run("copy", src, dst, "--codecs", transposed)
+    assert result.exit_code == 2 and "'transpose'" in result.stderr and "--codecs" in result.stderr
+    two = '[{"name": "bytes"}, {"name": "vlen-utf8"}]'
+    result = run("copy", src, dst, "--codecs", two)
+    assert result.exit_code == 2 and "'vlen-utf8'" in result.stderr
+    result = run(
+        "copy", src, dst, "--codecs", '[{"name": "bytes"}, {"name": "gzip", "configuration": {"level": "x"}}]'
+    )
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    assert not dst.exists()
+    ok = '[{"name": "transpose", "configuration": {"order": [1, 0]}}, {"name": "bytes"}, {"name": "gzip"}]'
+    assert run("copy", src, dst, "--path", "t", "--codecs", ok).exit_code == 0
+    t = z3.open_array(str(dst), path="t")
+    assert [c["name"] for c in t.codecs] == ["transpose", "bytes", "gzip"]
+    np.testing.assert_array_equal(t[...], z3.open_array(src, path="t")[...])

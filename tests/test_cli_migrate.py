@@ -262,3 +262,60 @@ def test_migrates_a_v2_hierarchy_below_a_v3_group(tmp_path):
     for path, want in expected.items():
         np.testing.assert_array_equal(g[f"old/{path}"][:], want)
     assert z3.open_group(root, mode="r")["old"].zarr_format == 3
+
+
+#: numcodecs configurations with a standard v3 codec (or none: crc32c with its checksum first)
+NUMCODECS_CONFIGS = [
+    {"id": "blosc", "cname": "zstd", "clevel": 3, "shuffle": 2, "blocksize": 0},
+    {"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": -1, "blocksize": 0},
+    {"id": "gzip", "level": 4},
+    {"id": "zstd", "level": 2, "checksum": True},
+    {"id": "crc32c"},
+    {"id": "crc32c", "location": "end"},
+    {"id": "crc32c", "location": "start"},
+    {"id": "zlib", "level": 1},
+]
+
+
+@pytest.mark.parametrize("config", NUMCODECS_CONFIGS, ids=lambda c: "-".join(map(str, c.values())))
+def test_migrate_and_create_array_map_numcodecs_by_one_rule(config):
+    """``migrate`` (translated v2 codecs) and ``create_array`` (numcodecs objects) give the same
+    v3 codec: a standard one where it writes the same bytes, and crc32c only with its checksum at
+    the end, where the v3 crc32c codec puts it (they disagreed: create_array took a
+    checksum-first crc32c for the standard codec)."""
+    from zarr3_backend.cli.migrate import standard_codec
+    from zarr3_backend.core.codec_specs import coerce_codec
+
+    translated = {
+        "name": f"numcodecs.{config['id']}",
+        "configuration": {k: v for k, v in config.items() if k != "id"},
+    }
+    by_migrate = standard_codec(translated, "a/.zarray")
+    assert coerce_codec(numcodecs.get_codec(dict(config))) == by_migrate
+    standard = config["id"] in ("blosc", "gzip", "zstd") or (
+        config["id"] == "crc32c" and config.get("location", "end") == "end"
+    )
+    assert by_migrate["name"] == (config["id"] if standard else f"numcodecs.{config['id']}")
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_checksum_first_crc32c_is_kept_where_it_was_asked(tmp_path, zarr_format):
+    """A numcodecs crc32c with ``location="start"`` writes its checksum first and says so in the
+    metadata; zarr-python reads the values back."""
+    root = str(tmp_path / "c.zarr")
+    codec = numcodecs.CRC32C(location="start")
+    a = z3.create_array(
+        root, shape=(8,), chunks=(4,), dtype="<i4", compressors=[codec], zarr_format=zarr_format
+    )
+    a[:] = np.arange(8)
+    chunk = os.path.join(root, "0" if zarr_format == 2 else "c/0")
+    with open(chunk, "rb") as f:
+        stored = f.read()
+    np.testing.assert_array_equal(np.frombuffer(codec.decode(stored), "<i4"), np.arange(4))
+    with open(os.path.join(root, ".zarray" if zarr_format == 2 else "zarr.json")) as f:
+        doc = json.load(f)
+    if zarr_format == 2:
+        assert doc["compressor"] == {"id": "crc32c", "location": "start"}
+    else:
+        assert doc["codecs"][-1] == {"name": "numcodecs.crc32c", "configuration": {"location": "start"}}
+    np.testing.assert_array_equal(zarr.open_array(root, mode="r")[:], np.arange(8))

@@ -334,17 +334,25 @@ ZARR_PYTHON_GAPS: dict[str, tuple[dict[str, Any], bool, str]] = {
     ),
 }
 
-#: Where each case lives in the hierarchy: every third one in a nested group.
-PATHS = {name: (f"grp/inner/{name}" if k % 3 == 2 else name) for k, name in enumerate(CASES)}
+
+def paths_of(cases: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Where each case lives in the hierarchy: every third one in a nested group."""
+    return {name: (f"grp/inner/{name}" if k % 3 == 2 else name) for k, name in enumerate(cases)}
+
+
+PATHS = paths_of(CASES)
+#: The root group's title attribute in every store these tests write.
+TITLE = "written for zarr3 migrate"
 
 
 def hierarchy(cases: dict[str, dict[str, Any]], consolidate: bool) -> dict[str, Any]:
     """A ``zarr218.write`` group spec holding ``cases`` at the root and in ``grp/inner``."""
-    root: dict[str, Any] = {"attrs": {"title": "zarr 2.18"}, "members": {}, "consolidate": consolidate}
+    paths = paths_of(cases)
+    root: dict[str, Any] = {"attrs": {"title": TITLE}, "members": {}, "consolidate": consolidate}
     inner: dict[str, Any] = {"attrs": {"level": 2}, "members": {}}
     root["members"]["grp"] = {"attrs": {"level": 1}, "members": {"inner": inner}}
     for name, spec in cases.items():
-        (inner if PATHS.get(name, name).startswith("grp/") else root)["members"][name] = spec
+        (inner if paths[name].startswith("grp/") else root)["members"][name] = spec
     return root
 
 
@@ -353,16 +361,25 @@ def run_cli(*args: str) -> Any:
 
 
 class Migrated:
-    """One store written by zarr 2.18 and migrated: what 2.18 read before, hashes before and
-    after, the CLI's result, and what zarr 3.4 reads after (array or error text, by path)."""
+    """One store written by ``writer`` (zarr 2.18 or 3.4, tests/zarr218.py) and migrated: what
+    ``reader`` (either of them) read before, hashes before and after, the CLI's result, and what
+    zarr 3.4 reads after (array or error text, by path)."""
 
     def __init__(
-        self, zarr218: Any, zarr34: Any, root: str, cases: dict[str, dict[str, Any]], consolidated: bool
+        self,
+        writer: Any,
+        reader: Any,
+        zarr34: Any,
+        root: str,
+        cases: dict[str, dict[str, Any]],
+        consolidated: bool,
     ) -> None:
-        zarr218.write(root, hierarchy(cases, consolidated))
+        writer.write(root, hierarchy(cases, consolidated))
         self.root = root
+        self.cases = cases
+        self.paths = paths_of(cases)
         self.consolidated = consolidated
-        self.expected = zarr218.read(root, consolidated=consolidated)
+        self.expected = reader.read(root, consolidated=consolidated)
         self.chunks_before = chunk_hashes(root)
         self.result = run_cli("migrate", root)
         self.chunks_after = chunk_hashes(root)
@@ -372,7 +389,7 @@ class Migrated:
 @pytest.fixture(scope="module", params=[False, True], ids=["plain", "zmetadata"])
 def migrated(request, zarr218, zarr34, tmp_path_factory) -> Migrated:
     root = str(tmp_path_factory.mktemp("v2") / "store.zarr")
-    return Migrated(zarr218, zarr34, root, CASES, request.param)
+    return Migrated(zarr218, zarr218, zarr34, root, CASES, request.param)
 
 
 def _doc(root: str, path: str) -> dict[str, Any]:
@@ -380,23 +397,30 @@ def _doc(root: str, path: str) -> dict[str, Any]:
         return json.load(f)
 
 
-def test_migrate_succeeds_keeping_every_chunk_byte(migrated):
+def assert_migrated_keeping_every_chunk_byte(migrated: Migrated) -> None:
+    """Migration succeeded, every chunk file is byte-for-byte what it was (missing chunks stay
+    missing), every v2 document became one ``zarr.json`` and ``.zmetadata`` consolidated v3
+    metadata."""
     assert migrated.result.exit_code == 0, migrated.result.output + migrated.result.stderr
-    assert set(migrated.expected) == set(PATHS.values())  # zarr 2.18 read every case
+    assert set(migrated.expected) == set(migrated.paths.values())  # zarr 2.18 read every case
     assert migrated.chunks_after == migrated.chunks_before  # no chunk rewritten, added or lost
-    # zarr 2.18 left out the chunks equal to the fill value: they stay missing
-    missing = PATHS["fill_42_missing_chunk"]
+    # the writer left out the chunks equal to the fill value: they stay missing
+    missing = migrated.paths["fill_42_missing_chunk"]
     assert f"{missing}/0.0" not in migrated.chunks_before
     assert f"{missing}/0.1" in migrated.chunks_before
     meta = set(file_hashes(migrated.root)) - set(migrated.chunks_after)
-    nodes = {"", "grp", "grp/inner", *PATHS.values()}
+    nodes = {"", "grp", "grp/inner", *migrated.paths.values()}
     assert meta == {os.path.join(n, "zarr.json") for n in nodes}  # every v2 document gone
     root_doc = _doc(migrated.root, "")
-    assert root_doc["attributes"] == {"title": "zarr 2.18"}
+    assert root_doc["attributes"] == {"title": TITLE}
     assert _doc(migrated.root, "grp/inner")["attributes"] == {"level": 2}
     assert ("consolidated_metadata" in root_doc) == migrated.consolidated
     if migrated.consolidated:
         assert set(root_doc["consolidated_metadata"]["metadata"]) == nodes - {""}
+
+
+def test_migrate_succeeds_keeping_every_chunk_byte(migrated):
+    assert_migrated_keeping_every_chunk_byte(migrated)
 
 
 #: v3 data types tensorstore's zarr3 driver implements
@@ -450,11 +474,12 @@ def check_array(migrated: Migrated, path: str, spec: dict[str, Any]) -> dict[str
     return doc
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_values_read_back_as_zarr218_read_them(migrated, name):
+def assert_values_read_back(migrated: Migrated, name: str) -> None:
+    """Case ``name`` reads back as zarr 2.18 read it before migration, by this package, the
+    installed zarr-python, zarr 3.4 and (where it implements the type and codecs) tensorstore."""
     assert migrated.result.exit_code == 0, migrated.result.stderr
-    path = PATHS[name]
-    doc = check_array(migrated, path, CASES[name])
+    path = migrated.paths[name]
+    doc = check_array(migrated, path, migrated.cases[name])
     want = migrated.expected[path]
     assert_same(zarr.open_group(migrated.root, mode="r")[path][...], want, f"zarr {zarr.__version__}")
     assert not isinstance(migrated.zarr34[path], str), migrated.zarr34[path]
@@ -464,15 +489,19 @@ def test_values_read_back_as_zarr218_read_them(migrated, name):
         assert_same(ts.open(spec).result().read().result(), want, "tensorstore")
 
 
+@pytest.mark.parametrize("name", list(CASES))
+def test_values_read_back_as_zarr218_read_them(migrated, name):
+    assert_values_read_back(migrated, name)
+
+
 @pytest.fixture(scope="module")
 def migrated_gaps(zarr218, zarr34, tmp_path_factory) -> Migrated:
     root = str(tmp_path_factory.mktemp("v2gaps") / "store.zarr")
     cases = {name: spec for name, (spec, _, _) in ZARR_PYTHON_GAPS.items()}
-    return Migrated(zarr218, zarr34, root, cases, consolidated=True)
+    return Migrated(zarr218, zarr218, zarr34, root, cases, consolidated=True)
 
 
-@pytest.mark.parametrize("name", list(ZARR_PYTHON_GAPS))
-def test_types_zarr_python_3_1_cannot_read_migrate_exactly(migrated_gaps, name):
+def assert_gap_migrates_exactly(migrated_gaps: Migrated, name: str) -> None:
     """Structured records, raw bytes and a size-changing quantize: migrated byte-for-byte and
     read back exactly by this package; the installed zarr-python reads them identically or
     (3.1, see ZARR_PYTHON_GAPS) refuses with a ValueError, never with other values; the pinned
@@ -480,17 +509,23 @@ def test_types_zarr_python_3_1_cannot_read_migrate_exactly(migrated_gaps, name):
     assert migrated_gaps.result.exit_code == 0, migrated_gaps.result.stderr
     assert migrated_gaps.chunks_after == migrated_gaps.chunks_before
     spec, zarr34_reads, why = ZARR_PYTHON_GAPS[name]
-    check_array(migrated_gaps, name, spec)
-    want = migrated_gaps.expected[name]
+    path = migrated_gaps.paths[name]
+    check_array(migrated_gaps, path, spec)
+    want = migrated_gaps.expected[path]
     if zarr34_reads:
-        assert_same(migrated_gaps.zarr34[name], want, "zarr 3.4")
+        assert_same(migrated_gaps.zarr34[path], want, "zarr 3.4")
     else:
-        assert migrated_gaps.zarr34[name].startswith("ValueError"), (why, migrated_gaps.zarr34[name])
+        assert migrated_gaps.zarr34[path].startswith("ValueError"), (why, migrated_gaps.zarr34[path])
     try:
-        got = zarr.open_array(migrated_gaps.root, path=name, mode="r", use_consolidated=False)[...]
+        got = zarr.open_array(migrated_gaps.root, path=path, mode="r", use_consolidated=False)[...]
     except ValueError:
         return
     assert_same(got, want, f"zarr {zarr.__version__}")
+
+
+@pytest.mark.parametrize("name", list(ZARR_PYTHON_GAPS))
+def test_types_zarr_python_3_1_cannot_read_migrate_exactly(migrated_gaps, name):
+    assert_gap_migrates_exactly(migrated_gaps, name)
 
 
 def test_root_array_migrates(zarr218, zarr34, tmp_path):
@@ -508,12 +543,11 @@ def test_root_array_migrates(zarr218, zarr34, tmp_path):
     assert_same(zarr34.read(root)[""], want, "zarr 3.4")
 
 
-def test_stale_zmetadata_is_rebuilt_from_the_nodes(zarr218, zarr34, tmp_path):
-    """An array added after ``consolidate_metadata`` (zarr 2.18's .zmetadata does not list it)
-    is migrated and listed in the new consolidated metadata."""
-    root = str(tmp_path / "s.zarr")
-    zarr218.write(root, {"members": {"old": array("<i4", GZIP)}, "consolidate": True})
-    zarr218.write(root, {"members": {"late": array("<u2", ZLIB, sep="/")}})
+def assert_stale_zmetadata_is_rebuilt(writer: Any, zarr218: Any, zarr34: Any, root: str) -> None:
+    """An array added by ``writer`` after ``consolidate_metadata`` (the .zmetadata does not list
+    it) is migrated and listed in the new consolidated metadata."""
+    writer.write(root, {"members": {"old": array("<i4", GZIP)}, "consolidate": True})
+    writer.write(root, {"members": {"late": array("<u2", ZLIB, sep="/")}})
     assert set(zarr218.read(root, consolidated=True)) == {"old"}
     want = zarr218.read(root)
     result = run_cli("migrate", root)
@@ -526,6 +560,10 @@ def test_stale_zmetadata_is_rebuilt_from_the_nodes(zarr218, zarr34, tmp_path):
         assert_same(g[name][...], want[name], f"zarr {zarr.__version__}")
         assert_same(z3.open_group(root, mode="r")[name][...], want[name], "zarr3_backend")
         assert_same(by_zarr34[name], want[name], "zarr 3.4")
+
+
+def test_stale_zmetadata_is_rebuilt_from_the_nodes(zarr218, zarr34, tmp_path):
+    assert_stale_zmetadata_is_rebuilt(zarr218, zarr218, zarr34, str(tmp_path / "s.zarr"))
 
 
 #: v2 nodes Zarr v3 cannot express: name -> (array spec or None for a group, text the CLI's
@@ -596,18 +634,23 @@ REFUSED: dict[str, tuple[dict[str, Any] | None, str, str]] = {
 _REFUSED_NAMES = {"reserved_name": "__x", "child_named_zarr_json": "zarr.json"}
 
 
-@pytest.mark.parametrize("case", list(REFUSED))
-def test_what_v3_cannot_express_is_refused_before_writing(zarr218, tmp_path, case):
+def assert_refused_before_writing(writer: Any, root: str, case: str) -> None:
+    """The REFUSED ``case``, written by ``writer`` at ``root`` beside a good array: migrate exits
+    2 with one ``error:`` line naming the key at fault, and changes no file."""
     spec, message, key = REFUSED[case]
-    root = str(tmp_path / "r.zarr")
     members = {"ok": array("<i4", GZIP), _REFUSED_NAMES.get(case, "bad"): spec}
-    zarr218.write(root, {"members": {"grp": {"members": members}}, "consolidate": True})
+    writer.write(root, {"members": {"grp": {"members": members}}, "consolidate": True})
     before = file_hashes(root)
     result = run_cli("migrate", root)
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
     assert message in result.stderr and f"grp/{key}" in result.stderr, result.stderr
     assert file_hashes(root) == before  # nothing written, nothing removed
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_what_v3_cannot_express_is_refused_before_writing(zarr218, tmp_path, case):
+    assert_refused_before_writing(zarr218, str(tmp_path / "r.zarr"), case)
 
 
 def test_oracle_environment_is_never_used_half_built(tmp_path, monkeypatch):
@@ -640,14 +683,14 @@ def _strict_json(path: str) -> Any:
         return json.load(f, parse_constant=refuse)
 
 
-def test_non_finite_attributes_are_written_as_strict_json(zarr218, tmp_path):
-    """zarr 2.18 writes NaN/Infinity attributes as bare JSON tokens; every migrated document is
-    strict JSON (tensorstore refuses anything else), spelling them as v3 spells fill values."""
-    root = str(tmp_path / "n.zarr")
+def assert_non_finite_attributes_become_strict_json(writer: Any, zarr218: Any, root: str) -> None:
+    """NaN/Infinity attributes as ``writer`` writes them (zarr 2.18: bare JSON tokens): every
+    migrated document is strict JSON (tensorstore refuses anything else), spelling them as v3
+    spells fill values."""
     attrs = {"missing": float("nan"), "top": float("inf"), "range": [float("-inf"), 1.5]}
     spec = {**array("<f4", GZIP), "attrs": {**attrs, "_ARRAY_DIMENSIONS": ["y", "x"]}}
-    zarr218.write(root, {"attrs": attrs, "members": {"a": spec}, "consolidate": True})
-    assert "NaN" in open(os.path.join(root, "a", ".zattrs")).read()  # what 2.18 wrote
+    writer.write(root, {"attrs": attrs, "members": {"a": spec}, "consolidate": True})
+    assert "NaN" in open(os.path.join(root, "a", ".zattrs")).read()  # what the writer wrote
     want = zarr218.read(root)["a"]
     result = run_cli("migrate", root)
     assert result.exit_code == 0, result.stderr
@@ -661,6 +704,10 @@ def test_non_finite_attributes_are_written_as_strict_json(zarr218, tmp_path):
     assert dict(z3.open_group(root, mode="r")["a"].attrs) == spelled
     t = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": os.path.join(root, "a")}}).result()
     assert_same(t.read().result(), want, "tensorstore")
+
+
+def test_non_finite_attributes_are_written_as_strict_json(zarr218, tmp_path):
+    assert_non_finite_attributes_become_strict_json(zarr218, zarr218, str(tmp_path / "n.zarr"))
 
 
 def test_oracle_round_trips_values_and_describes_nodes(zarr218, tmp_path):

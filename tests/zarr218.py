@@ -142,13 +142,20 @@ save(_ns.get("result"), _out)
 _transport: dict[str, Any] = {}
 exec(_TRANSPORT, _transport)  # the parent's copy of the same pack/unpack/save/load
 
-#: Run in the environment by ``Zarr218.write``: ``args = [root, spec]``.
+#: Run in the environment by ``Zarr218.write`` and ``Zarr34.write``: ``args = [root, spec]``. One
+#: writer for both versions: zarr 3's ``zarr.create`` keeps 2.18's arguments; the branches are the
+#: store class, ``zarr_format=2`` and where ``write_empty_chunks`` goes.
 _WRITE = r"""
+import warnings
+
 import numcodecs
 import zarr
 
+warnings.simplefilter("ignore")
 root, spec = args
-store = zarr.DirectoryStore(root)
+ZARR3 = int(zarr.__version__.split(".")[0]) >= 3
+store = zarr.storage.LocalStore(root) if ZARR3 else zarr.DirectoryStore(root)
+v2 = {"zarr_format": 2} if ZARR3 else {}
 
 
 def codec(config):
@@ -163,29 +170,36 @@ def dtype_of(spec):  # a type string, or a structured dtype as [name, type(, sha
 
 def write(path, spec):
     if "members" in spec:
-        group = zarr.open_group(store, path=path, mode="a")
+        group = zarr.open_group(store, path=path, mode="a", **v2)
         group.attrs.update(spec.get("attrs") or {})
         for name, member in spec["members"].items():
             write(f"{path}/{name}" if path else name, member)
         return
     filters = [codec(f) for f in spec.get("filters") or []]
     object_codec = None
+    dtype = dtype_of(spec["dtype"])
     if spec["dtype"] in ("object", "|O", "O") and filters:
         object_codec, filters = filters[0], filters[1:]
+        if ZARR3:  # zarr 3 takes no object codec: the data type names it (and adds it as a filter)
+            dtype = {"vlen-utf8": zarr.dtype.VariableLengthUTF8, "vlen-bytes": zarr.dtype.VariableLengthBytes}[
+                object_codec.codec_id
+            ]()
+            object_codec = None
+    empty = spec.get("write_empty_chunks", True)
     z = zarr.create(
         store=store,
         path=path or None,
         shape=spec["shape"],
         chunks=spec.get("chunks", True),
-        dtype=dtype_of(spec["dtype"]),
+        dtype=dtype,
         compressor=codec(spec.get("compressor")),
         filters=filters or None,
         object_codec=object_codec,
         order=spec.get("order", "C"),
         fill_value=spec.get("fill", 0),
         dimension_separator=spec.get("dimension_separator", "."),
-        write_empty_chunks=spec.get("write_empty_chunks", True),
         overwrite=True,
+        **({"config": {"write_empty_chunks": empty}, **v2} if ZARR3 else {"write_empty_chunks": empty}),
     )
     z.attrs.update(spec.get("attrs") or {})
     if spec.get("data") is not None:
@@ -245,16 +259,19 @@ if not isinstance(node, zarr.Array):
     node.visititems(lambda name, obj: result.update({name: describe(obj)}))
 """
 
-#: Run by ``Zarr34.read``: ``args = [root, array paths or None]``.
+#: Run by ``Zarr34.read``: ``args = [root, array paths or None, consolidated or None]``.
 _READ_ZARR3 = r"""
 import warnings
 
 import zarr
 
 warnings.simplefilter("ignore")
-root, paths = args
+root, paths, consolidated = args
+node = None
+if consolidated is not None:  # through the group, whose members come from .zmetadata if asked
+    node = zarr.open_group(root, mode="r", use_consolidated=consolidated)
 if paths is None:
-    node = zarr.open(root, mode="r")
+    node = node or zarr.open(root, mode="r")
     if isinstance(node, zarr.Array):
         paths = [""]
     else:
@@ -262,7 +279,10 @@ if paths is None:
 result = {}
 for path in paths:
     try:
-        result[path] = zarr.open_array(root, path=path, mode="r")[...]
+        if isinstance(node, zarr.Group):
+            result[path] = node[path][...]
+        else:
+            result[path] = zarr.open_array(root, path=path, mode="r")[...]
     except Exception as e:
         result[path] = f"{type(e).__name__}: {e}"
 """
@@ -430,13 +450,21 @@ class Zarr218(Oracle):
 
 
 class Zarr34(Oracle):
-    """zarr-python 3.4: reads Zarr v2 and v3."""
+    """zarr-python 3.4: writes Zarr v2, reads Zarr v2 and v3."""
 
-    def read(self, path: str | os.PathLike[str], arrays: list[str] | None = None) -> dict[str, Any]:
+    def write(self, path: str | os.PathLike[str], spec: Mapping[str, Any]) -> None:
+        """Write a v2 node at ``path`` with zarr 3.4 (``zarr_format=2``) from a spec as
+        ``Zarr218.write`` takes it (the same writer)."""
+        self.run(_WRITE, os.fspath(path), dict(spec))
+
+    def read(
+        self, path: str | os.PathLike[str], arrays: list[str] | None = None, consolidated: bool | None = None
+    ) -> dict[str, Any]:
         """The arrays at ``arrays`` (paths inside the node at ``path``; default: every array
         of the hierarchy, ``""`` for a root array) as zarr 3.4 reads them; an array it cannot
-        read maps to its error, ``"<ExceptionType>: <message>"``, instead."""
-        return self.run(_READ_ZARR3, os.fspath(path), arrays)
+        read maps to its error, ``"<ExceptionType>: <message>"``, instead. ``consolidated``
+        reads through the group at ``path`` (with or without its consolidated metadata)."""
+        return self.run(_READ_ZARR3, os.fspath(path), arrays, consolidated)
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,6 @@ import click
 import dask.array as da
 import numpy as np
 
-from ..codecs.base import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec
 from ..codecs.fill import is_fill
 from ..codecs.registry import codec_from_json
 from ..core.api import create_array, create_group, open_array, open_node
@@ -34,7 +33,7 @@ from ..core.metadata_v2 import v2_fill_value_is_null
 from ..core.paths import join_path, normalize_path
 from ..dask import compute_with_progress, from_array
 from ..errors import ArgumentError, NodeExistsError, Zarr3Error
-from ..xarray.encoding import decode_fill_value_attr
+from ..xarray.encoding import codec_kind, decode_fill_value_attr, split_chain
 from ._common import emit_json, json_option, store_for, typed_errors
 from .migrate import standard_codec
 
@@ -62,20 +61,20 @@ class Layout:
 
 
 def split_codecs(codecs: Sequence[Any], option: str = "--codecs") -> tuple[tuple, dict, tuple]:
-    """``(filters, serializer, compressors)`` of a codec chain given as JSON objects."""
-    filters, serializer, compressors = [], None, []
-    for c in codecs:
-        kind = codec_from_json(c)
-        doc = kind.to_json()
-        if isinstance(kind, ArrayArrayCodec):
-            filters.append(doc)
-        elif isinstance(kind, ArrayBytesCodec):
-            serializer = doc
-        elif isinstance(kind, BytesBytesCodec):
-            compressors.append(doc)
-    if serializer is None:
+    """``(filters, serializer, compressors)`` of a codec chain given as JSON objects, each codec
+    checked and normalised (``xarray.encoding.split_chain`` owns the split); raises
+    ``CopyArgumentError`` naming ``option`` when the chain has no array -> bytes codec or a
+    codec out of place."""
+    parts = split_chain([codec_from_json(c).to_json() for c in codecs])
+    if parts["serializer"] is None:
         raise CopyArgumentError(f"{option}: the chain needs an array -> bytes codec (e.g. 'bytes')")
-    return tuple(filters), serializer, tuple(compressors)
+    misplaced = [c["name"] for c in parts["compressors"] if codec_kind(c) != "bytes_bytes"]
+    if misplaced:
+        raise CopyArgumentError(
+            f"{option}: codec {misplaced[0]!r} comes after the array -> bytes codec "
+            f"{parts['serializer']['name']!r}, where only bytes -> bytes codecs go"
+        )
+    return parts["filters"], parts["serializer"], parts["compressors"]
 
 
 def _shape_option(value: str | None, option: str) -> tuple[int, ...] | str | None:

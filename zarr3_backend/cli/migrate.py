@@ -18,9 +18,11 @@ from typing import Any
 import click
 
 from ..core.api import consolidate_metadata
+from ..core.codec_specs import v3_codec_from_numcodecs
 from ..core.group import v2_ancestor
 from ..core.metadata import parse_node_json, to_bytes
-from ..core.metadata_v2 import (
+from ..core.metadata_v2 import (  # _DTYPE_KEYS: numcodecs filter settings naming a dtype
+    _DTYPE_KEYS,
     ARRAY_KEY,
     ATTRS_KEY,
     CONSOLIDATED_KEY,
@@ -37,51 +39,31 @@ from ..core.paths import (
     parent_path,
     validate_new_node_path,
 )
-from ..errors import InvalidKeyError, MetadataError, Zarr3Error
+from ..errors import CodecError, InvalidKeyError, MetadataError, Zarr3Error
 from ..stores.base import Store
 from ._common import EXIT_ERROR, emit_json, json_option, store_for, typed_errors
 
 V2_DOCS = (ARRAY_KEY, GROUP_KEY, ATTRS_KEY)
-#: numcodecs blosc's integer shuffle -> the v3 blosc codec's name (-1, AUTOSHUFFLE: chosen from
-#: the type size, as numcodecs does, when the codec is bound to the array)
-_SHUFFLE = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle", -1: None}
+_NUMCODECS = "numcodecs."
 
 
 class MigrationError(MetadataError):
     """A v2 node cannot be expressed in Zarr v3 (the whole migration is refused before writing)."""
 
 
-def _blosc(conf: Mapping[str, Any], where: str) -> dict[str, Any]:
-    shuffle = conf.get("shuffle", 1)
-    if shuffle not in _SHUFFLE:
-        raise MigrationError(f"{where}: blosc shuffle {shuffle!r} has no v3 equivalent")
-    out: dict[str, Any] = {"cname": conf.get("cname", "lz4"), "clevel": conf.get("clevel", 5)}
-    if _SHUFFLE[shuffle] is not None:
-        out["shuffle"] = _SHUFFLE[shuffle]
-    out["blocksize"] = conf.get("blocksize", 0)
-    return {"name": "blosc", "configuration": out}
-
-
 def standard_codec(codec: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """The standard v3 codec writing the same bytes as a ``numcodecs.*`` one, or it unchanged.
-
-    numcodecs blosc, gzip, zstd and crc32c (checksum at the end) are byte-for-byte the v3 codecs
-    of those names; zlib is not gzip, and the others have no v3 counterpart.
-    """
+    """A translated v2 codec (``numcodecs.<id>``) as the standard v3 codec writing the same
+    bytes where there is one (``codec_specs.v3_codec_from_numcodecs`` owns that rule), else
+    unchanged; raises ``MigrationError`` naming ``where`` when a setting has no v3 form."""
     name = str(codec.get("name", ""))
-    conf = dict(codec.get("configuration") or {})
-    if name == "numcodecs.blosc":
-        return _blosc(conf, where)
-    if name == "numcodecs.gzip":
-        return {"name": "gzip", "configuration": {"level": conf.get("level", 1)}}
-    if name == "numcodecs.zstd" and set(conf) <= {"level", "checksum"}:
-        return {
-            "name": "zstd",
-            "configuration": {"level": conf.get("level", 0), "checksum": bool(conf.get("checksum", False))},
-        }
-    if name == "numcodecs.crc32c" and conf.get("location", "end") == "end":
-        return {"name": "crc32c"}
-    return dict(codec)
+    if not name.startswith(_NUMCODECS):
+        return dict(codec)
+    config = {**(codec.get("configuration") or {}), "id": name[len(_NUMCODECS) :]}
+    try:
+        out = v3_codec_from_numcodecs(config)
+    except CodecError as e:
+        raise MigrationError(f"{where}: {e}") from e
+    return dict(codec) if out["name"] == name else out
 
 
 def v3_document(doc: Mapping[str, Any], path: str) -> dict[str, Any]:
@@ -110,10 +92,6 @@ def v3_document(doc: Mapping[str, Any], path: str) -> dict[str, Any]:
     bound = [c.to_json() for c in chain.codecs]
     out["codecs"] = [b if c["name"] == "blosc" else c for c, b in zip(out["codecs"], bound, strict=True)]
     return out
-
-
-#: numcodecs filter settings naming a dtype (``metadata_v2`` writes them in native byte order)
-_DTYPE_KEYS = ("dtype", "astype", "encode_dtype", "decode_dtype")
 
 
 def _refuse_ambiguous_byte_order(codecs: list[dict[str, Any]], where: str) -> None:

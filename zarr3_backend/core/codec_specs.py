@@ -6,7 +6,7 @@ names, or numcodecs instances (mapped to the v3 codec of the same meaning).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..codecs import Codec
@@ -19,37 +19,52 @@ DEFAULT_INDEX_CODECS: list[dict] = [
     {"name": "bytes", "configuration": {"endian": "little"}},
     {"name": "crc32c"},
 ]
-_BLOSC_SHUFFLE = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle"}
+#: numcodecs blosc's integer shuffle -> the v3 blosc codec's name (-1, AUTOSHUFFLE: left out, so
+#: the codec picks it from the data type when bound to the array, as numcodecs does)
+_BLOSC_SHUFFLE = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle", -1: None}
+
+
+def v3_codec_from_numcodecs(config: Mapping[str, Any]) -> dict:
+    """The v3 codec JSON of a numcodecs configuration (``{"id": ..., ...}``): the standard codec
+    where it writes the same bytes, else ``numcodecs.<id>`` with the configuration unchanged.
+
+    numcodecs blosc, gzip and zstd are byte-for-byte the v3 codecs of those names; crc32c only
+    with its checksum at the end (its default), where the v3 crc32c codec appends it; zlib is
+    not gzip, and the others have no v3 counterpart. Raises ``CodecError`` naming the setting
+    a standard codec cannot take (a blosc shuffle v3 lacks).
+    """
+    conf = dict(config)
+    codec_id = str(conf.pop("id", ""))
+    if codec_id == "blosc":
+        shuffle = conf.get("shuffle", 1)
+        if shuffle not in _BLOSC_SHUFFLE:
+            raise CodecError(f"numcodecs blosc: 'shuffle' {shuffle!r} has no v3 blosc equivalent")
+        out: dict[str, Any] = {"cname": conf.get("cname", "lz4"), "clevel": conf.get("clevel", 5)}
+        if _BLOSC_SHUFFLE[shuffle] is not None:
+            out["shuffle"] = _BLOSC_SHUFFLE[shuffle]
+        out["blocksize"] = conf.get("blocksize", 0)
+        return {"name": "blosc", "configuration": out}
+    if codec_id == "gzip" and set(conf) <= {"level"}:
+        return {"name": "gzip", "configuration": {"level": conf.get("level", 1)}}
+    if codec_id == "zstd" and set(conf) <= {"level", "checksum"}:
+        return {
+            "name": "zstd",
+            "configuration": {"level": conf.get("level", 0), "checksum": bool(conf.get("checksum", False))},
+        }
+    if codec_id == "crc32c" and conf.get("location", "end") == "end":
+        return {"name": "crc32c"}
+    return {"name": f"numcodecs.{codec_id}", "configuration": conf}
 
 
 def coerce_codec(obj: Any) -> Codec | dict | str:
-    """A codec in a form ``codec_from_json`` takes; numcodecs instances are translated."""
+    """A codec in a form ``codec_from_json`` takes; numcodecs instances are translated
+    (``v3_codec_from_numcodecs``)."""
     if isinstance(obj, Codec | dict | str):
         return obj
     get_config = getattr(obj, "get_config", None)
     if get_config is None or not hasattr(obj, "codec_id"):
         raise CodecError(f"not a codec: {obj!r}")
-    config = dict(get_config())
-    codec_id = config.pop("id")
-    if codec_id == "blosc":
-        shuffle = config.get("shuffle", 1)
-        out = {"cname": config["cname"], "clevel": config["clevel"], "blocksize": config.get("blocksize", 0)}
-        if shuffle != -1:  # AUTOSHUFFLE: let the codec pick from the data type
-            out["shuffle"] = _BLOSC_SHUFFLE[shuffle]
-        return {"name": "blosc", "configuration": out}
-    if codec_id == "zstd":
-        return {
-            "name": "zstd",
-            "configuration": {
-                "level": config.get("level", 0),
-                "checksum": bool(config.get("checksum", False)),
-            },
-        }
-    if codec_id == "gzip":
-        return {"name": "gzip", "configuration": {"level": config.get("level", 1)}}
-    if codec_id == "crc32c":
-        return {"name": "crc32c"}
-    return {"name": f"numcodecs.{codec_id}", "configuration": config}
+    return v3_codec_from_numcodecs(get_config())
 
 
 def _as_list(value: Any) -> list:
