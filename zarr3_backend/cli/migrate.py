@@ -21,11 +21,11 @@ from ..core.api import consolidate_metadata
 from ..core.codec_specs import v3_codec_from_numcodecs
 from ..core.group import v2_ancestor
 from ..core.metadata import parse_node_json, to_bytes
-from ..core.metadata_v2 import (  # _DTYPE_KEYS: numcodecs filter settings naming a dtype
-    _DTYPE_KEYS,
+from ..core.metadata_v2 import (
     ARRAY_KEY,
     ATTRS_KEY,
     CONSOLIDATED_KEY,
+    DTYPE_KEYS,
     GROUP_KEY,
     V2_MARKER,
     node_document,
@@ -106,7 +106,7 @@ def _refuse_ambiguous_byte_order(codecs: list[dict[str, Any]], where: str) -> No
         if c is serializer:
             return
         conf = c.get("configuration") or {}
-        if c["name"].startswith("numcodecs.") and any(k in conf for k in _DTYPE_KEYS):
+        if c["name"].startswith("numcodecs.") and any(k in conf for k in DTYPE_KEYS):
             raise MigrationError(
                 f"{where}: filter {c['name']!r} on big-endian data: Zarr v3 readers disagree on the "
                 "byte order of its dtype setting (zarr-python: stored order, zarr3_backend: native), "

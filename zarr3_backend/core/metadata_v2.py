@@ -172,7 +172,7 @@ def _data_type(npdt: np.dtype, filters: list, path: str) -> tuple[Any, dict[str,
 
 #: Filter configuration keys that name a numpy dtype (numcodecs delta, fixedscaleoffset,
 #: quantize, astype, ...); the filter's output dtype is the first "out" key present.
-_DTYPE_KEYS = ("dtype", "astype", "encode_dtype", "decode_dtype")
+DTYPE_KEYS = ("dtype", "astype", "encode_dtype", "decode_dtype")
 _OUT_KEYS = ("astype", "encode_dtype", "dtype")
 
 
@@ -198,7 +198,7 @@ def _native_dtypes(conf: Mapping[str, Any], path: str) -> dict[str, Any]:
     """``conf`` with every dtype setting in native byte order: in the v3 chain a filter works on
     decoded (native) values, and the ``bytes`` codec alone owns the byte order."""
     out = dict(conf)
-    for key in _DTYPE_KEYS:
+    for key in DTYPE_KEYS:
         if isinstance(out.get(key), str):
             out[key] = _as_dtype(out[key], key, path).newbyteorder("=").str
     return out

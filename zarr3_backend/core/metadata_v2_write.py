@@ -27,6 +27,7 @@ from .metadata_v2 import (
     ARRAY_KEY,
     ATTRS_KEY,
     CONSOLIDATED_KEY,
+    DTYPE_KEYS,
     GROUP_KEY,
     V2_MARKER,
     array_document,
@@ -43,8 +44,6 @@ ZGROUP: dict[str, Any] = {"zarr_format": 2}
 _SHUFFLE_IDS = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
 #: v3 codecs that have a v2 (numcodecs) form.
 _V3_COMPRESSORS = ("blosc", "zstd", "gzip")
-#: numcodecs filter settings that name a dtype (written in the stored byte order).
-_DTYPE_KEYS = ("dtype", "astype", "encode_dtype", "decode_dtype")
 
 
 def is_v2(meta: ArrayMetadata | GroupMetadata) -> bool:
@@ -114,7 +113,7 @@ def _v2_codec(codec: Mapping[str, Any], field: str) -> dict[str, Any]:
 def _with_byte_order(conf: Mapping[str, Any], order: str) -> dict[str, Any]:
     """A filter configuration with its dtype settings in the stored byte order ``order``."""
     out = dict(conf)
-    for key in _DTYPE_KEYS:
+    for key in DTYPE_KEYS:
         if isinstance(out.get(key), str):
             dt = np.dtype(out[key])
             out[key] = dt.newbyteorder(order).str if dt.itemsize > 1 and dt.kind not in "SVO" else dt.str
