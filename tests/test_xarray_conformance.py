@@ -134,12 +134,6 @@ DESELECTED_WRITER: dict[str, str] = {
         "mode='a' with append_dim overwrites a changed non-append coordinate in xarray; ours refuses "
         "it (ArgumentError 'coordinate ... differs'), since the stored data is indexed by it"
     ),
-    "test_write_region_mode": (
-        "writes a numpy region (x=0:5) that cuts a stored chunk; ours refuses region writes that "
-        "share a chunk or shard with a neighbouring region unless safe_chunks=False "
-        "(a concurrent writer of the neighbour would lose rows), xarray writes them unchecked"
-    ),
-    "test_write_region_errors": "as test_write_region_mode: region x=0:2 cuts a chunk of 5",
 }
 
 #: Where our reader differs, on purpose or for want of a typed error, from xarray's.
@@ -156,17 +150,14 @@ DESELECTED_READ_WRITE: dict[str, str] = {
 }
 
 #: xarray's region tests where ours refuses, on purpose, what xarray's writes.
-DESELECTED_REGION: dict[str, str] = dict.fromkeys(
-    [
-        "test_zarr_region_auto",
-        "test_zarr_region_index_write",
-        "test_zarr_region",
-        "test_zarr_safe_chunk_region",
-    ],
-    "numpy or dask regions that cut a stored chunk at their edge: xarray writes them in mode='a' "
-    "(and in r+ for numpy data); ours refuses them in every mode unless safe_chunks=False, since a "
-    "concurrent writer of the neighbouring region would lose rows (see test_to_zarr_region.py)",
-)
+DESELECTED_REGION: dict[str, str] = {
+    "test_zarr_safe_chunk_region": (
+        "dask regions whose blocks cut a stored chunk at the region's edge: xarray writes them in "
+        "mode='a'; ours refuses them in every mode unless safe_chunks=False, since a dask block "
+        "cannot be merged again when a concurrent writer of the neighbouring region changed that "
+        "chunk (numpy regions that cut a chunk are written, and merged again: test_to_zarr_region.py)"
+    ),
+}
 
 for _name in DESELECTED:  # not collected at all (a None attribute is no test)
     setattr(TestZarr3Conformance, _name, None)

@@ -33,7 +33,9 @@ def choose_mode(mode: str | None, append_dim: Hashable | None, region: Any) -> s
     if append_dim is not None and mode not in ("a", "a-"):
         raise ArgumentError(f"cannot set append_dim unless mode='a' or mode='a-', got mode={mode!r}")
     if region is not None and mode not in ("a", "a-", "r+"):
-        raise ArgumentError(f"cannot set region unless mode='a', 'a-' or 'r+', got mode={mode!r}")
+        raise ArgumentError(
+            f"cannot set region unless mode='a', mode='a-', mode='r+' or mode=None, got mode={mode!r}"
+        )
     return mode
 
 

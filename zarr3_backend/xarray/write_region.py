@@ -70,18 +70,23 @@ def resolve_region(
         region = _auto_region(ds, region, group, arrays)
     for dim, sel in region.items():
         if dim not in ds.dims:
-            raise ArgumentError(f"region dimension {dim!r} is not a dimension of the dataset {list(ds.dims)}")
+            raise ArgumentError(
+                f"all keys in ``region`` are not in Dataset dimensions: {dim!r} is not one of {list(ds.dims)}"
+            )
         if not isinstance(sel, slice):
-            raise ArgumentTypeError(f"region values must be slices, got {sel!r} for dimension {dim!r}")
+            raise ArgumentTypeError(f"region values must be slice objects, got {sel!r} for dimension {dim!r}")
         if sel.step not in (None, 1):
-            raise ArgumentError(f"region slices must have step 1, got {sel!r} for dimension {dim!r}")
+            raise ArgumentError(f"step on all slices must be 1 or None, got {sel!r} for dimension {dim!r}")
     # index coordinates are dropped below anyway (a region write cannot change them)
     unmatched = [k for k, v in ds.variables.items() if not set(region) & set(v.dims) and k not in ds.indexes]
     if region and unmatched:
         raise ArgumentError(
-            f"with region={list(region)}, every variable must use one of those dimensions; these do not: "
-            f"{unmatched}. Drop them with .drop_vars({unmatched!r})"
+            "all variables in the dataset to write must have at least one dimension in common with "
+            f"the region's dimensions {list(region)}; these do not: {unmatched}. Drop them with "
+            f".drop_vars({unmatched!r})"
         )
     if append_dim is not None and append_dim in region:
-        raise ArgumentError(f"dimension {append_dim!r} cannot be both append_dim and a region dimension")
+        raise ArgumentError(
+            f"cannot list the same dimension in both ``append_dim`` and ``region``: {append_dim!r}"
+        )
     return ds.drop_vars(list(ds.indexes)), region
