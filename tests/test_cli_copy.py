@@ -12,6 +12,8 @@ from click.testing import CliRunner
 
 import zarr3_backend as z3
 from zarr3_backend.cli import main
+from zarr3_backend.cli.copy import copy_hierarchy
+from zarr3_backend.stores import MemoryStore
 
 
 def run(*args: str):
@@ -230,3 +232,27 @@ def test_copy_refuses_a_codec_out_of_place_before_writing(tmp_path, src):
     t = z3.open_array(str(dst), path="t")
     assert [c["name"] for c in t.codecs] == ["transpose", "bytes", "gzip"]
     np.testing.assert_array_equal(t[...], z3.open_array(src, path="t")[...])
+
+
+class _CountingExists(MemoryStore):
+    """A MemoryStore counting the existence checks of chunk keys (a HEAD each on object stores)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.asked: list[str] = []
+
+    def exists(self, key):
+        if "/c/" in key:
+            self.asked.append(key)
+        return super().exists(key)
+
+
+def test_a_fresh_destination_spends_no_request_asking_for_units_a_resumed_one_checks_each():
+    src = MemoryStore()
+    z3.create_array(src, "t", shape=(8, 6), dtype="i4", chunks=(2, 3))[...] = np.arange(48).reshape(8, 6)
+    dst = _CountingExists()
+    (first,) = copy_hierarchy(src, dst, shards=(4, 6))
+    assert first.written == first.units == 2 and dst.asked == []
+    (again,) = copy_hierarchy(src, dst, shards=(4, 6))  # resumed: each unit compared, none written
+    assert again.skipped == 2 and again.written == 0 and len(dst.asked) == 2
+    np.testing.assert_array_equal(z3.open_array(dst, "t")[...], np.arange(48).reshape(8, 6))

@@ -163,8 +163,11 @@ def _v2_fill_value(src: Array, attrs: dict) -> Any:
     return None
 
 
-def prepare_destination(src: Array, dst_store: Any, path: str, layout: Layout, overwrite: bool) -> Array:
-    """Create the destination array, or open it when a resumed copy made it with this layout."""
+def prepare_destination(
+    src: Array, dst_store: Any, path: str, layout: Layout, overwrite: bool
+) -> tuple[Array, bool]:
+    """The destination array and whether it is new (no unit stored yet): created, or opened
+    when a resumed copy made it with this layout."""
     v2 = layout.zarr_format == 2
     dims = src.dimension_names
     if v2 and dims is not None and any(d is None for d in dims):
@@ -191,7 +194,7 @@ def prepare_destination(src: Array, dst_store: Any, path: str, layout: Layout, o
         kwargs.update(zarr_format=2, order=layout.order)
         del kwargs["shards"]
     try:
-        return create_array(dst_store, path, **kwargs)
+        return create_array(dst_store, path, **kwargs), True
     except NodeExistsError:
         pass
     wanted = create_array({}, "x", **kwargs)  # the same document, made in memory to compare
@@ -200,22 +203,23 @@ def prepare_destination(src: Array, dst_store: Any, path: str, layout: Layout, o
     except Zarr3Error:  # a group there, or unreadable metadata
         existing = None
     if existing is not None and existing.metadata.to_json() == wanted.metadata.to_json():
-        return existing  # a resumed copy: keep what is written
+        return existing, False  # a resumed copy: keep what is written
     if not overwrite:
         raise NodeExistsError(
             f"destination {path or '/'!r} exists and is not this array with this layout and "
             "attributes (pass --overwrite to replace it)"
         )
-    return create_array(dst_store, path, overwrite=True, **kwargs)
+    return create_array(dst_store, path, overwrite=True, **kwargs), True
 
 
-def _copy_unit(block: np.ndarray, dst: Array, block_info: dict | None = None) -> np.ndarray:
-    """Write one destination unit, unless it is already stored with these values."""
+def _copy_unit(block: np.ndarray, dst: Array, fresh: bool, block_info: dict | None = None) -> np.ndarray:
+    """Write one destination unit, unless it is already stored with these values (never, in a
+    ``fresh`` destination: no request is spent asking)."""
     info = block_info[0]  # type: ignore[index]
     region = tuple(slice(a, b) for a, b in info["array-location"])
     coords = tuple(info["chunk-location"])
     key = join_path(dst.path, dst.metadata.chunk_key_encoding.encode_chunk_key(coords))
-    if not dst.store.exists(key):
+    if fresh or not dst.store.exists(key):
         if not dst.write_empty_chunks and is_fill(block, dst.fill_value):
             return np.full((1,) * block.ndim, EMPTY, dtype=np.int8)
     else:
@@ -229,13 +233,15 @@ def _copy_unit(block: np.ndarray, dst: Array, block_info: dict | None = None) ->
     return np.full((1,) * block.ndim, WRITTEN, dtype=np.int8)
 
 
-def copy_graph(src: Array, dst: Array) -> da.Array:
-    """A dask array of per-unit statuses whose computation copies ``src`` into ``dst``."""
+def copy_graph(src: Array, dst: Array, fresh: bool = False) -> da.Array:
+    """A dask array of per-unit statuses whose computation copies ``src`` into ``dst`` (``fresh``:
+    ``dst`` holds no unit yet, so none is looked for)."""
     blocks = from_array(src, chunks=dst.storage_chunks)
     return da.map_blocks(
         _copy_unit,
         blocks,
         dst,
+        fresh,
         name="zarr3-copy-" + uuid.uuid4().hex,
         dtype=np.int8,
         chunks=tuple((1,) * len(c) for c in blocks.chunks),
@@ -292,15 +298,15 @@ def copy_hierarchy(
             pass
     plans = []
     for rel, a in arrays.items():
-        dst = prepare_destination(a, dst_store, join_path(dst_root, rel), layouts[rel], overwrite)
-        plans.append((rel, a, dst))
+        dst, fresh = prepare_destination(a, dst_store, join_path(dst_root, rel), layouts[rel], overwrite)
+        plans.append((rel, a, dst, fresh))
     graphs = []
-    for _rel, a, dst in plans:
+    for _rel, a, dst, fresh in plans:
         if a.ndim == 0:
             dst[...] = a[...]
             graphs.append(None)
         else:
-            graphs.append(copy_graph(a, dst))
+            graphs.append(copy_graph(a, dst, fresh))
     lazy = [g for g in graphs if g is not None]
     client_cm: Any = nullcontext()
     kwargs: dict[str, Any] = {}
@@ -313,7 +319,7 @@ def copy_hierarchy(
     with client_cm:
         statuses = list(compute_with_progress(*lazy, progress=progress, **kwargs)) if lazy else []
     results = []
-    for (rel, _src, dst), g in zip(plans, graphs, strict=True):
+    for (rel, _src, dst, _fresh), g in zip(plans, graphs, strict=True):
         if g is None:
             results.append(CopyResult(join_path(dst_root, rel), 1, 1, 0))
             continue
