@@ -353,3 +353,26 @@ def test_json_output_is_strict_json_with_non_finite_numbers_spelled_out(tmp_path
 
     out = CliRunner().invoke(show).output
     assert json.loads(out) == {"a": "NaN", "b": ["Infinity", "-Infinity", 1.5]}
+
+
+def test_check_lists_the_store_once_however_many_arrays():
+    """``zarr3 check`` of a group lists the store once (a listing is many requests on object
+    stores), not once more per array."""
+    from zarr3_backend.cli.check import scan
+    from zarr3_backend.stores import MemoryStore
+
+    class CountingLists(MemoryStore):
+        listings = 0
+
+        def list_prefix(self, prefix):
+            type(self).listings += 1
+            return super().list_prefix(prefix)
+
+    store = CountingLists()
+    g = z3.create_group(store)
+    for name in ("a", "ab", "b"):
+        g.create_array(name, shape=(6,), dtype="i4", chunks=(2,))[...] = np.arange(6)
+    CountingLists.listings = 0
+    report = scan(store, "", show_progress=False)
+    assert report.ok and report.arrays == 3 and report.units == 9 and report.orphans == []
+    assert CountingLists.listings == 1

@@ -8,6 +8,7 @@ under the hierarchy is sorted into metadata, orphan, or write record.
 
 from __future__ import annotations
 
+import bisect
 import os
 import sys
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from .._threads import thread_map
 from ..core.api import open_group, open_node, repair
 from ..core.array import Array
 from ..core.commit import TXN_DIR
-from ..core.info import array_keys, classify_keys, read_batches, shard_index
+from ..core.info import classify_keys, read_batches, shard_index
 from ..core.paths import join_path, join_prefix
 from ..errors import Zarr3Error
 from ..stores.base import Store
@@ -80,9 +81,9 @@ class Report:
         }
 
 
-def find_temp_files(store: Store, prefix: str) -> list[TempFile]:
+def find_temp_files(store: Store, prefix: str, listed: list[str]) -> list[TempFile]:
     """Leftover temporary files under ``prefix``: found on disk for a LocalStore (which hides
-    them from listings), else among the listed keys."""
+    them from listings), else among the ``listed`` keys."""
     if isinstance(store, LocalStore):
         base = os.path.join(store.root, *[p for p in prefix.split("/") if p])
         found = []
@@ -92,11 +93,7 @@ def find_temp_files(store: Store, prefix: str) -> list[TempFile]:
                     key = os.path.relpath(os.path.join(directory, name), store.root).replace(os.sep, "/")
                     found.append(TempFile(key))
         return sorted(found, key=lambda t: t.key)
-    return [
-        TempFile(k)
-        for k in sorted(store.list_prefix(prefix))
-        if any(part.startswith(TEMP_PREFIX) for part in k.split("/"))
-    ]
+    return [TempFile(k) for k in listed if any(part.startswith(TEMP_PREFIX) for part in k.split("/"))]
 
 
 def check_unit(array: Array, key: str, data: Any) -> str | None:
@@ -110,10 +107,8 @@ def check_unit(array: Array, key: str, data: Any) -> str | None:
     return None
 
 
-def check_array(array: Array, keys: list[str], report: Report, progress: Any) -> set[str]:
-    """Decode every stored unit of ``array``; returns the keys it accounts for."""
-    keymap = classify_keys(array, keys)
-    units = list(keymap.units)
+def check_array(array: Array, units: list[str], report: Report, progress: Any) -> set[str]:
+    """Decode every stored unit of ``array`` (its unit keys); returns the keys it accounts for."""
     batch: list[tuple[str, Any]] = []
 
     def flush() -> None:
@@ -133,6 +128,15 @@ def check_array(array: Array, keys: list[str], report: Report, progress: Any) ->
     report.arrays += 1
     report.units += len(units)
     return set(units)
+
+
+def _under(sorted_keys: list[str], prefix: str) -> list[str]:
+    """The keys starting with ``prefix``, from a sorted list (one listing serves every array)."""
+    start = bisect.bisect_left(sorted_keys, prefix)
+    end = start
+    while end < len(sorted_keys) and sorted_keys[end].startswith(prefix):
+        end += 1
+    return sorted_keys[start:end]
 
 
 def scan(store: Store, path: str, *, show_progress: bool) -> Report:
@@ -156,11 +160,11 @@ def scan(store: Store, path: str, *, show_progress: bool) -> Report:
     else:
         group_paths = set()
     accounted: set[str] = set()
-    by_array = {a.path: array_keys(a) for a in arrays}
-    total = sum(len(classify_keys(a, by_array[a.path]).units) for a in arrays)
+    units = {a.path: list(classify_keys(a, _under(all_keys, join_prefix(a.path))).units) for a in arrays}
+    total = sum(len(u) for u in units.values())
     with click.progressbar(length=total, label="checking", file=sys.stderr, hidden=not show_progress) as bar:
         for a in arrays:
-            accounted |= check_array(a, by_array[a.path], report, bar)
+            accounted |= check_array(a, units[a.path], report, bar)
     node_paths = group_paths | {a.path for a in arrays}
     for key in all_keys:
         if key in accounted or key.startswith(TXN_DIR + "/"):
@@ -169,7 +173,7 @@ def scan(store: Store, path: str, *, show_progress: bool) -> Report:
         if name in NODE_DOCUMENTS and parent in node_paths:
             continue
         report.orphans.append(key)
-    report.temporary = find_temp_files(store, prefix)
+    report.temporary = find_temp_files(store, prefix, all_keys)
     return report
 
 
