@@ -319,18 +319,12 @@ class LocalStore(Store):
         if fd is None:
             return None
         try:
-            if byte_range is None:
-                return _pread_all(fd, 0, os.fstat(fd).st_size)
-            if byte_range.is_suffix:
-                size = os.fstat(fd).st_size
-                start = max(size + byte_range.offset, 0)
-                return _pread_all(fd, start, size - start)
-            if byte_range.length is None:
-                size = os.fstat(fd).st_size
-                return _pread_all(fd, byte_range.offset, max(size - byte_range.offset, 0))
-            # clamped to the file: a length from stored bytes (a shard index) may be absurd
             size = os.fstat(fd).st_size
-            return _pread_all(fd, byte_range.offset, max(0, min(byte_range.length, size - byte_range.offset)))
+            if byte_range is None:
+                return _pread_all(fd, 0, size)
+            # clipped to the file: a length from stored bytes (a shard index) may be absurd
+            span = byte_range.slice(size)
+            return _pread_all(fd, span.start, max(span.stop - span.start, 0))
         except _MISSING:
             return None
         except OSError as e:
@@ -353,14 +347,9 @@ class LocalStore(Store):
             return None
         with reader:
             size = reader.size
-            start, stop = 0, size
-            if byte_range is not None:
-                if byte_range.is_suffix:
-                    start = max(size + byte_range.offset, 0)
-                else:
-                    start = min(byte_range.offset, size)
-                    if byte_range.length is not None:
-                        stop = min(start + byte_range.length, size)
+            span = slice(0, size) if byte_range is None else byte_range.slice(size)
+            start, stop = min(span.start, size), span.stop
+            stop = max(stop, start)
             buf = alloc(stop - start)
             got = reader.read_into(start, [buf[: min(len(buf), stop - start)]])
             return buf[:got]  # short only when the file shrank under us: what exists
