@@ -58,12 +58,15 @@ class Traffic:
     bytes_sent: int = 0
     in_flight: int = 0
     peak_in_flight: int = 0
+    cpu_start: float = field(default_factory=time.process_time)  # this process's user+sys CPU s
     log: list[tuple[float, float, str, str, int, int]] = field(default_factory=list)
 
     def summary(self) -> dict:
-        """Counts, round trips and the log (start, end, method, path, status, bytes)."""
+        """Counts, round trips, the server's CPU seconds and the log (start, end, method, path,
+        status, bytes)."""
         return {
             "requests": self.requests,
+            "cpu_s": time.process_time() - self.cpu_start,
             "bytes_sent": self.bytes_sent,
             "peak_in_flight": self.peak_in_flight,
             "round_trips": round_trips([(e[0], e[1]) for e in self.log]),
