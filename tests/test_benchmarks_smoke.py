@@ -275,6 +275,58 @@ def test_latency_server_ranges_listings_and_counts(tmp_path):
         assert server.stats()["requests"] == 0  # the admin requests are not counted
 
 
+def test_latency_server_keeps_connections_alive_and_sends_large_files(tmp_path):
+    """Several requests on one connection (what every HTTP client here does), bodies above the
+    small-body size (sent by sendfile) whole and in ranges, and the server's own CPU counted."""
+    import http.client
+
+    big = os.urandom(3 * latency_server.SMALL_BODY + 123)
+    (tmp_path / "big.bin").write_bytes(big)
+    (tmp_path / "d").mkdir()
+    with latency_server.running(tmp_path, 1) as server:
+        conn = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=30)
+        answers = []
+        for method, headers in [
+            ("GET", {}),
+            ("GET", {"Range": "bytes=100-"}),
+            ("HEAD", {}),
+            ("GET", {"Range": "bytes=-70000"}),
+            ("GET", {"Range": f"bytes={len(big)}-"}),
+            ("PROPFIND", {"Depth": "1"}),
+        ]:
+            conn.request(method, "/big.bin" if method != "PROPFIND" else "/d", headers=headers)
+            r = conn.getresponse()
+            answers.append((r.status, r.getheader("Content-Length"), r.getheader("Content-Range"), r.read()))
+        sock = conn.sock
+        conn.request("GET", "/d/")  # the listing, still on the same socket
+        listing = conn.getresponse()
+        assert listing.status == 200 and listing.read().startswith(b"<html>") and conn.sock is sock
+        conn.close()
+        stats = server.stats()
+    n = len(big)
+    assert answers[0] == (200, str(n), None, big)
+    assert answers[1] == (206, str(n - 100), f"bytes 100-{n - 1}/{n}", big[100:])
+    assert answers[2] == (200, str(n), None, b"")
+    assert answers[3] == (206, "70000", f"bytes {n - 70000}-{n - 1}/{n}", big[-70000:])
+    assert answers[4][0] == 416 and answers[4][2] == f"bytes */{n}"
+    assert answers[5][0] == 207 and b"<multistatus" in answers[5][3]
+    assert stats["requests"] == 7 and stats["round_trips"] == 7
+    assert stats["bytes_sent"] == n + (n - 100) + 70000 + len(answers[5][3]) + sum(
+        e[5] for e in stats["log"] if e[3] == "/d/"
+    )
+    assert stats["cpu_s"] > 0  # the server's own CPU since its start (no reset yet)
+
+
+def test_byte_range_forms():
+    br = latency_server.byte_range
+    assert br(None, 10) is None
+    assert br("bytes=2-4", 10) == (2, 5) and br("bytes=2-", 10) == (2, 10) and br("bytes=-3", 10) == (7, 10)
+    assert br("bytes=5-100", 10) == (5, 10) and br("bytes=-100", 10) == (0, 10)
+    for bad in ("bytes=10-", "bytes=4-2", "bytes=0-1,3-4", "items=0-1", "bytes=-0", "bytes=x-"):
+        with pytest.raises(latency_server.Unsatisfiable):
+            br(bad, 10)
+
+
 def test_latency_server_overlaps_requests(tmp_path):
     """Requests sent together wait out their latency together: none holds another back."""
     import threading
