@@ -29,6 +29,7 @@ import collections
 import email.utils
 import functools
 import html
+import io
 import json
 import os
 import posixpath
@@ -266,8 +267,8 @@ class LatencyServer:
                 await asyncio.sleep(delay)
             if not transport.is_closing():
                 status, nbytes = await self._respond(request, transport)
-        except (ConnectionError, RuntimeError):  # the client closed the socket while we sent
-            transport.close()
+        except (OSError, RuntimeError):  # the client closed the socket while we sent, or the
+            transport.close()  # file went away: the connection ends, the log keeps the request
         finally:
             traffic.in_flight -= 1
             traffic.bytes_sent += nbytes
@@ -317,7 +318,11 @@ class LatencyServer:
         with f:
             return await self._send_file(transport, request, f, os.fstat(f.fileno()))
 
-    async def _send_file(self, transport: asyncio.Transport, request: Request, f, st: os.stat_result):
+    async def _send_file(
+        self, transport: asyncio.Transport, request: Request, f: io.FileIO, st: os.stat_result
+    ) -> tuple[int, int]:
+        """The file, or the one byte range asked for (206; 416 past the end); small bodies are
+        written with their headers, larger ones by ``loop.sendfile``."""
         size = st.st_size
         headers = [("Accept-Ranges", "bytes"), ("Last-Modified", _http_date(st.st_mtime))]
         try:
