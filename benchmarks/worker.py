@@ -144,9 +144,13 @@ class Runner:
         peak = _peak_rss()
         self.last = result
         wall = statistics.median(walls)
-        served = {"server_cpu_s": server_cpus, "median_server_cpu_s": statistics.median(server_cpus)}
+        served = (
+            {"server_cpu_s": server_cpus, "median_server_cpu_s": statistics.median(server_cpus)}
+            if serving
+            else {}
+        )
         return {
-            **(served if serving else {}),
+            **served,
             "wall_s": walls,
             "cpu_s": cpus,
             "median_wall_s": wall,

@@ -61,6 +61,7 @@ def test_suite_runs_every_workload_for_z3(tmp_path, capsys):
         assert r["best"] >= r["value"] and r["cpu_per_unit"] >= 0
         assert len(r["minor_faults"]) == 1 and r["faults_per_unit"] >= 0
         assert r["unit"] == ("reads/s" if r["workload"].startswith("e_") else "GB/s")
+        assert "server_cpu_s" not in r  # no latency server outside the remote group
     meta = on_disk["meta"]
     assert meta["size"] == "tiny" and meta["versions"]["zarr3_backend"] != "not installed"
     assert meta["eviction_check"]["cold_s"] > 0
@@ -186,6 +187,7 @@ def test_remote_group_runs_for_z3(tmp_path, capsys):
         assert r["latency_ms"] == 5 and r["value"] > 0
         assert r["requests"] >= r["round_trips"] >= 1 and r["peak_in_flight"] >= 1
         assert r["requests"] == sum(r["requests_by_method"].values()) and r["peak_hwm_delta_mib"] >= 0
+        assert len(r["server_cpu_s"]) == 1 and r["median_server_cpu_s"] >= 0  # the server's CPU
     by_id = {r["workload"]: r for r in rows}
     size = remote_workloads.REMOTE_SIZES["tiny"]
     chunks = np.prod([s // c for s, c in zip(size.shape, size.chunks, strict=True)])
@@ -200,6 +202,7 @@ def test_remote_group_runs_for_z3(tmp_path, capsys):
     assert by_id["r_e_open_5ms"]["unit"] == "opens/s"
     printed = capsys.readouterr().out
     assert "remote group" in printed and "round trips" in printed and "round trips" in md
+    assert "server CPU s" in md
     for w in REMOTE_5MS:
         assert md.count(w) == 2  # the main table and the remote table
 
@@ -215,6 +218,34 @@ def test_remote_wrong_result_is_caught(tmp_path, monkeypatch):
     monkeypatch.setattr(adapters.Z3Adapter, "read", corrupt)
     row = run_case(Case("r_a_read_blosc_5ms", "z3", "tiny", str(tmp_path), 1))
     assert not row["ok"] and "WRONG RESULT" in row["error"] and "blosc" in row["error"]
+
+
+def test_remote_case_measures_the_servers_cpu(tmp_path, monkeypatch):
+    """The worker counts the latency server's CPU in each timed repetition: a read that also
+    sends the server 800 requests shows it (each costs the server well over 12.5 us)."""
+    import http.client
+    from concurrent.futures import ThreadPoolExecutor
+
+    real_read = adapters.Z3Adapter.read
+
+    def many_gets(url):
+        conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=30)
+        for _ in range(100):
+            conn.request("GET", "/zarr.json")
+            assert conn.getresponse().read().startswith(b"{")
+        conn.close()
+
+    def busy(self, path, name=""):
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(many_gets, [path] * 8))
+        return real_read(self, path, name)
+
+    monkeypatch.setattr(adapters.Z3Adapter, "read", busy)
+    row = run_case(Case("r_a_read_blosc_5ms", "z3", "tiny", str(tmp_path), 2))
+    assert row["ok"], row
+    assert row["requests"] >= 800 and len(row["server_cpu_s"]) == 2
+    assert min(row["server_cpu_s"]) > 0.01 and row["median_server_cpu_s"] > 0.01
+    assert f"{row['median_server_cpu_s']:.3f} [" in text_table([row])
 
 
 def test_latency_option_selects_remote_workloads():
