@@ -17,6 +17,7 @@ COLUMNS = (
     "CPU s/GB (ms/read)",
     "faults/MiB (/read)",
     "peak RSS Δ MiB",
+    "server CPU s",
     "check",
 )
 
@@ -40,7 +41,7 @@ def _row(r: dict) -> list[str]:
     if not r.get("ok"):
         status = "skipped" if r.get("skipped") else "FAILED"
         error = f"{status}: {r.get('error', '')}"[:70]
-        return [r["workload"], r["lib"], "-", "-", r["unit"], "-", "-", "-", "-", "-", error]
+        return [r["workload"], r["lib"], "-", "-", r["unit"], "-", "-", "-", "-", "-", "-", error]
     ratio = "" if r.get("ratio") is None else f"{r['ratio']:.2f}x"
     mem = f"{r['peak_delta_mib']:.0f}"
     if r.get("mem_ratio") is not None:
@@ -49,7 +50,29 @@ def _row(r: dict) -> list[str]:
     cpu = f"{r['cpu_cores']:.2f}"
     per = f"{r['cpu_per_unit']:.3g}" if r.get("cpu_per_unit") is not None else ""
     faults = f"{r['faults_per_unit']:.3g}" if r.get("faults_per_unit") is not None else ""
-    return [r["workload"], r["lib"], _num(r["value"]), best, r["unit"], ratio, cpu, per, faults, mem, "ok"]
+    server = _server_cpu(r)
+    return [
+        r["workload"],
+        r["lib"],
+        _num(r["value"]),
+        best,
+        r["unit"],
+        ratio,
+        cpu,
+        per,
+        faults,
+        mem,
+        server,
+        "ok",
+    ]
+
+
+def _server_cpu(r: dict) -> str:
+    """The remote group's latency server: CPU seconds per repetition, median [min-max]; "" elsewhere."""
+    cpus = r.get("server_cpu_s")
+    if not cpus:
+        return ""
+    return f"{r['median_server_cpu_s']:.3f} [{min(cpus):.3f}-{max(cpus):.3f}]"
 
 
 def _num(v: float) -> str:

@@ -51,7 +51,8 @@ def _minor_faults() -> int:
 
 
 def _children_cpu() -> float:
-    """CPU seconds of live child processes (distributed workers), via psutil."""
+    """CPU seconds of live child processes (distributed workers, the remote group's latency
+    server), via psutil; 0 without psutil."""
     try:
         import psutil
     except ImportError:
@@ -117,7 +118,9 @@ class Runner:
 
     # ---- measurement loop --------------------------------------------------------------------
     def measure(self, before: Callable[[], None], body: Callable[[], Any]) -> dict:
-        walls, cpus, faults = [], [], []
+        walls, cpus, faults, server_cpus = [], [], [], []
+        # the remote group's latency server is this process's only child: its CPU per repetition
+        serving = self.w.remote is not None
         baseline = _rss()  # before the warm-up: memory a library keeps between calls counts
         before()  # one untimed warm-up: imports, thread pools, first-touch costs of a new process
         body()
@@ -125,19 +128,29 @@ class Runner:
         for _ in range(self.case.repeat):
             result = None
             before()
-            c0 = time.process_time() + (_children_cpu() if self.child_cpu else 0.0)
+            k0 = _children_cpu() if self.child_cpu or serving else 0.0
+            c0 = time.process_time() + (k0 if self.child_cpu else 0.0)
             f0 = _minor_faults()
             t0 = time.perf_counter()
             result = body()
             t1 = time.perf_counter()
-            c1 = time.process_time() + (_children_cpu() if self.child_cpu else 0.0)
+            k1 = _children_cpu() if self.child_cpu or serving else 0.0
+            c1 = time.process_time() + (k1 if self.child_cpu else 0.0)
+            if serving:
+                server_cpus.append(k1 - k0)
             faults.append(_minor_faults() - f0)
             walls.append(t1 - t0)
             cpus.append(c1 - c0)
         peak = _peak_rss()
         self.last = result
         wall = statistics.median(walls)
+        served = (
+            {"server_cpu_s": server_cpus, "median_server_cpu_s": statistics.median(server_cpus)}
+            if serving
+            else {}
+        )
         return {
+            **served,
             "wall_s": walls,
             "cpu_s": cpus,
             "median_wall_s": wall,

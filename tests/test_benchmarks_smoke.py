@@ -61,6 +61,7 @@ def test_suite_runs_every_workload_for_z3(tmp_path, capsys):
         assert r["best"] >= r["value"] and r["cpu_per_unit"] >= 0
         assert len(r["minor_faults"]) == 1 and r["faults_per_unit"] >= 0
         assert r["unit"] == ("reads/s" if r["workload"].startswith("e_") else "GB/s")
+        assert "server_cpu_s" not in r  # no latency server outside the remote group
     meta = on_disk["meta"]
     assert meta["size"] == "tiny" and meta["versions"]["zarr3_backend"] != "not installed"
     assert meta["eviction_check"]["cold_s"] > 0
@@ -186,6 +187,7 @@ def test_remote_group_runs_for_z3(tmp_path, capsys):
         assert r["latency_ms"] == 5 and r["value"] > 0
         assert r["requests"] >= r["round_trips"] >= 1 and r["peak_in_flight"] >= 1
         assert r["requests"] == sum(r["requests_by_method"].values()) and r["peak_hwm_delta_mib"] >= 0
+        assert len(r["server_cpu_s"]) == 1 and r["median_server_cpu_s"] >= 0  # the server's CPU
     by_id = {r["workload"]: r for r in rows}
     size = remote_workloads.REMOTE_SIZES["tiny"]
     chunks = np.prod([s // c for s, c in zip(size.shape, size.chunks, strict=True)])
@@ -200,6 +202,7 @@ def test_remote_group_runs_for_z3(tmp_path, capsys):
     assert by_id["r_e_open_5ms"]["unit"] == "opens/s"
     printed = capsys.readouterr().out
     assert "remote group" in printed and "round trips" in printed and "round trips" in md
+    assert "server CPU s" in md
     for w in REMOTE_5MS:
         assert md.count(w) == 2  # the main table and the remote table
 
@@ -215,6 +218,34 @@ def test_remote_wrong_result_is_caught(tmp_path, monkeypatch):
     monkeypatch.setattr(adapters.Z3Adapter, "read", corrupt)
     row = run_case(Case("r_a_read_blosc_5ms", "z3", "tiny", str(tmp_path), 1))
     assert not row["ok"] and "WRONG RESULT" in row["error"] and "blosc" in row["error"]
+
+
+def test_remote_case_measures_the_servers_cpu(tmp_path, monkeypatch):
+    """The worker counts the latency server's CPU in each timed repetition: a read that also
+    sends the server 800 requests shows it (each costs the server well over 12.5 us)."""
+    import http.client
+    from concurrent.futures import ThreadPoolExecutor
+
+    real_read = adapters.Z3Adapter.read
+
+    def many_gets(url):
+        conn = http.client.HTTPConnection(url.removeprefix("http://"), timeout=30)
+        for _ in range(100):
+            conn.request("GET", "/zarr.json")
+            assert conn.getresponse().read().startswith(b"{")
+        conn.close()
+
+    def busy(self, path, name=""):
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(many_gets, [path] * 8))
+        return real_read(self, path, name)
+
+    monkeypatch.setattr(adapters.Z3Adapter, "read", busy)
+    row = run_case(Case("r_a_read_blosc_5ms", "z3", "tiny", str(tmp_path), 2))
+    assert row["ok"], row
+    assert row["requests"] >= 800 and len(row["server_cpu_s"]) == 2
+    assert min(row["server_cpu_s"]) > 0.01 and row["median_server_cpu_s"] > 0.01
+    assert f"{row['median_server_cpu_s']:.3f} [" in text_table([row])
 
 
 def test_latency_option_selects_remote_workloads():
@@ -273,6 +304,58 @@ def test_latency_server_ranges_listings_and_counts(tmp_path):
         assert stats["by_method"] == {"GET": 8, "HEAD": 1, "PROPFIND": 1}
         server.reset()
         assert server.stats()["requests"] == 0  # the admin requests are not counted
+
+
+def test_latency_server_keeps_connections_alive_and_sends_large_files(tmp_path):
+    """Several requests on one connection (what every HTTP client here does), bodies above the
+    small-body size (sent by sendfile) whole and in ranges, and the server's own CPU counted."""
+    import http.client
+
+    big = os.urandom(3 * latency_server.SMALL_BODY + 123)
+    (tmp_path / "big.bin").write_bytes(big)
+    (tmp_path / "d").mkdir()
+    with latency_server.running(tmp_path, 1) as server:
+        conn = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=30)
+        answers = []
+        for method, headers in [
+            ("GET", {}),
+            ("GET", {"Range": "bytes=100-"}),
+            ("HEAD", {}),
+            ("GET", {"Range": "bytes=-70000"}),
+            ("GET", {"Range": f"bytes={len(big)}-"}),
+            ("PROPFIND", {"Depth": "1"}),
+        ]:
+            conn.request(method, "/big.bin" if method != "PROPFIND" else "/d", headers=headers)
+            r = conn.getresponse()
+            answers.append((r.status, r.getheader("Content-Length"), r.getheader("Content-Range"), r.read()))
+        sock = conn.sock
+        conn.request("GET", "/d/")  # the listing, still on the same socket
+        listing = conn.getresponse()
+        assert listing.status == 200 and listing.read().startswith(b"<html>") and conn.sock is sock
+        conn.close()
+        stats = server.stats()
+    n = len(big)
+    assert answers[0] == (200, str(n), None, big)
+    assert answers[1] == (206, str(n - 100), f"bytes 100-{n - 1}/{n}", big[100:])
+    assert answers[2] == (200, str(n), None, b"")
+    assert answers[3] == (206, "70000", f"bytes {n - 70000}-{n - 1}/{n}", big[-70000:])
+    assert answers[4][0] == 416 and answers[4][2] == f"bytes */{n}"
+    assert answers[5][0] == 207 and b"<multistatus" in answers[5][3]
+    assert stats["requests"] == 7 and stats["round_trips"] == 7
+    assert stats["bytes_sent"] == n + (n - 100) + 70000 + len(answers[5][3]) + sum(
+        e[5] for e in stats["log"] if e[3] == "/d/"
+    )
+    assert stats["cpu_s"] > 0  # the server's own CPU since its start (no reset yet)
+
+
+def test_byte_range_forms():
+    br = latency_server.byte_range
+    assert br(None, 10) is None
+    assert br("bytes=2-4", 10) == (2, 5) and br("bytes=2-", 10) == (2, 10) and br("bytes=-3", 10) == (7, 10)
+    assert br("bytes=5-100", 10) == (5, 10) and br("bytes=-100", 10) == (0, 10)
+    for bad in ("bytes=10-", "bytes=4-2", "bytes=0-1,3-4", "items=0-1", "bytes=-0", "bytes=x-"):
+        with pytest.raises(latency_server.Unsatisfiable):
+            br(bad, 10)
 
 
 def test_latency_server_overlaps_requests(tmp_path):
