@@ -323,6 +323,7 @@ REMOTE_COLUMNS = (
     "MB sent",
     "peak in flight",
     "round trips",
+    "server CPU s",
     "peak mem Δ MiB (VmHWM)",
 )
 
@@ -334,6 +335,7 @@ def _remote_row(r: dict) -> list[str]:
             r["workload"],
             r["lib"],
             "",
+            "-",
             "-",
             "-",
             "-",
@@ -355,6 +357,7 @@ def _remote_row(r: dict) -> list[str]:
         f"{r['bytes_sent'] / 1e6:.1f}",
         str(r["peak_in_flight"]),
         str(r["round_trips"]),
+        "-" if r.get("median_server_cpu_s") is None else f"{r['median_server_cpu_s']:.3f}",
         f"{r['peak_hwm_delta_mib']:.0f}",
     ]
 
