@@ -3,8 +3,9 @@
 Fresh memory costs the kernel a page fault and zeroing on first touch, and glibc hands large
 freed blocks back to the kernel (a thread's heap is trimmed, a big block unmapped), so the next
 read of the same size pays again: as much CPU as copying the data out of the page cache. Read
-results of 1-64 MiB (a chunk or shard a dask task reads; the 32 MiB slabs ``get_regions``
-carves small results from) are therefore taken from a pool of buffers, and a buffer nothing
+results from 1 MiB up to 64 MiB or a quarter of the pool's limit if larger (a chunk or shard a dask task reads; the
+32 MiB slabs ``get_regions`` carves small results from; a whole array read again and again, as
+in a loop over time windows) are therefore taken from a pool of buffers, and a buffer nothing
 refers to any more is handed out again instead of being faulted in afresh.
 
 A buffer is free again when nothing refers to it: every numpy view of a buffer holds a
@@ -34,6 +35,7 @@ from .settings import value as setting_value
 SLAB_BYTES = 32 * 2**20
 #: Results of this size range come from the pool.
 POOLED_MIN = 2**20
+#: Results up to this size are pooled, and up to a quarter of the pool's limit when larger.
 POOLED_MAX = 64 * 2**20
 _ALIGN = 64
 _MiB = 2**20
@@ -131,9 +133,10 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """``np.empty(shape, dtype)``, from the pool when its size is in the pooled range."""
+    """``np.empty(shape, dtype)``, from the pool when its size is in the pooled range: 1 MiB to
+    64 MiB or a quarter of the pool's limit (a few results of one size fit), if larger."""
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if dtype.hasobject or not POOLED_MIN <= nbytes <= POOLED_MAX:
+    if dtype.hasobject or nbytes < POOLED_MIN or nbytes > max(POOLED_MAX, POOL.cap_bytes // 4):
         return np.empty(shape, dtype=dtype)
     return POOL.take(nbytes).view(dtype).reshape(shape)
 

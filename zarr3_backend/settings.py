@@ -54,7 +54,8 @@ class Settings:
     #: many bytes of stored units (a whole number of them), so each task keeps many requests
     #: in flight. 0: one stored unit per task, as on local stores.
     remote_task_bytes: int = 64 * _MiB
-    #: Memory kept for recycling read results of 1-64 MiB (``_slabs``; 0 turns reuse off).
+    #: Memory kept for recycling read results of 1 MiB to max(64 MiB, a quarter of it) (``_slabs``;
+    #: 0 turns reuse off).
     #: ``None``: 1/16 of physical memory, at most 1 GiB; 64 MiB in processes that ask malloc to
     #: return memory promptly (``MALLOC_TRIM_THRESHOLD_`` set, as in dask's workers). Its
     #: environment variable counts MiB: ``ZARR3_BUFFER_POOL_MB``.
