@@ -27,6 +27,7 @@ from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 from dask.layers import ArraySliceDep
 
+from ..core import rectilinear
 from ..core.array import Array
 from ..errors import ChunkAlignmentError, SelectionError, ShapeError
 from .alignment import Unit, aligned_sizes, check_alignment, prove_disjoint, split_sizes, storage_units
@@ -81,12 +82,22 @@ def _done(target: Array, ndim: int) -> Any:
     return np.ones((1,) * ndim, dtype=np.int64) if ndim else 1
 
 
+def _write_unit(target: Array, region: tuple[slice, ...], value: np.ndarray) -> None:
+    """Write one task's share of ONE storage unit: a single write of that unit (atomic as it
+    is, so no transaction: on a rectilinear grid ``set_region`` would open one per task, and
+    every task would contend for the array's document)."""
+    if target.metadata.chunk_grid.is_regular:
+        target.set_region(region, value)
+    else:
+        rectilinear.write(target, region, value)
+
+
 def _write_block(
     block: np.ndarray, target: Array, block_slices: tuple[slice, ...], starts: tuple[int, ...]
 ) -> np.ndarray:
     """Write one block (exactly one storage unit's share) and return a one-element count."""
     region = tuple(slice(s.start + o, s.stop + o) for s, o in zip(block_slices, starts, strict=True))
-    target.set_region(region, block)
+    _write_unit(target, region, block)
     return _done(target, block.ndim)
 
 
@@ -99,7 +110,7 @@ def _write_piece(
     block: np.ndarray, target: Array, in_block: tuple[slice, ...], region: tuple[slice, ...]
 ) -> np.ndarray:
     """Write the part of a dask block that falls in one storage unit."""
-    target.set_region(region, block[in_block])
+    _write_unit(target, region, block[in_block])
     return _done(target, block.ndim)
 
 

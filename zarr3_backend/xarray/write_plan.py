@@ -379,9 +379,12 @@ def _check_ownership(
     if not safe_chunks:
         return
     # numpy data that cuts a shard is merged into it again at commit when a neighbouring writer
-    # changed it meanwhile (a conditional write: write_exec._redo); dask blocks cannot be merged
-    # again, so they, and any data on a store without conditional writes, must own their shards
-    merged_again = not lazy and target.store.supports_conditional_writes
+    # changed it meanwhile (a conditional write: write_exec._redo, on regular grids); dask blocks
+    # cannot be merged again, so they, and any data on a store without conditional writes or on
+    # a rectilinear grid, must own their shards
+    merged_again = (
+        not lazy and target.store.supports_conditional_writes and target.metadata.chunk_grid.is_regular
+    )
     if region and not merged_again:
         own = tuple(
             sl if d in region else slice(0, n)
