@@ -146,3 +146,33 @@ def test_a_dead_writers_marker_is_reported_after_one_read_again():
     with pytest.raises(InterruptedWriteError):
         wait_for_commits(store, read)
     assert len(calls) == 2
+
+
+def test_a_consolidating_commit_that_cannot_wait_out_another_writer_still_finishes():
+    """A member marked by another live write past ``commit_wait``: the consolidating commit
+    finishes (its own marks gone, its change in place) with the root's consolidated copy
+    dropped and a warning, instead of leaving the root marked while its process lives."""
+    from zarr3_backend.core.commit import Transaction, new_txn_id, with_markers
+    from zarr3_backend.errors import ConsolidationSkippedWarning
+
+    store = MemoryStore(settings={"commit_wait": 0.2})
+    g = z3.open_group(store, mode="w")
+    for name in ("x", "y"):
+        g.create_array(name, shape=(4,), dtype="i4", chunks=(2,))
+    z3.consolidate_metadata(store)
+    other = new_txn_id()  # a live writer (this process) in the middle of its commit on y
+    store.set(txn_prefix(other) + "manifest.json", b"{}")
+    y_doc = json.loads(store.get("y/zarr.json"))
+    store.set("y/zarr.json", json.dumps(with_markers(y_doc, {other: current_owner().to_json()})).encode())
+
+    x_doc = json.loads(store.get("x/zarr.json"))
+    x_doc["attributes"] = {"a": 1}
+    with pytest.warns(ConsolidationSkippedWarning, match="'y'"):
+        with Transaction(store, guard=["x"], documents={"x/zarr.json": json.dumps(x_doc).encode()}) as txn:
+            txn.commit(consolidate=True)
+    root = json.loads(store.get("zarr.json"))
+    assert WRITE_IN_PROGRESS_FIELD not in root and "consolidated_metadata" not in root
+    assert z3.open_array(store, "x").attrs["a"] == 1  # committed
+    store.set("y/zarr.json", json.dumps(y_doc).encode())  # the other write finishes
+    store.erase_prefix(txn_prefix(other))
+    assert sorted(z3.open_group(store).array_keys()) == ["x", "y"]  # listed, not consolidated

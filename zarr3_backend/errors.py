@@ -119,3 +119,10 @@ class WriteConflictError(Zarr3Error):
 class ResourceLimitError(CorruptionError):
     """Metadata or stored bytes ask for more than is sane or more than is stored (a huge chunk, an
     item count past the data, a byte range past the object); refused before allocating."""
+
+
+# --- warnings -------------------------------------------------------------------------------------
+class ConsolidationSkippedWarning(UserWarning):
+    """A commit finished without consolidated metadata: a member stayed marked by another write
+    in flight past ``commit_wait``. Readers list the members instead; the next write (or
+    ``consolidate_metadata``) consolidates again."""

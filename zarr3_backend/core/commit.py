@@ -33,13 +33,14 @@ from __future__ import annotations
 import json
 import secrets
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .._owner import current_owner, host_tag, token_is_dead
 from .._threads import thread_map
 from ..byte_range import ByteRange
-from ..errors import InterruptedWriteError, MetadataError, WriteConflictError
+from ..errors import ConsolidationSkippedWarning, InterruptedWriteError, MetadataError, WriteConflictError
 from ..stores import Store
 from ..stores.base import BytesLike, PositionedReader
 from .metadata import WRITE_IN_PROGRESS_FIELD
@@ -526,12 +527,7 @@ def _apply(
     root_doc = docs.get(root)
     root_replaced = root_doc is None and "" in manifest["erase_prefixes"]  # e.g. by a v2 root
     if manifest.get("consolidate") is not None and not root_replaced:
-        from .consolidate import consolidated_root_document
-
-        # members may carry a concurrent writer's marker (its commit window): wait for it to
-        # finish, then list its final documents (this write's own markers are gone by now)
-        own_doc = root_doc
-        root_doc = wait_for_commits(store, lambda: consolidated_root_document(store, own_doc))
+        root_doc = _consolidated_root(store, root_doc, txn_id)
     if root_doc is None and root in guarded and "" in manifest["erase_prefixes"]:
         store.erase(root)
     else:
@@ -545,16 +541,37 @@ def _apply(
         )
 
 
+def _consolidated_root(store: Store, root_doc: bytes | None, txn_id: str) -> bytes | None:
+    """The root document with fresh consolidated metadata, once no member carries another
+    write's marker (this write's own are gone by now). When a member stays marked past
+    ``commit_wait`` (a slow or dead writer), the commit still finishes, with the root's
+    consolidated copy dropped (readers list the members; the next write consolidates again),
+    rather than leave the root marked while this process lives."""
+    from .consolidate import consolidated_root_document, unconsolidated_root_document
+
+    try:
+        return wait_for_commits(store, lambda: consolidated_root_document(store, root_doc), ignore=txn_id)
+    except InterruptedWriteError as e:
+        warnings.warn(
+            f"write {txn_id!r} committed without refreshing the consolidated metadata, which it "
+            f"dropped from the root document: {e}",
+            ConsolidationSkippedWarning,
+            stacklevel=2,
+        )
+        return unconsolidated_root_document(store, root_doc)
+
+
 # ---- recovery ------------------------------------------------------------------------------------
 def pending_writes(store: Store) -> list[str]:
     """Ids of the transactions with records in ``store`` (running, or left by dead writers)."""
     return sorted(store.list_dir(TXN_DIR + "/"))
 
 
-def wait_for_commits(store: Store, call: Callable[[], Any]) -> Any:
+def wait_for_commits(store: Store, call: Callable[[], Any], ignore: str | None = None) -> Any:
     """``call()``, retried while it meets the marker of a write whose writer is alive (its commit
     window is short); a dead writer's marker, or one that outlasts the wait (the store's
-    ``commit_wait`` setting, ``ZARR3_COMMIT_WAIT``), is raised."""
+    ``commit_wait`` setting, ``ZARR3_COMMIT_WAIT``), is raised. ``ignore``: a write not waited
+    for (the caller's own, in its commit)."""
     deadline = time.monotonic() + store.settings.commit_wait
     delay = 0.002
     read_again = True
@@ -562,7 +579,7 @@ def wait_for_commits(store: Store, call: Callable[[], Any]) -> Any:
         try:
             return call()
         except InterruptedWriteError:
-            live = [t for t in pending_writes(store) if not writer_is_dead(t)]
+            live = [t for t in pending_writes(store) if t != ignore and not writer_is_dead(t)]
             if not live:
                 # The marker's write may have finished between ``call()`` reading the document and
                 # the listing (a finished commit leaves no records): read once more before raising.

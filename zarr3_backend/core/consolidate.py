@@ -33,9 +33,9 @@ def consolidated(group: Group) -> GroupMetadata:
     )
 
 
-def consolidated_root_document(store: Store, root_doc: bytes | None) -> bytes | None:
-    """The root group's document (``root_doc``, else the stored one, without in-flight markers)
-    with fresh consolidated metadata; ``None`` when the root is not a group."""
+def _root_group_metadata(store: Store, root_doc: bytes | None) -> GroupMetadata | None:
+    """The root group's metadata from ``root_doc`` (else the stored document) without in-flight
+    markers or consolidated copy; ``None`` when there is no root group."""
     raw = root_doc if root_doc is not None else store.get(metadata_key(""))
     if raw is None:
         return None
@@ -44,11 +44,26 @@ def consolidated_root_document(store: Store, root_doc: bytes | None) -> bytes | 
     except ValueError as e:
         raise MetadataError(f"root zarr.json is not valid JSON: {e}") from e
     if not isinstance(doc, dict) or doc.get("node_type") != "group":
-        return root_doc
+        return None
     doc.pop(WRITE_IN_PROGRESS_FIELD, None)
     doc.pop("consolidated_metadata", None)  # members are listed from the store, not the old copy
-    meta = GroupMetadata.from_json(doc, "")
+    return GroupMetadata.from_json(doc, "")
+
+
+def consolidated_root_document(store: Store, root_doc: bytes | None) -> bytes | None:
+    """The root group's document (``root_doc``, else the stored one, without in-flight markers)
+    with fresh consolidated metadata; ``root_doc`` as is when the root is not a group."""
+    meta = _root_group_metadata(store, root_doc)
+    if meta is None:
+        return root_doc
     return to_bytes(consolidated(Group(store, "", meta, use_consolidated=False)))
+
+
+def unconsolidated_root_document(store: Store, root_doc: bytes | None) -> bytes | None:
+    """The root group's document without consolidated metadata (nor in-flight markers), for a
+    commit that could not list its members; ``root_doc`` as is when the root is not a group."""
+    meta = _root_group_metadata(store, root_doc)
+    return root_doc if meta is None else to_bytes(meta)
 
 
 def consolidated_v2(store: Store, path: str = "") -> bytes | None:
