@@ -226,6 +226,12 @@ def test_copy_refuses_a_codec_out_of_place_before_writing(tmp_path, src):
         "copy", src, dst, "--codecs", '[{"name": "bytes"}, {"name": "gzip", "configuration": {"level": "x"}}]'
     )
     assert result.exit_code == 2 and "Traceback" not in result.stderr
+    for before in (
+        '[{"name": "gzip"}, {"name": "bytes"}]',
+        '[{"name": "gzip"}, {"name": "transpose", "configuration": {"order": [1, 0]}}, {"name": "bytes"}]',
+    ):  # bytes -> bytes first
+        result = run("copy", src, dst, "--codecs", before)
+        assert result.exit_code == 2 and "'gzip' is out of place" in result.stderr
     assert not dst.exists()
     ok = '[{"name": "transpose", "configuration": {"order": [1, 0]}}, {"name": "bytes"}, {"name": "gzip"}]'
     assert run("copy", src, dst, "--path", "t", "--codecs", ok).exit_code == 0
