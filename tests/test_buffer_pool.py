@@ -38,3 +38,18 @@ def test_results_beyond_a_quarter_of_the_pool_and_64_mib_are_plain_allocations(m
     assert chunk.base is not None and _slabs.POOL.pooled_bytes > 0
     monkeypatch.setattr(_slabs, "POOL", _slabs.BufferPool(64 * _MiB))  # dask workers' limit
     assert _slabs.empty((16 * _MiB,), np.dtype("u1")).base is not None
+
+
+def test_a_full_pool_forgets_free_buffers_of_other_sizes_for_the_size_asked_now():
+    """One-off large results do not fill the pool for good: when a new size does not fit, free
+    buffers (largest sizes first) are forgotten; buffers still referred to are kept."""
+    pool = _slabs.BufferPool(cap_bytes=1064 + 4160 + 2112)  # full after the three below
+    held = pool.take(1000)
+    gone = [pool.take(4096), pool.take(2048)]
+    del gone  # both free now
+    assert pool.pooled_bytes == 1064 + 4160 + 2112
+    new = pool.take(3000)  # does not fit: the free 4096 buffer goes (largest first), the 2048 stays
+    assert new.base is not None and sorted(pool._by_size) == [1000, 2048, 3000]
+    assert pool.pooled_bytes == 1064 + 2112 + 3064
+    held[...] = 7  # still valid and still pooled
+    assert held.base is pool._by_size[1000][0]

@@ -105,10 +105,35 @@ class BufferPool:
                     if sys.getrefcount(ring[-1]) == 2:
                         return self._aligned(ring[-1], nbytes)
             raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
+            if self.pooled_bytes + raw.nbytes > cap:
+                self._evict_free(self.pooled_bytes + raw.nbytes - cap)
             if self.pooled_bytes + raw.nbytes <= cap:
                 self._by_size.setdefault(nbytes, deque()).append(raw)
                 self.pooled_bytes += raw.nbytes
             return self._aligned(raw, nbytes)
+
+    def _evict_free(self, wanted: int) -> None:
+        """Forget free buffers (nothing else refers to them), the largest sizes first, until
+        ``wanted`` bytes are freed or none is left: a size no longer asked for (a one-off large
+        result) does not keep the pool from serving the sizes asked for now. Under the lock."""
+        for size in sorted(self._by_size, reverse=True):
+            ring = self._by_size[size]
+            kept: deque[np.ndarray] = deque()
+            while ring:
+                buf = ring.popleft()
+                # free when this name, the argument and nothing else refer to it
+                if wanted > 0 and sys.getrefcount(buf) == 2:
+                    wanted -= buf.nbytes
+                    self.pooled_bytes -= buf.nbytes
+                else:
+                    kept.append(buf)
+                del buf
+            if kept:
+                self._by_size[size] = kept
+            else:
+                del self._by_size[size]
+            if wanted <= 0:
+                return
 
     @staticmethod
     def _aligned(raw: np.ndarray, nbytes: int) -> np.ndarray:
