@@ -244,7 +244,7 @@ def test_remote_case_measures_the_servers_cpu(tmp_path, monkeypatch):
     row = run_case(Case("r_a_read_blosc_5ms", "z3", "tiny", str(tmp_path), 2))
     assert row["ok"], row
     assert row["requests"] >= 800 and len(row["server_cpu_s"]) == 2
-    assert min(row["server_cpu_s"]) > 0.01 and row["median_server_cpu_s"] > 0.01
+    assert min(row["server_cpu_s"]) > 0 and row["median_server_cpu_s"] > 0
     assert f"{row['median_server_cpu_s']:.3f} [" in text_table([row])
 
 

@@ -571,6 +571,8 @@ def test_zarr_python_stores_take_settings_and_keep_them_when_copied(tmp_path):
         assert copy.settings.requests_in_flight == 5 and copy.settings.coalesce_gap == 0
     with pytest.raises(StoreArgumentError, match="requests_in_flight"):
         ZarrPythonStore(inner, concurrency=0)
+    with pytest.raises(StoreArgumentError, match="disagrees"):
+        ZarrPythonStore(inner, concurrency=4, settings={"requests_in_flight": 5})
     store.set_many({f"k{i}": b"v" for i in range(20)})
     assert store.get_many([f"k{i}" for i in range(20)]) == [b"v"] * 20
 

@@ -921,5 +921,9 @@ def test_a_file_url_with_store_settings_is_a_local_store(tmp_path):
     assert s.settings.io_threads == 3 and s.settings.coalesce_gap == 0
     z3.create_array(s, shape=(4,), dtype="i4", chunks=(2,))[...] = np.arange(4)
     np.testing.assert_array_equal(z3.open_array(url)[...], np.arange(4))
+    older = make_store(url, storage_options={"zarr3": {"batch_size": 8}})  # requests_in_flight's old name
+    assert isinstance(older, LocalStore) and older.settings.requests_in_flight == 8
+    with pytest.raises(StoreArgumentError, match="nonsense"):
+        make_store(url, storage_options={"zarr3": {"nonsense": 1}})
     assert isinstance(make_store(url, storage_options={"auto_mkdir": True}), FsspecStore)
     assert isinstance(make_store(url, storage_options={"zarr3": {"backend": "fsspec"}}), FsspecStore)

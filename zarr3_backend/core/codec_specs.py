@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..codecs import Codec
+from ..codecs.blosc import SHUFFLES
 from ..codecs.bytes import endian_matters
 from ..errors import CodecError, ShapeError
 from .dtypes import DataType
@@ -21,7 +22,8 @@ DEFAULT_INDEX_CODECS: list[dict] = [
 ]
 #: numcodecs blosc's integer shuffle -> the v3 blosc codec's name (-1, AUTOSHUFFLE: left out, so
 #: the codec picks it from the data type when bound to the array, as numcodecs does)
-_BLOSC_SHUFFLE = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle", -1: None}
+#: numcodecs Blosc ``shuffle`` ids as v3 names (the blosc codec owns the table); -1: its default.
+_BLOSC_SHUFFLE = {**{i: name for name, i in SHUFFLES.items()}, -1: None}
 
 
 def v3_codec_from_numcodecs(config: Mapping[str, Any]) -> dict:

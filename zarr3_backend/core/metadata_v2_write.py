@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..codecs.blosc import SHUFFLES
 from ..errors import CodecError, MetadataError
 from ..numeric_json import non_finite_spelled
 from .metadata import ArrayMetadata, GroupMetadata, parse_node_json, to_bytes
@@ -41,7 +42,6 @@ DEFAULT_V2_COMPRESSOR: dict[str, Any] = {"id": "zstd", "level": 0}
 ORDERS = ("C", "F")
 #: The ``.zgroup`` document.
 ZGROUP: dict[str, Any] = {"zarr_format": 2}
-_SHUFFLE_IDS = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
 #: v3 codecs that have a v2 (numcodecs) form.
 _V3_COMPRESSORS = ("blosc", "zstd", "gzip")
 
@@ -94,7 +94,7 @@ def _v2_codec(codec: Mapping[str, Any], field: str) -> dict[str, Any]:
         return {"id": name[len("numcodecs.") :], **conf}
     if name == "blosc":
         out = {"id": "blosc", "cname": conf.get("cname", "lz4"), "clevel": conf.get("clevel", 5)}
-        out["shuffle"] = _SHUFFLE_IDS.get(conf.get("shuffle"), -1)
+        out["shuffle"] = SHUFFLES.get(conf.get("shuffle"), -1)
         out["blocksize"] = conf.get("blocksize", 0)
         return out
     if name == "zstd":

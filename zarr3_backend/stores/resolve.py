@@ -9,10 +9,9 @@ import urllib.request
 from collections.abc import MutableMapping
 from typing import Any
 
-from .. import settings as settings_module
 from ..errors import ReadOnlyError
 from .base import Store, StoreArgumentError
-from .fsspec_options import SETTINGS_KEY
+from .fsspec_options import SETTINGS_KEY, split_storage_options
 from .fsspec_store import READ_ONLY_PROTOCOLS, FsspecStore
 from .local import LocalStore
 from .memory import MemoryStore
@@ -37,18 +36,17 @@ def _local_path_from_file_url(url: str) -> str:
     return urllib.request.url2pathname(parsed.path)
 
 
-def _only_settings(storage_options: dict[str, Any] | None) -> bool:
-    """True when ``storage_options`` hold nothing but store settings (``{"zarr3": {name: ...}}``
-    with ``zarr3_backend.settings`` names): a ``file://`` URL with them is a LocalStore, which
-    keeps what local files can do (positioned reads, atomic renames) that fsspec's would not."""
-    if not storage_options:
-        return True
-    section = storage_options.get(SETTINGS_KEY)
-    return (
-        set(storage_options) == {SETTINGS_KEY}
-        and isinstance(section, dict)
-        and set(section) <= set(settings_module.ENVIRONMENT)
-    )
+def _local_file_settings(storage_options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The store settings of a ``file://`` URL whose options hold nothing else (no fsspec
+    option, no fsspec-only setting, no choice of ``backend``): that URL is a LocalStore, which
+    keeps what local files can do (positioned reads, atomic renames) that fsspec's would not.
+    ``None`` when the options ask for fsspec's file system. ``split_storage_options`` owns
+    what the ``"zarr3"`` section may hold (``batch_size`` included)."""
+    options, own = split_storage_options(storage_options)
+    section = (storage_options or {}).get(SETTINGS_KEY) or {}
+    if options or "backend" in section or own.retries is not None or own.unguarded_partial_writes is not None:
+        return None
+    return own.overrides
 
 
 def _choose_backend(storage_options: dict[str, Any] | None) -> tuple[str, dict[str, Any] | None]:
@@ -160,9 +158,9 @@ def make_store(obj: Any, *, mode: str = "r", storage_options: dict[str, Any] | N
             raise ReadOnlyError(f"store {obj!r} is read-only but mode {mode!r} writes")
         return obj
     if isinstance(obj, str) and ("://" in obj or "::" in obj):
-        if obj.startswith("file://") and _only_settings(storage_options):
-            section = (storage_options or {}).get(SETTINGS_KEY)
-            return LocalStore(_local_path_from_file_url(obj), read_only=read_only, settings=section)
+        local_settings = _local_file_settings(storage_options) if obj.startswith("file://") else None
+        if local_settings is not None:
+            return LocalStore(_local_path_from_file_url(obj), read_only=read_only, settings=local_settings)
         return _url_store(obj, mode, storage_options)
     if isinstance(obj, str | os.PathLike):
         if storage_options:

@@ -51,8 +51,9 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 
 
 async def _all(calls: Sequence[Callable[[], Awaitable[T]]], limit: int) -> list[T]:
-    """Every call's result, at most ``limit`` in flight; the first failure is raised."""
-    results = await _bounded(calls, limit, lambda e: False)
+    """Every call's result, at most ``limit`` in flight; the first failure is raised (calls not
+    yet started when one fails are not sent)."""
+    results = await _bounded(calls, limit, lambda e: True)
     for result in results:
         if isinstance(result, BaseException):
             raise result
@@ -155,6 +156,12 @@ class ZarrPythonStore(Store):
         elif not read_only and store.read_only:
             raise ReadOnlyError(f"the zarr-python store {store!r} is read-only; cannot open it for writing")
         if concurrency is not None:  # the older name of the requests_in_flight setting
+            given = (settings or {}).get("requests_in_flight", concurrency)
+            if given != concurrency:
+                raise StoreArgumentError(
+                    f"concurrency={concurrency!r} (the older name of requests_in_flight) disagrees "
+                    f"with settings['requests_in_flight']={given!r}"
+                )
             settings = {**(settings or {}), "requests_in_flight": concurrency}
         super().__init__(read_only=read_only, settings=settings)
         self.store = store
