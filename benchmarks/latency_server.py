@@ -251,7 +251,8 @@ class LatencyServer:
         if request.method == "GET" and request.path == ADMIN + "stats":
             return 200, json.dumps(self.traffic.summary()).encode()
         if request.method == "POST" and request.path == ADMIN + "reset":
-            self.traffic = Traffic(in_flight=self.traffic.in_flight)
+            # requests still in flight finish on the old counters: the new ones start at zero
+            self.traffic = Traffic()
             return 200, b'{"ok": true}'
         return None
 
@@ -394,6 +395,8 @@ class _Connection(asyncio.Protocol):
             try:
                 request = parse_head(head, arrived)
                 self.discard = int(request.headers.get("content-length", "0"))
+                if self.discard < 0:
+                    raise ValueError("negative Content-Length")
             except ValueError:
                 self._refuse(400)
                 return
