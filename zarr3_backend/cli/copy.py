@@ -65,7 +65,8 @@ def split_codecs(codecs: Sequence[Any], option: str = "--codecs") -> tuple[tuple
     checked and normalised (``xarray.encoding.split_chain`` owns the split); raises
     ``CopyArgumentError`` naming ``option`` when the chain has no array -> bytes codec or a
     codec out of place."""
-    parts = split_chain([codec_from_json(c).to_json() for c in codecs])
+    given = [codec_from_json(c).to_json() for c in codecs]
+    parts = split_chain(given)
     if parts["serializer"] is None:
         raise CopyArgumentError(f"{option}: the chain needs an array -> bytes codec (e.g. 'bytes')")
     misplaced = [c["name"] for c in parts["compressors"] if codec_kind(c) != "bytes_bytes"]
@@ -73,6 +74,13 @@ def split_codecs(codecs: Sequence[Any], option: str = "--codecs") -> tuple[tuple
         raise CopyArgumentError(
             f"{option}: codec {misplaced[0]!r} comes after the array -> bytes codec "
             f"{parts['serializer']['name']!r}, where only bytes -> bytes codecs go"
+        )
+    in_order = [*parts["filters"], parts["serializer"], *parts["compressors"]]
+    if in_order != given:  # split_chain moved one (e.g. a bytes -> bytes codec given first)
+        moved = next(g for g, o in zip(given, in_order, strict=True) if g != o)
+        raise CopyArgumentError(
+            f"{option}: codec {moved['name']!r} is out of place: array -> array codecs go before "
+            f"the array -> bytes codec {parts['serializer']['name']!r}, bytes -> bytes codecs after it"
         )
     return parts["filters"], parts["serializer"], parts["compressors"]
 
