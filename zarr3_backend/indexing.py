@@ -17,7 +17,6 @@ Three kinds of selection, as in zarr-python and numpy:
 from __future__ import annotations
 
 import itertools
-import math
 import operator
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
@@ -79,9 +78,9 @@ def _check_grid(shape: Sequence[int], chunk_shape: Sequence[int]) -> tuple[tuple
         raise ShapeError(
             f"chunk shape {chunks_t} has {len(chunks_t)} dimensions, array shape {shape_t} has {len(shape_t)}"
         )
-    if min(shape_t, default=0) < 0:
+    if shape_t and min(shape_t) < 0:
         raise ShapeError(f"array shape {shape_t} has a negative extent")
-    if min(chunks_t, default=1) < 1:
+    if chunks_t and min(chunks_t) < 1:
         raise ShapeError(f"chunk shape {chunks_t} must be positive along every axis")
     return shape_t, chunks_t
 
@@ -239,15 +238,21 @@ class _SliceDim:
     """A slice; chunk selections stay slices. Chunks a stepped slice skips are not yielded."""
 
     def __init__(self, sel: slice, c: int, size: int) -> None:
-        rng = range(sel.start, -1 if sel.stop is None else sel.stop, sel.step)
-        n = len(rng)
+        start, stop, step = sel.start, sel.stop, sel.step  # normalised (``_normalize_slice``)
+        # the same elements in ascending order: first, first + step, ..., last
+        self._reverse = step < 0
+        if self._reverse:
+            rng = range(start, -1 if stop is None else stop, step)
+            n = len(rng)
+            first = rng[-1] if n else 0
+        else:
+            n = (stop - start - 1) // step + 1 if stop > start else 0
+            first = start if n else 0
         self.out_len = n
         self._c, self._size, self._n = c, size, n
-        self._reverse = sel.step < 0
-        # the same elements in ascending order: first, first + step, ..., last
-        self._step = abs(sel.step)
-        self._first = rng[-1] if (n and self._reverse) else (rng[0] if n else 0)
-        self._last = self._first + (n - 1) * self._step
+        self._step = abs(step)
+        self._first = first
+        self._last = first + (n - 1) * self._step
         if n == 0:
             self.nchunks = 0
         elif self._step <= c:  # every chunk between the first and last element is touched
@@ -395,22 +400,28 @@ class _GridIndexer:
     def __init__(self, sel: tuple, shape: tuple[int, ...], chunk_shape: tuple[int, ...]) -> None:
         dims: list[Any] = []
         arrays = False
-        for entry, size, c in zip(sel, shape, chunk_shape, strict=True):
+        kept: list[int] = []  # axes kept in the output (an int index drops its axis)
+        out_shape: list[int] = []
+        nchunks = 1
+        for axis, (entry, size, c) in enumerate(zip(sel, shape, chunk_shape, strict=True)):
             if isinstance(entry, slice):
-                dims.append(_SliceDim(entry, c, size))
+                d: Any = _SliceDim(entry, c, size)
             elif isinstance(entry, np.ndarray):
-                dims.append(_ArrayDim(entry, c, size))
+                d = _ArrayDim(entry, c, size)
                 arrays = True
             else:
-                dims.append(_IntDim(entry, c, size))
+                d = _IntDim(entry, c, size)
+            dims.append(d)
+            nchunks *= d.nchunks
+            if d.out_len is not None:
+                kept.append(axis)
+                out_shape.append(d.out_len)
         self._dims = dims
         self._chunk_shape = chunk_shape
         self._has_arrays = arrays
-        #: Axes kept in the output (an int index drops its axis), or None when all are.
-        kept = [i for i, d in enumerate(dims) if d.out_len is not None]
-        self._kept = kept if len(kept) < len(dims) else None
-        self.shape: tuple[int, ...] = tuple([dims[i].out_len for i in kept])
-        self.nchunks: int = math.prod([d.nchunks for d in dims])
+        self._kept = kept if len(kept) < len(dims) else None  # None: every axis is kept
+        self.shape: tuple[int, ...] = tuple(out_shape)
+        self.nchunks: int = nchunks
 
     def __iter__(self) -> Iterator[ChunkProjection]:
         if self.nchunks == 0:
