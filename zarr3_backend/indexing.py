@@ -17,10 +17,8 @@ Three kinds of selection, as in zarr-python and numpy:
 from __future__ import annotations
 
 import itertools
-import math
 import operator
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
@@ -42,9 +40,9 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class ChunkProjection:
-    """The part of one chunk a selection touches.
+class ChunkProjection(NamedTuple):
+    """The part of one chunk a selection touches (immutable; a NamedTuple because one is made
+    per chunk of every read, at a third of a frozen dataclass's cost).
 
     ``out[out_selection] = chunk[chunk_selection]`` reads it (``chunk`` is the full-size chunk,
     edge chunks padded); ``chunk[chunk_selection] = value[out_selection]`` writes it.
@@ -74,15 +72,15 @@ class Indexer(Protocol):
 
 def _check_grid(shape: Sequence[int], chunk_shape: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Validate an array shape and its regular chunk shape; return both as int tuples."""
-    shape_t = tuple(int(s) for s in shape)
-    chunks_t = tuple(int(c) for c in chunk_shape)
+    shape_t = tuple(map(int, shape))
+    chunks_t = tuple(map(int, chunk_shape))
     if len(shape_t) != len(chunks_t):
         raise ShapeError(
             f"chunk shape {chunks_t} has {len(chunks_t)} dimensions, array shape {shape_t} has {len(shape_t)}"
         )
-    if any(s < 0 for s in shape_t):
+    if shape_t and min(shape_t) < 0:
         raise ShapeError(f"array shape {shape_t} has a negative extent")
-    if any(c < 1 for c in chunks_t):
+    if chunks_t and min(chunks_t) < 1:
         raise ShapeError(f"chunk shape {chunks_t} must be positive along every axis")
     return shape_t, chunks_t
 
@@ -104,7 +102,7 @@ def _normalize_slice(sel: slice, axis: int, size: int) -> slice:
         start, stop, step = sel.indices(size)
     except (TypeError, ValueError) as e:
         raise SelectionError(f"axis {axis}: invalid slice {sel!r}: {e}") from e
-    if not len(range(start, stop, step)):
+    if not (stop > start if step > 0 else stop < start):
         return slice(0, 0, 1)
     if step < 0 and stop < 0:
         return slice(start, None, step)
@@ -174,26 +172,35 @@ def _normalize_entry(entry: Any, axis: int, size: int) -> int | slice | np.ndarr
 def _expand(selection: Any, ndim: int) -> tuple:
     """Wrap, expand one ``Ellipsis`` and pad with full slices to ``ndim`` entries."""
     sel = selection if isinstance(selection, tuple) else (selection,)
-    ellipses = [i for i, s in enumerate(sel) if s is Ellipsis]
-    if len(ellipses) > 1:
-        raise SelectionError(f"a selection may hold at most one Ellipsis, got {len(ellipses)}")
-    real = len(sel) - len(ellipses)
+    at, count = -1, 0  # a loop, not ``in``/``count``: those compare entries (arrays) with ==
+    for i, s in enumerate(sel):
+        if s is Ellipsis:
+            at, count = i, count + 1
+    if count > 1:
+        raise SelectionError(f"a selection may hold at most one Ellipsis, got {count}")
+    real = len(sel) - count
     if real > ndim:
         raise SelectionError(f"too many indices: {real} given for an array of {ndim} dimension(s)")
+    if real == ndim and not count:
+        return sel
     fill = (slice(None),) * (ndim - real)
-    if ellipses:
-        i = ellipses[0]
-        return sel[:i] + fill + sel[i + 1 :]
-    return sel + fill
+    return sel[:at] + fill + sel[at + 1 :] if count else sel + fill
 
 
 def normalize_selection(selection: Any, shape: Sequence[int]) -> tuple:
     """Validate a selection against ``shape``: one entry per axis, each a non-negative int, a
     normalised slice or a non-negative ``intp`` array (1-d bool masks become their indices)."""
-    shape_t = tuple(int(s) for s in shape)
+    return _normalize(selection, tuple(map(int, shape)))
+
+
+def _normalize(selection: Any, shape_t: tuple[int, ...]) -> tuple:
+    """``normalize_selection`` for a shape already made an int tuple."""
     sel = _expand(selection, len(shape_t))
     return tuple(
-        _normalize_entry(e, axis, size) for axis, (e, size) in enumerate(zip(sel, shape_t, strict=True))
+        [
+            _normalize_slice(e, axis, size) if isinstance(e, slice) else _normalize_entry(e, axis, size)
+            for axis, (e, size) in enumerate(zip(sel, shape_t, strict=True))
+        ]
     )
 
 
@@ -231,15 +238,21 @@ class _SliceDim:
     """A slice; chunk selections stay slices. Chunks a stepped slice skips are not yielded."""
 
     def __init__(self, sel: slice, c: int, size: int) -> None:
-        rng = range(sel.start, -1 if sel.stop is None else sel.stop, sel.step)
-        n = len(rng)
+        start, stop, step = sel.start, sel.stop, sel.step  # normalised (``_normalize_slice``)
+        # the same elements in ascending order: first, first + step, ..., last
+        self._reverse = step < 0
+        if self._reverse:
+            rng = range(start, -1 if stop is None else stop, step)
+            n = len(rng)
+            first = rng[-1] if n else 0
+        else:
+            n = (stop - start - 1) // step + 1 if stop > start else 0
+            first = start if n else 0
         self.out_len = n
         self._c, self._size, self._n = c, size, n
-        self._reverse = sel.step < 0
-        # the same elements in ascending order: first, first + step, ..., last
-        self._step = abs(sel.step)
-        self._first = rng[-1] if (n and self._reverse) else (rng[0] if n else 0)
-        self._last = self._first + (n - 1) * self._step
+        self._step = abs(step)
+        self._first = first
+        self._last = first + (n - 1) * self._step
         if n == 0:
             self.nchunks = 0
         elif self._step <= c:  # every chunk between the first and last element is touched
@@ -277,12 +290,14 @@ class _SliceDim:
                 yield self._part(k, first + j * step, 1)
             return
         if step == 1 and not self._reverse:  # the common case, kept cheap
-            size = self._size
-            for k in range(first // c, last // c + 1):
+            size, stop = self._size, last + 1
+            for k in range(first // c, last // c + 1):  # (conditional expressions: cheaper than min/max)
                 o = k * c
-                lo, hi = max(first, o), min(o + c, last + 1)
-                sel = slice(lo - o, hi - o, 1)
-                yield _Part(k, sel, slice(lo - first, hi - first), lo == o and hi == min(o + c, size))
+                end = o + c
+                lo = first if first > o else o
+                hi = stop if stop < end else end
+                whole = lo == o and hi == (end if end < size else size)
+                yield _Part(k, slice(lo - o, hi - o, 1), slice(lo - first, hi - first), whole)
             return
         for k in range(first // c, last // c + 1):
             o = k * c
@@ -359,23 +374,18 @@ _CACHE_PARTS = 1 << 20
 def _product(dims: Sequence[Any]) -> Iterator[tuple[_Part, ...]]:
     """Lazy cartesian product of the per-axis parts, outer axis first (C order of chunks).
 
-    The outer axis is never listed; inner axes are listed once when small (the usual case),
-    else re-generated for every outer part, so the first projection comes without delay.
+    Axes with few parts in all (the usual case) are listed once and multiplied by
+    ``itertools.product``; otherwise the outer axis is never listed and the inner ones are
+    re-generated for every outer part, so the first projection comes without delay.
     """
-    if not dims:
-        yield ()
-        return
+    if sum(d.nchunks for d in dims) <= _CACHE_PARTS:
+        return itertools.product(*[list(d.parts()) for d in dims])
+    return _product_lazy(dims)
+
+
+def _product_lazy(dims: Sequence[Any]) -> Iterator[tuple[_Part, ...]]:
+    """``_product`` of axes too long to list: the outer axis part by part, the rest again each time."""
     head, rest = dims[0], dims[1:]
-    if not rest:
-        for part in head.parts():
-            yield (part,)
-        return
-    if sum(d.nchunks for d in rest) <= _CACHE_PARTS:
-        inner = [list(d.parts()) for d in rest]
-        for part in head.parts():
-            for tail in itertools.product(*inner):
-                yield (part, *tail)
-        return
     for part in head.parts():
         for tail in _product(rest):
             yield (part, *tail)
@@ -389,28 +399,37 @@ class _GridIndexer:
 
     def __init__(self, sel: tuple, shape: tuple[int, ...], chunk_shape: tuple[int, ...]) -> None:
         dims: list[Any] = []
-        for entry, size, c in zip(sel, shape, chunk_shape, strict=True):
+        arrays = False
+        kept: list[int] = []  # axes kept in the output (an int index drops its axis)
+        out_shape: list[int] = []
+        nchunks = 1
+        for axis, (entry, size, c) in enumerate(zip(sel, shape, chunk_shape, strict=True)):
             if isinstance(entry, slice):
-                dims.append(_SliceDim(entry, c, size))
+                d: Any = _SliceDim(entry, c, size)
             elif isinstance(entry, np.ndarray):
-                dims.append(_ArrayDim(entry, c, size))
+                d = _ArrayDim(entry, c, size)
+                arrays = True
             else:
-                dims.append(_IntDim(entry, c, size))
+                d = _IntDim(entry, c, size)
+            dims.append(d)
+            nchunks *= d.nchunks
+            if d.out_len is not None:
+                kept.append(axis)
+                out_shape.append(d.out_len)
         self._dims = dims
         self._chunk_shape = chunk_shape
-        self._has_arrays = any(isinstance(d, _ArrayDim) for d in dims)
-        self.shape: tuple[int, ...] = tuple(d.out_len for d in dims if d.out_len is not None)
-        self.nchunks: int = math.prod(d.nchunks for d in dims)
+        self._has_arrays = arrays
+        self._kept = kept if len(kept) < len(dims) else None  # None: every axis is kept
+        self.shape: tuple[int, ...] = tuple(out_shape)
+        self.nchunks: int = nchunks
 
     def __iter__(self) -> Iterator[ChunkProjection]:
         if self.nchunks == 0:
             return
-        chunk_shape, shape, arrays = self._chunk_shape, self.shape, self._has_arrays
-        kept = [i for i, d in enumerate(self._dims) if d.out_len is not None]
-        dropped = len(kept) < len(self._dims)
+        chunk_shape, shape, arrays, kept = self._chunk_shape, self.shape, self._has_arrays, self._kept
         for parts in _product(self._dims):
             coords, chunk_sel, out_sel, complete = zip(*parts, strict=True) if parts else ((), (), (), ())
-            if dropped:
+            if kept is not None:
                 out_sel = tuple([out_sel[i] for i in kept])
             if arrays:
                 chunk_sel, out_sel = _outer(chunk_sel, chunk_shape), _outer(out_sel, shape)
@@ -421,7 +440,8 @@ class _GridIndexer:
 
 
 class BasicIndexer(_GridIndexer):
-    """Projections of a basic selection (ints, slices, Ellipsis)."""
+    """Projections of a basic selection (ints, slices, Ellipsis): made by ``basic_indexer``, or
+    directly from a selection ``normalize_selection`` made (no arrays) on a checked grid."""
 
 
 class OrthogonalIndexer(_GridIndexer):
@@ -431,7 +451,7 @@ class OrthogonalIndexer(_GridIndexer):
 def basic_indexer(selection: Any, shape: Sequence[int], chunk_shape: Sequence[int]) -> BasicIndexer:
     """Index a regularly chunked array with ints, slices and ``Ellipsis`` (numpy basic indexing)."""
     shape_t, chunks_t = _check_grid(shape, chunk_shape)
-    sel = normalize_selection(selection, shape_t)
+    sel = _normalize(selection, shape_t)
     for axis, entry in enumerate(sel):
         if isinstance(entry, np.ndarray):
             raise SelectionError(
@@ -444,7 +464,7 @@ def basic_indexer(selection: Any, shape: Sequence[int], chunk_shape: Sequence[in
 def orthogonal_indexer(selection: Any, shape: Sequence[int], chunk_shape: Sequence[int]) -> OrthogonalIndexer:
     """Index with per-axis ints, slices, 1-d int arrays or 1-d bool masks (``x[np.ix_(...)]``)."""
     shape_t, chunks_t = _check_grid(shape, chunk_shape)
-    sel = normalize_selection(selection, shape_t)
+    sel = _normalize(selection, shape_t)
     for axis, entry in enumerate(sel):
         if isinstance(entry, np.ndarray) and entry.ndim != 1:
             raise SelectionError(

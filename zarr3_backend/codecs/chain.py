@@ -217,7 +217,7 @@ class CodecChain:
         """True when the array->bytes codec can read sub-regions (sharding) directly."""
         return not self.array_array and not self.bytes_bytes and self.array_bytes.partial_decodable
 
-    @property
+    @cached_property  # asked for on every small read; the chain is immutable
     def raw_dtype(self) -> np.dtype | None:
         """The stored element type when encoded chunks are plain C-order elements (the chain is
         ``bytes`` alone), else ``None``: such chunks can be read straight into an output array."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 import numpy as np
@@ -82,7 +83,7 @@ class ShardLayout:
         chunk extended by this many bytes must get them all, or that chunk overlaps the index."""
         return self.index_size if self.index_location == "end" else 0
 
-    @property
+    @cached_property  # asked for on every small read; the layout is immutable
     def raw_inner_dtype(self) -> np.dtype | None:
         """The stored element type when inner chunks are plain C-order elements (inner chain
         ``bytes`` alone), else ``None``: such chunks can be read straight into an output array."""

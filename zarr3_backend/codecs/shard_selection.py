@@ -18,8 +18,8 @@ def inner_indexer(selection: Any, shard_shape: Sequence[int], chunk_shape: Seque
     broadcast together (vectorized points); the projections' shape is ``shard[selection].shape``.
     """
     sel = indexing.normalize_selection(selection, shard_shape)
-    if not any(isinstance(s, np.ndarray) for s in sel):
-        return indexing.basic_indexer(sel, shard_shape, chunk_shape)
+    if not any(isinstance(s, np.ndarray) for s in sel):  # normalised once, on the layout's checked grid
+        return indexing.BasicIndexer(sel, tuple(shard_shape), tuple(chunk_shape))
     orthogonal = _as_orthogonal(sel)
     if orthogonal is not None:
         return indexing.orthogonal_indexer(orthogonal, shard_shape, chunk_shape)

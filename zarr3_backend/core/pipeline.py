@@ -26,7 +26,7 @@ from ..stores.base import Store
 from . import shard_reads, unit_reads, unit_writes
 from .chunk_cache import ChunkCache, chunk_cache_of
 from .metadata import ArrayMetadata
-from .paths import join_path, join_prefix
+from .paths import join_prefix
 from .read_outputs import outputs
 from .shard_index_cache import ShardIndexCache
 
@@ -44,6 +44,8 @@ class ChunkPipeline:
         self.sharding: ShardingCodec | None = ab if isinstance(ab, ShardingCodec) else None
         #: The sharding codec when it is the whole chain: it then reads and writes regions itself.
         self.shard_codec = self.sharding if self.chain.is_partial_decodable else None
+        self._key_prefix = join_prefix(path)  # a chunk key is never empty: no join_path per key
+        self._key_encoding = metadata.chunk_key_encoding
         #: What one stored object is called in error messages.
         self.unit_name = "shard" if self.sharding is not None else "chunk"
         settings = store.settings
@@ -59,7 +61,7 @@ class ChunkPipeline:
     # ---- what every step needs -----------------------------------------------------------
     def key(self, coords: tuple[int, ...]) -> str:
         """The store key of the storage unit at grid ``coords``."""
-        return join_path(self.path, self.metadata.chunk_key_encoding.encode_chunk_key(coords))
+        return self._key_prefix + self._key_encoding.encode_chunk_key(coords)
 
     @property
     def read_chunk_shape(self) -> tuple[int, ...]:

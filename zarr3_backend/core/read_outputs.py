@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,14 +18,18 @@ def whole_chunk_target(p: Any, out: np.ndarray, chunk_shape: tuple[int, ...]) ->
         return None
     for s, n in zip(p.chunk_selection, chunk_shape, strict=True):
         if isinstance(s, slice):
-            if s.start != 0 or s.stop != n or s.step not in (None, 1):
+            if s.start != 0 or s.stop != n or (s.step is not None and s.step != 1):
                 return None
         elif not isinstance(s, int | np.integer) or s != 0 or n != 1:
             return None
+    for s in p.out_selection:  # an index array would make ``out[...]`` a copy, not a place in ``out``
+        if not isinstance(s, slice):
+            return None
     region = out[p.out_selection]
-    if not isinstance(region, np.ndarray) or not np.may_share_memory(region, out):
-        return None  # a 0-d selection gives a numpy scalar: a copy, not a view
-    if region.size != int(np.prod(chunk_shape)) or not region.flags.c_contiguous or region.size == 0:
+    if not isinstance(region, np.ndarray):  # a 0-d selection gives a numpy scalar
+        return None
+    n = math.prod(chunk_shape)
+    if n == 0 or region.size != n or not region.flags.c_contiguous:
         return None
     return region
 
