@@ -52,4 +52,4 @@ def test_a_full_pool_forgets_free_buffers_of_other_sizes_for_the_size_asked_now(
     assert new.base is not None and sorted(pool._by_size) == [1000, 2048, 3000]
     assert pool.pooled_bytes == 1064 + 2112 + 3064
     held[...] = 7  # still valid and still pooled
-    assert held.base is pool._by_size[1000][0]
+    assert held.base is pool._by_size[1000][0][0]

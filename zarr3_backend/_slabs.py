@@ -21,6 +21,7 @@ that, results are plain allocations.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import sys
 import threading
@@ -81,7 +82,7 @@ class BufferPool:
         self._cap_bytes = cap_bytes
         self._reliable = _refcounts_reliable()
         self.pooled_bytes = 0
-        self._by_size: dict[int, deque[np.ndarray]] = {}
+        self._by_size: dict[int, deque[tuple[np.ndarray, int]]] = {}  # (buffer, aligned start)
         self._lock = threading.Lock()
 
     @property
@@ -94,23 +95,27 @@ class BufferPool:
     def take(self, nbytes: int) -> np.ndarray:
         """A writable uint8 array of ``nbytes``: a pooled buffer nothing refers to any more, a
         new pooled buffer while under the cap, else a plain allocation."""
-        cap = self.cap_bytes  # read outside the lock: it reads the environment
         with self._lock:
             ring = self._by_size.get(nbytes)
             if ring:
                 for _ in range(min(_PROBES, len(ring))):
                     ring.rotate(-1)  # the least recently handed out moves to the back ...
-                    # ... and is free when the pool's ring, ``ring[-1]`` and the call's argument
-                    # are its only references
-                    if sys.getrefcount(ring[-1]) == 2:
-                        return self._aligned(ring[-1], nbytes)
-            raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
+                    raw, start = ring[-1]
+                    # ... and is free when its ring entry, ``raw`` and the call's argument are
+                    # its only references
+                    if sys.getrefcount(raw) == 3:
+                        return raw[start : start + nbytes]
+                    del raw
+        cap = self.cap_bytes  # read outside the lock (it reads the environment), only when needed
+        raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
+        start = -raw.ctypes.data % _ALIGN
+        with self._lock:
             if self.pooled_bytes + raw.nbytes > cap:
                 self._evict_free(self.pooled_bytes + raw.nbytes - cap)
             if self.pooled_bytes + raw.nbytes <= cap:
-                self._by_size.setdefault(nbytes, deque()).append(raw)
+                self._by_size.setdefault(nbytes, deque()).append((raw, start))
                 self.pooled_bytes += raw.nbytes
-            return self._aligned(raw, nbytes)
+        return raw[start : start + nbytes]
 
     def _evict_free(self, wanted: int) -> None:
         """Forget free buffers (nothing else refers to them), the largest sizes first, until
@@ -118,27 +123,22 @@ class BufferPool:
         result) does not keep the pool from serving the sizes asked for now. Under the lock."""
         for size in sorted(self._by_size, reverse=True):
             ring = self._by_size[size]
-            kept: deque[np.ndarray] = deque()
+            kept: deque[tuple[np.ndarray, int]] = deque()
             while ring:
-                buf = ring.popleft()
-                # free when this name, the argument and nothing else refer to it
-                if wanted > 0 and sys.getrefcount(buf) == 2:
-                    wanted -= buf.nbytes
-                    self.pooled_bytes -= buf.nbytes
+                entry = ring.popleft()
+                # free when ``entry`` (its only holder now), the argument and nothing else refer to it
+                if wanted > 0 and sys.getrefcount(entry[0]) == 2:
+                    wanted -= entry[0].nbytes
+                    self.pooled_bytes -= entry[0].nbytes
                 else:
-                    kept.append(buf)
-                del buf
+                    kept.append(entry)
+                del entry
             if kept:
                 self._by_size[size] = kept
             else:
                 del self._by_size[size]
             if wanted <= 0:
                 return
-
-    @staticmethod
-    def _aligned(raw: np.ndarray, nbytes: int) -> np.ndarray:
-        start = -raw.ctypes.data % _ALIGN
-        return raw[start : start + nbytes]
 
     def clear(self) -> None:
         """Forget every pooled buffer (memory in use stays valid; the rest goes back to the kernel)."""
@@ -160,8 +160,8 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """``np.empty(shape, dtype)``, from the pool when its size is in the pooled range: 1 MiB to
     64 MiB or a quarter of the pool's limit (a few results of one size fit), if larger."""
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if dtype.hasobject or nbytes < POOLED_MIN or nbytes > max(POOLED_MAX, POOL.cap_bytes // 4):
+    nbytes = math.prod(shape) * dtype.itemsize
+    if dtype.hasobject or nbytes < POOLED_MIN or (nbytes > POOLED_MAX and nbytes > POOL.cap_bytes // 4):
         return np.empty(shape, dtype=dtype)
     return POOL.take(nbytes).view(dtype).reshape(shape)
 
