@@ -23,12 +23,20 @@ from ..errors import MetadataError, SelectionError, ShapeError
 from ._extension import check_config_keys, parse_extension
 
 __all__ = [
+    "MAX_EDGES",
     "ChunkGrid",
     "RectilinearChunkGrid",
     "RegularChunkGrid",
     "parse_chunk_grid",
     "rectilinear_from_arg",
 ]
+
+
+#: Most explicit chunk edges a rectilinear grid may list (all axes together, run-length pairs
+#: expanded): the edges are held expanded, so a metadata document must not size them at will.
+#: A million chunks along explicit edges is far beyond any layout seen; larger regular runs
+#: belong in a ``regular`` grid (or a bare integer axis).
+MAX_EDGES = 2**20
 
 
 def _positive_ints(value: Any, field: str) -> tuple[int, ...]:
@@ -185,11 +193,17 @@ class RectilinearChunkGrid(ChunkGrid):
         if isinstance(self.chunk_shapes, str | bytes) or not isinstance(self.chunk_shapes, Sequence):
             raise MetadataError(f"{field} must be an array, got {self.chunk_shapes!r}")
         parsed: list[int | tuple[int, ...]] = []
+        budget = MAX_EDGES  # edges of every axis together
         for axis, spec in enumerate(self.chunk_shapes):
             if _is_positive_int(spec):
                 parsed.append(int(spec))
             elif isinstance(spec, Sequence | np.ndarray) and not isinstance(spec, str | bytes):
-                edges = _expand_rle(spec, f"{field}[{axis}]")
+                if len(spec) > budget:
+                    raise MetadataError(
+                        f"{field}[{axis}]: {len(spec)} entries make more than the supported {MAX_EDGES} chunk edges"
+                    )
+                edges = _expand_rle(spec, f"{field}[{axis}]", budget)
+                budget -= len(edges)
                 if not edges:
                     raise MetadataError(f"{field}[{axis}] has no chunk edges")
                 parsed.append(edges)
@@ -309,8 +323,9 @@ class RectilinearChunkGrid(ChunkGrid):
         return RectilinearChunkGrid(tuple(specs))
 
 
-def _expand_rle(spec: Any, field: str) -> tuple[int, ...]:
-    """Edge lengths from a list of lengths and ``[value, count]`` run-length pairs."""
+def _expand_rle(spec: Any, field: str, budget: int = MAX_EDGES) -> tuple[int, ...]:
+    """Edge lengths from a list of lengths and ``[value, count]`` run-length pairs; more than
+    ``budget`` edges in all are refused before they are expanded."""
     out: list[int] = []
     for item in spec:
         if _is_positive_int(item):
@@ -322,14 +337,18 @@ def _expand_rle(spec: Any, field: str) -> tuple[int, ...]:
             and all(_is_positive_int(v) for v in item)
         ):
             value, count = int(item[0]), int(item[1])
-            if count > 100_000_000:  # never let a metadata document decide a huge allocation
-                raise MetadataError(f"{field}: run length {count} is beyond the supported 10^8 chunks")
+            if count > budget - len(out):  # never let a metadata document decide a huge allocation
+                raise MetadataError(
+                    f"{field}: run length {count} makes more than the supported {MAX_EDGES} chunk edges"
+                )
             out.extend([value] * count)
         else:
             raise MetadataError(
                 f"{field}: each entry must be a positive edge length or a [length, count] pair of "
                 f"positive integers, got {item!r}"
             )
+    if len(out) > budget:  # bare edges (at most ``len(spec)``, checked by the caller) add up too
+        raise MetadataError(f"{field}: {len(out)} chunk edges, more than the supported {MAX_EDGES}")
     return tuple(out)
 
 
