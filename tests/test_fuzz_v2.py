@@ -24,6 +24,7 @@ import zarr3_backend as z3
 from tests.test_corruption import _memory_cap  # noqa: F401  (autouse: caps the address space)
 from tests.test_fuzz_layout import _warm_pools  # noqa: F401  (autouse: threads started before the cap)
 from tests.test_fuzz_metadata import _FILLS, _SCALARS, _SIZES
+from zarr3_backend.core.consolidate import consolidated_root_document
 from zarr3_backend.core.metadata import parse_node_json
 from zarr3_backend.core.metadata_v2 import array_document, consolidated_documents, group_document
 from zarr3_backend.core.metadata_v2_write import node_documents, zarray_document
@@ -408,3 +409,11 @@ def test_v2_writer_refuses_variable_length_strings_through_the_bytes_codec():
     meta = parse_node_json(array_document(zarray, {}, "a"), "a")
     with pytest.raises(CodecError, match=r"serializer.*'string'"):
         zarray_document(meta.evolve(extra_fields={}))
+
+
+def test_consolidating_refuses_a_deeply_nested_root_document():
+    """``consolidate_metadata`` over a root ``zarr.json`` nested 100,000 levels deep: a
+    ``MetadataError`` naming it (was: ``RecursionError`` from ``json.loads``)."""
+    store = _store({"zarr.json": b"[" * 100_000 + b"]" * 100_000})
+    with pytest.raises(MetadataError, match=r"zarr.json: JSON nested deeper"):
+        consolidated_root_document(store, None)
