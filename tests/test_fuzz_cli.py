@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import crc32c
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -200,3 +201,20 @@ def test_a_damaged_chunk_or_shard_is_named_by_check(tmp_path, key):
     assert f"BAD      {key}:" in result.output
     result = CliRunner().invoke(main, ["info", str(root), "--path", key.split("/c/")[0]])
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+
+
+def test_info_names_a_shard_whose_index_lies(tmp_path):
+    """``zarr3 info`` (which measures shards from their index) on a shard whose index entry
+    points into the index itself, crc32c valid: exit 2 naming the shard (was: the error without
+    the key, so nothing said which of the shards was bad)."""
+    files = dict(BASES["v3"])
+    key = "g/c/c/0/0"  # index [bytes, crc32c] at the end, 4 inner chunks
+    shard = files[key]
+    entries = np.frombuffer(shard[-68:-4], dtype="<u8").reshape(4, 2).copy()
+    entries[2] = (len(shard) - 60, 16)
+    raw = entries.astype("<u8").tobytes()
+    files[key] = shard[:-68] + raw + crc32c.crc32c(raw).to_bytes(4, "little")
+    root = _write(tmp_path, files)
+    result = CliRunner().invoke(main, ["info", str(root), "--path", "g/c"])
+    assert isinstance(result.exception, SystemExit) and result.exit_code == 2, result.output
+    assert f"shard {key!r}" in result.output and "into the shard index" in result.output

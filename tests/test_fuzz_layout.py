@@ -30,6 +30,7 @@ from zarr3_backend._threads import pool_size, thread_map
 from zarr3_backend.cli.check import check_unit
 from zarr3_backend.codecs.shard_index import EMPTY
 from zarr3_backend.core.chunk_grid import MAX_EDGES
+from zarr3_backend.core.info import storage_info
 from zarr3_backend.errors import CorruptionError, MetadataError, Zarr3Error
 
 #: No example database, no explain phase (its line tracing does not fit under the memory cap).
@@ -246,6 +247,7 @@ def test_crafted_shard_indexes(case, local, tmp_path_factory):
     for sel in (Ellipsis, slice(5, 7), 3, slice(0, 16, 5), slice(8, 16)):
         _check_read(lambda sel=sel: a[sel])
     _check_read(lambda: a.oindex[[0, 9, 15]])
+    _check_read(lambda: storage_info(a))  # what `zarr3 info` measures from each shard's index
     problem = check_unit(a, KEY, shard)  # reports any exception: it must be a typed one
     assert problem is None or problem.split(":")[0] in TYPED, problem
     store.set(KEY, shard)
@@ -280,3 +282,75 @@ def test_rectilinear_run_lengths_are_bounded_in_total():
     store.set("a/zarr.json", _rect_doc([[[1, MAX_EDGES // 2], [2, MAX_EDGES // 2], 3]]))
     with pytest.raises(MetadataError, match=r"'chunk_shapes'\[0\]: run length|chunk edges"):
         z3.open_array(store, path="a")
+
+
+def _sharded(location: str) -> tuple[z3.MemoryStore, bytes]:
+    store = z3.MemoryStore()
+    a = z3.create_array(
+        store,
+        "a",
+        shape=(16,),
+        dtype="int32",
+        chunks=(16,),
+        codecs=_layout(location, False, False),
+        fill_value=0,
+    )
+    a[:] = np.arange(16, dtype="int32") + 1
+    return store, bytes(store.get(KEY))
+
+
+@pytest.mark.parametrize("location", ["start", "end"])
+@pytest.mark.parametrize(
+    ("entry", "match"),
+    [
+        (lambda size: (size + 1, 16), "past the end of the shard|outside the shard's chunk data"),
+        (lambda size: (0, 16), "into the shard index"),  # where the index is, for "start"
+        (lambda size: (8, 2**63), "outside the shard's chunk data|past the end"),
+        (lambda size: (2**63, 2**63), "outside the shard's chunk data|past the end"),
+        (lambda size: (EMPTY - 1, 2), "outside the shard's chunk data|past the end"),
+        (lambda size: (EMPTY, 16), "half empty"),
+        (lambda size: (20, EMPTY), "half empty"),
+    ],
+    ids=[
+        "past-end",
+        "into-start",
+        "huge-nbytes",
+        "huge-both",
+        "offset-overflows",
+        "empty-offset",
+        "empty-nbytes",
+    ],
+)
+def test_a_lying_index_entry_is_a_corruption_error_naming_the_shard(location, entry, match):
+    """One index entry of inner chunk 1 rewritten (crc32c recomputed, so only the entry lies):
+    every read of that chunk raises ``CorruptionError`` naming the shard and why."""
+    store, shard = _sharded(location)
+    entries, _ = _index_of(shard, N_INNER, location)
+    entries = entries.copy()
+    bad = entry(len(shard))
+    if bad == (0, 16) and location == "end":
+        bad = (len(shard) - 70, 16)  # into the index at the end
+    entries[1] = bad
+    store.set(KEY, _with_index(shard, entries, location))
+    a = z3.open_array(store, "a")
+    for sel in (Ellipsis, slice(4, 8), 5):
+        with pytest.raises(CorruptionError, match=match) as info:
+            a[sel]
+        assert KEY in str(info.value)
+    try:  # other chunks: refused as well (the entries checked up front) or read right (an entry
+        # past the end is found when its chunk is fetched: the shard's size is not known before)
+        assert a[8:16].tolist() == list(range(9, 17))
+    except CorruptionError as e:
+        assert KEY in str(e)
+
+
+@pytest.mark.parametrize("location", ["start", "end"])
+def test_overlapping_index_entries_read_the_shared_bytes(location):
+    """Two entries pointing at the same bytes (the spec does not forbid it): both chunks read
+    those bytes' values, nothing else is touched."""
+    store, shard = _sharded(location)
+    entries, _ = _index_of(shard, N_INNER, location)
+    entries = entries.copy()
+    entries[3] = entries[0]
+    store.set(KEY, _with_index(shard, entries, location))
+    assert z3.open_array(store, "a")[...].tolist() == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2, 3, 4]

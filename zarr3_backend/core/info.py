@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..codecs.shard_index import EMPTY, whole_shard_index
+from ..errors import CorruptionError
 from .array import Array
 from .group import Group
 from .paths import join_prefix
@@ -328,12 +329,15 @@ def storage_info(array: Array, keys: Sequence[str] | None = None) -> StorageInfo
         per_shard = int(np.prod([-(-s // c) for s, c in zip(array.shards, array.chunks, strict=True)]))
         inner_total, inner_present = total * per_shard, 0
     stored_bytes = 0
-    for _key, data in read_batches(array, list(keymap.units)):
+    for key, data in read_batches(array, list(keymap.units)):
         if data is None:  # erased since the listing
             continue
         stored_bytes += len(data)
         if sharded:
-            index = shard_index(array, data)
+            try:
+                index = shard_index(array, data)
+            except CorruptionError as e:  # named as the reads name a shard
+                raise type(e)(f"shard {key!r}: {e}") from e
             inner_present += int((index[..., 0] != EMPTY).sum())
     return StorageInfo(
         stored_objects=len(keymap.units),
