@@ -28,7 +28,7 @@ from zarr3_backend.core.consolidate import consolidated_root_document
 from zarr3_backend.core.metadata import parse_node_json
 from zarr3_backend.core.metadata_v2 import array_document, consolidated_documents, group_document
 from zarr3_backend.core.metadata_v2_write import node_documents, zarray_document
-from zarr3_backend.errors import CodecError, MetadataError, Zarr3Error
+from zarr3_backend.errors import CodecError, DataTypeError, MetadataError, Zarr3Error
 from zarr3_backend.numeric_json import non_finite_spelled
 
 #: No example database, no explain phase (its line tracing does not fit under the memory cap).
@@ -259,7 +259,7 @@ def _exercise_array(store: z3.Store, path: str) -> None:
     _typed(a.resize, tuple(s + 1 for s in a.shape))
 
 
-@settings(max_examples=budget(800), **_SETTINGS)
+@settings(max_examples=budget(500), **_SETTINGS)
 @given(zarray=zarrays(), attrs=zattrs)
 def test_zarray_translation_round_trip(zarray, attrs):
     """``.zarray`` -> v3 document -> metadata -> ``.zarray`` again: success or a typed error, and
@@ -281,7 +281,7 @@ def test_zarray_translation_round_trip(zarray, attrs):
         _typed(lambda: parse_node_json(array_document(fresh, attrs, "a"), "a"))
 
 
-@settings(max_examples=budget(500), **_SETTINGS)
+@settings(max_examples=budget(300), **_SETTINGS)
 @given(
     zarray=zarrays(),
     attrs=zattrs,
@@ -334,7 +334,7 @@ def consolidated_stores(draw: st.DrawFn) -> dict[str, bytes]:
     return store
 
 
-@settings(max_examples=budget(500), **_SETTINGS)
+@settings(max_examples=budget(300), **_SETTINGS)
 @given(files=consolidated_stores(), use=st.sampled_from([None, True, False]))
 def test_zmetadata_contradicting_members(files, use):
     """Open through the ``.zmetadata``: every member read, written and listed."""
@@ -417,3 +417,91 @@ def test_consolidating_refuses_a_deeply_nested_root_document():
     store = _store({"zarr.json": b"[" * 100_000 + b"]" * 100_000})
     with pytest.raises(MetadataError, match=r"zarr.json: JSON nested deeper"):
         consolidated_root_document(store, None)
+
+
+# --- creating v2 arrays: the writing side ------------------------------------------------------------
+_V2_CODEC_ARGS: list[Any] = [
+    None,
+    "auto",
+    [],
+    {"id": "zlib", "level": 1},
+    {"name": "zstd", "configuration": {"level": 1}},
+    {"name": "gzip", "configuration": {"level": 1}},
+    {"name": "blosc", "configuration": {"cname": "lz4", "clevel": 1, "shuffle": "bitshuffle"}},
+    {"name": "crc32c"},
+    {"name": "sharding_indexed", "configuration": {"chunk_shape": [1]}},
+    {"name": "transpose", "configuration": {"order": [0]}},
+    {"name": "numcodecs.delta", "configuration": {"dtype": "<i4"}},
+    {"name": "numcodecs.shuffle", "configuration": {"elementsize": 4}},
+    {"name": "vlen-utf8"},
+    {"name": "bytes", "configuration": {"endian": "big"}},
+    "zlib",
+    5,
+]
+_V2_CREATE_DTYPES: list[Any] = [
+    "int32", ">f8", "bool", "complex64", "uint64", "S3", "U2", "<M8[s]", "m8[ms]", str, "V4", object,
+    [("x", "<i4"), ("y", ">f4")], [("x", "<i2"), ("y", [("z", "u1")])], "float16", "int128", None,
+]  # fmt: skip
+
+
+@settings(max_examples=budget(200), **_SETTINGS)
+@given(
+    dtype=st.sampled_from(_V2_CREATE_DTYPES),
+    fill=st.one_of(st.none(), fill_values),
+    compressors=st.one_of(
+        st.sampled_from(_V2_CODEC_ARGS), st.lists(st.sampled_from(_V2_CODEC_ARGS), max_size=2)
+    ),
+    filters=st.one_of(st.none(), st.lists(st.sampled_from(_V2_CODEC_ARGS), max_size=2)),
+    serializer=st.sampled_from(["auto", *_V2_CODEC_ARGS]),
+    order=st.sampled_from(["C", "F", "K"]),
+    separator=st.sampled_from([None, ".", "/", "-"]),
+)
+def test_creating_v2_arrays(dtype, fill, compressors, filters, serializer, order, separator):
+    """``create_array(..., zarr_format=2)`` with generated arguments: a typed error before
+    anything is written, or an array whose documents read back and round-trip its values."""
+    store = z3.MemoryStore()
+    a = _typed(
+        z3.create_array,
+        store,
+        path="a",
+        shape=(3, 2),
+        chunks=(2, 2),
+        dtype=dtype,
+        fill_value=fill,
+        compressors=compressors,
+        filters=filters,
+        serializer=serializer,
+        order=order,
+        dimension_separator=separator,
+        zarr_format=2,
+    )
+    if a is None:
+        assert not [k for k in store.list() if k.startswith("a/")], "a refused create wrote documents"
+        return
+    assert a.zarr_format == 2
+    again = z3.open_array(store, path="a")
+    assert again.metadata == a.metadata
+    values = _typed(lambda: a[...])
+    if values is not None:
+        _typed(a.__setitem__, ..., values)
+        got = again[...]
+        assert got.shape == values.shape
+    _exercise_array(store, "a")
+
+
+def test_a_structured_fill_value_out_of_a_fields_range_is_a_data_type_error():
+    """``fill_value=[2**31, 0.0]`` for ``[("x", "<i4"), ("y", ">f4")]``, given to
+    ``create_array(zarr_format=2)`` or stored as a list in a ``zarr.json``: a ``DataTypeError``
+    naming the field (was: numpy's ``OverflowError``)."""
+    dtype = [("x", "<i4"), ("y", ">f4")]
+    store = z3.MemoryStore()
+    with pytest.raises(DataTypeError, match=r"field 'x'.*out of range"):
+        z3.create_array(store, path="a", shape=(2,), dtype=dtype, fill_value=[2**31, 0.0], zarr_format=2)
+    assert list(store.list()) == []
+    a = z3.create_array(store, path="b", shape=(2,), dtype=dtype, fill_value=[7, "NaN"])
+    assert a.fill_value["x"] == 7 and np.isnan(a.fill_value["y"])
+    doc = json.loads(store.get("b/zarr.json"))
+    doc["fill_value"] = [2**31, 0.0]
+    store.set("b/zarr.json", json.dumps(doc).encode())
+    with pytest.raises(DataTypeError, match="field 'x'"):
+        z3.open_array(store, path="b")
