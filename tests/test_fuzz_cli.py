@@ -30,7 +30,7 @@ from tests.test_fuzz_layout import _SETTINGS, _warm_pools, budget  # noqa: F401 
 from tests.test_fuzz_metadata import _mutate, _text
 from zarr3_backend.cli import main
 
-#: The commands run on every damaged store (migrate last: it changes the store).
+#: The commands run on every damaged store (those that change it last).
 COMMANDS = [
     ["info"],
     ["info", "--quick", "--json"],
@@ -41,6 +41,7 @@ COMMANDS = [
     ["check"],
     ["check", "--json", "--path", "g"],
     ["migrate", "--dry-run"],
+    ["check", "--repair"],
     ["migrate"],
 ]
 SHARD = {
