@@ -20,7 +20,7 @@ from .._threads import thread_map
 from ..core.api import open_group, open_node, repair
 from ..core.array import Array
 from ..core.commit import TXN_DIR
-from ..core.info import classify_keys, read_batches, shard_index
+from ..core.info import chunk_layout, classify_keys, read_batches, shard_index, unit_chain, unit_coords
 from ..core.paths import join_path, join_prefix
 from ..errors import Zarr3Error
 from ..stores.base import Store
@@ -99,9 +99,10 @@ def find_temp_files(store: Store, prefix: str, listed: list[str]) -> list[TempFi
 def check_unit(array: Array, key: str, data: Any) -> str | None:
     """Why one stored unit is bad (its shard index, a checksum, a decode error), or ``None``."""
     try:
-        if array.shards is not None:
-            shard_index(array, data)
-        array.metadata.codec_chain().decode(data)
+        coords = unit_coords(array, key)
+        if chunk_layout(array)[1] is not None:  # sharded (array.shards refuses rectilinear grids)
+            shard_index(array, data, coords)
+        unit_chain(array, coords).decode(data)
     except Exception as e:  # a codec library's own error is as much a finding as ours
         return f"{type(e).__name__}: {e}"
     return None

@@ -20,7 +20,7 @@ import click
 from ..core.api import consolidate_metadata
 from ..core.codec_specs import v3_codec_from_numcodecs
 from ..core.group import v2_ancestor
-from ..core.metadata import parse_node_json, to_bytes
+from ..core.metadata import load_json, parse_node_json, to_bytes
 from ..core.metadata_v2 import (
     ARRAY_KEY,
     ATTRS_KEY,
@@ -144,10 +144,7 @@ class Plan:
 
 
 def _parse(data: Any, key: str) -> Any:
-    try:
-        return json.loads(bytes(data).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise MetadataError(f"{key}: invalid JSON: {e}") from e
+    return load_json(data, key)  # bounded nesting: a deep document is refused, not a RecursionError
 
 
 def _check_node_name(path: str, doc_key: str) -> None:

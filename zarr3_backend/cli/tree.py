@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from ..core.array import Array
+from ..core.info import chunk_layout
 from ..core.paths import join_path, node_name
 from ._common import emit_json, json_option, open_at, path_option, typed_errors
 
@@ -26,12 +27,13 @@ def codec_summary(codecs: list[dict]) -> str:
 
 def array_row(array: Array) -> dict[str, Any]:
     """The facts ``tree`` shows for one array, JSON-ready."""
+    chunks, shards = chunk_layout(array)  # a rectilinear grid's edges where units differ
     return {
         "type": "array",
         "shape": list(array.shape),
         "dtype": str(array.dtype),
-        "chunks": list(array.chunks),
-        "shards": None if array.shards is None else list(array.shards),
+        "chunks": list(chunks),
+        "shards": None if shards is None else list(shards),
         "codecs": array.codecs,
         "dimension_names": None if array.dimension_names is None else list(array.dimension_names),
         "zarr_format": array.zarr_format,

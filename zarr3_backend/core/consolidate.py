@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import json
 
-from ..errors import MetadataError
 from ..stores import Store
 from .group import Group, read_v2_node_metadata
-from .metadata import WRITE_IN_PROGRESS_FIELD, GroupMetadata, to_bytes
+from .metadata import WRITE_IN_PROGRESS_FIELD, GroupMetadata, load_json, to_bytes
 from .metadata_v2 import CONSOLIDATED_KEY, GROUP_KEY
 from .metadata_v2_write import consolidated_document, node_documents, patched_consolidated
 from .paths import ancestor_paths, join_path, metadata_key
@@ -39,10 +38,7 @@ def _root_group_metadata(store: Store, root_doc: bytes | None) -> GroupMetadata 
     raw = root_doc if root_doc is not None else store.get(metadata_key(""))
     if raw is None:
         return None
-    try:
-        doc = json.loads(raw)
-    except ValueError as e:
-        raise MetadataError(f"root zarr.json is not valid JSON: {e}") from e
+    doc = load_json(raw, metadata_key(""))
     if not isinstance(doc, dict) or doc.get("node_type") != "group":
         return None
     doc.pop(WRITE_IN_PROGRESS_FIELD, None)

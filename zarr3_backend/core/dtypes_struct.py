@@ -145,10 +145,14 @@ class StructDataType(DataType):
             if len(value) != self.itemsize:
                 raise _bad_fill(value, self, f"expected {self.itemsize} bytes, got {len(value)}")
             return np.frombuffer(bytes(value), dtype=self.numpy)[0]
-        if isinstance(value, np.void | tuple | list):  # user input: a record or its field values
+        if isinstance(value, tuple | list):  # user input: the field values, each checked by its type
+            if len(value) != len(self.fields):
+                raise _bad_fill(value, self, f"{len(value)} values for {len(self.fields)} fields")
+            return self.parse_fill_value({fname: v for (fname, _), v in zip(self.fields, value, strict=True)})
+        if isinstance(value, np.void):  # a record
             try:
-                return np.array([tuple(value)], dtype=self.numpy)[0]
-            except (TypeError, ValueError) as e:
+                return np.array([value.item()], dtype=self.numpy)[0]
+            except (TypeError, ValueError, OverflowError) as e:
                 raise _bad_fill(value, self, str(e)) from None
         raise _bad_fill(value, self, "expected an object mapping each field to its fill value")
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..codecs.shard_index import EMPTY, whole_shard_index
+from ..errors import CorruptionError
 from .array import Array
 from .group import Group
 from .paths import join_prefix
@@ -214,11 +215,26 @@ def _align(rows: Sequence[tuple[str, Any]]) -> str:
     return "\n".join(f"{k:<{width}} : {v}" for k, v in rows)
 
 
+def chunk_layout(array: Array) -> tuple[Any, Any]:
+    """``(chunk shape, shard shape or None)`` as ``info`` and ``tree`` show them. On a
+    rectilinear grid the stored units differ in shape: the grid's edges per axis (as
+    ``zarr.json`` writes them) stand for the units', and the inner chunk shape of a sharded
+    one is its sharding codec's."""
+    grid = array.metadata.chunk_grid
+    if grid.is_regular:
+        return array.chunks, array.shards
+    edges = tuple(grid.to_json()["configuration"]["chunk_shapes"])
+    first = array.metadata.codecs[0].to_json()
+    if first["name"] == "sharding_indexed":
+        return tuple(first["configuration"]["chunk_shape"]), edges
+    return edges, None
+
+
 def _inner_chain(array: Array) -> Any:
     """The chain whose filters/serializer/compressors a user chose: the sharding codec's inner
     chain when the array is sharded (as zarr-python reports them), else the array's."""
     chain = array.metadata.codec_chain()
-    if array.shards is not None:
+    if chunk_layout(array)[1] is not None:
         return chain.array_bytes.layout(chain.specs[-1]).inner
     return chain
 
@@ -231,8 +247,8 @@ def array_info(array: Array) -> ArrayInfo:
         zarr_format=array.zarr_format,
         data_type=array.metadata.data_type.to_json(),
         shape=array.shape,
-        chunk_shape=array.chunks,
-        shard_shape=array.shards,
+        chunk_shape=chunk_layout(array)[0],
+        shard_shape=chunk_layout(array)[1],
         order=_order(array),
         read_only=array.read_only,
         store_type=type(array.store).__name__,
@@ -301,10 +317,27 @@ def array_keys(array: Array) -> list[str]:
     return sorted(array.store.list_prefix(join_prefix(array.path)))
 
 
-def shard_index(array: Array, data: Any) -> np.ndarray:
-    """The checked index of one whole stored shard of ``array`` (offset, nbytes per inner chunk);
-    raises ``CorruptionError`` when it is truncated or points outside the shard."""
-    chain = array.metadata.codec_chain()
+def unit_chain(array: Array, coords: Sequence[int]) -> Any:
+    """The codec chain of the stored unit (chunk or shard) at grid ``coords``: the array's own
+    on a regular grid, else the one bound to that unit's shape (rectilinear units differ)."""
+    if array.metadata.chunk_grid.is_regular:
+        return array.metadata.codec_chain()
+    from .rectilinear import chunk_view  # the one owner of a rectilinear unit's own metadata
+
+    return chunk_view(array, coords).metadata.codec_chain()
+
+
+def unit_coords(array: Array, key: str) -> tuple[int, ...]:
+    """The grid coordinates of the stored unit at ``key`` (a key ``classify_keys`` calls a unit)."""
+    rel = key[len(join_prefix(array.path)) :]
+    return tuple(array.metadata.chunk_key_encoding.decode_chunk_key(rel, array.ndim))
+
+
+def shard_index(array: Array, data: Any, coords: Sequence[int] | None = None) -> np.ndarray:
+    """The checked index of one whole stored shard of ``array`` (offset, nbytes per inner chunk)
+    at grid ``coords`` (needed on a rectilinear grid only); raises ``CorruptionError`` when it is
+    truncated or points outside the shard."""
+    chain = unit_chain(array, coords if coords is not None else (0,) * array.ndim)
     # the sharding codec's own whole-shard index reader (one owner of the index rules)
     return whole_shard_index(chain.array_bytes.layout(chain.specs[-1]), memoryview(data))
 
@@ -322,18 +355,21 @@ def storage_info(array: Array, keys: Sequence[str] | None = None) -> StorageInfo
     keymap = classify_keys(array, array_keys(array) if keys is None else keys)
     grid = array.metadata.chunk_grid.grid_shape(array.shape)
     total = int(np.prod(grid, dtype=np.int64))
-    sharded = array.shards is not None
+    chunks, shards = chunk_layout(array)
     inner_total = inner_present = None
-    if sharded:
-        per_shard = int(np.prod([-(-s // c) for s, c in zip(array.shards, array.chunks, strict=True)]))
+    if shards is not None and array.metadata.chunk_grid.is_regular:
+        per_shard = int(np.prod([-(-s // c) for s, c in zip(shards, chunks, strict=True)]))
         inner_total, inner_present = total * per_shard, 0
     stored_bytes = 0
-    for _key, data in read_batches(array, list(keymap.units)):
+    for key, data in read_batches(array, list(keymap.units)):
         if data is None:  # erased since the listing
             continue
         stored_bytes += len(data)
-        if sharded:
-            index = shard_index(array, data)
+        if inner_present is not None:  # inner chunks counted on regular grids only
+            try:
+                index = shard_index(array, data, keymap.units[key])
+            except CorruptionError as e:  # named as the reads name a shard
+                raise type(e)(f"shard {key!r}: {e}") from e
             inner_present += int((index[..., 0] != EMPTY).sum())
     return StorageInfo(
         stored_objects=len(keymap.units),

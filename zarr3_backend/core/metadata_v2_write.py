@@ -23,7 +23,7 @@ import numpy as np
 from ..codecs.blosc import SHUFFLES
 from ..errors import CodecError, MetadataError
 from ..numeric_json import non_finite_spelled
-from .metadata import ArrayMetadata, GroupMetadata, parse_node_json, to_bytes
+from .metadata import ArrayMetadata, GroupMetadata, load_json, parse_node_json, to_bytes
 from .metadata_v2 import (
     ARRAY_KEY,
     ATTRS_KEY,
@@ -166,6 +166,11 @@ def zarray_document(
     serializer = codecs[serializer_at]
     npdt = meta.data_type.numpy
     if serializer["name"] == "bytes":
+        if npdt.kind in "OT":  # variable-length values reach the bytes codec only through a filter
+            raise CodecError(
+                f"{serializer_field}: the variable-length data type {meta.data_type.to_json()!r} has no "
+                "Zarr v2 form with the 'bytes' serializer (v2 needs 'vlen-utf8' or 'vlen-bytes')"
+            )
         endian = (serializer.get("configuration") or {}).get("endian", "little")
         byte_order = ">" if endian == "big" else "<"
         ordered = npdt.newbyteorder(byte_order)
@@ -259,18 +264,16 @@ def is_v2_document_key(key: str) -> bool:
 
 def consolidated_document(entries: Mapping[str, Any]) -> bytes:
     """A ``.zmetadata`` holding ``entries`` (``{"a/.zarray": {...}, ...}``, parsed), in the form
-    zarr-python writes."""
-    return json.dumps({"metadata": dict(entries), "zarr_consolidated_format": 1}, allow_nan=False).encode()
+    zarr-python writes; non-finite numbers (bare ``NaN`` in a stored one) spelled as v2 spells them."""
+    doc = {"metadata": dict(entries), "zarr_consolidated_format": 1}
+    return json.dumps(non_finite_spelled(doc), allow_nan=False).encode()
 
 
 def patched_consolidated(zmetadata: bytes, group_path: str, docs: Mapping[str, bytes]) -> bytes | None:
     """The ``.zmetadata`` of the group at ``group_path`` with the v2 documents among ``docs``
     (store keys -> bytes) that lie below it put in; ``None`` when none do (nothing changes)."""
     prefix = group_path + "/" if group_path else ""
-    try:
-        doc = json.loads(zmetadata)
-    except ValueError as e:
-        raise MetadataError(f"{join_path(group_path, CONSOLIDATED_KEY)} is not valid JSON: {e}") from e
+    doc = load_json(zmetadata, join_path(group_path, CONSOLIDATED_KEY))
     if not isinstance(doc, dict) or not isinstance(doc.get("metadata"), dict):
         raise MetadataError(f"{join_path(group_path, CONSOLIDATED_KEY)}: must hold a 'metadata' object")
     changed = False
