@@ -176,3 +176,21 @@ def test_a_consolidating_commit_that_cannot_wait_out_another_writer_still_finish
     store.set("y/zarr.json", json.dumps(y_doc).encode())  # the other write finishes
     store.erase_prefix(txn_prefix(other))
     assert sorted(z3.open_group(store).array_keys()) == ["x", "y"]  # listed, not consolidated
+
+
+def test_writes_under_a_consolidated_root_holding_bare_nan_or_deep_nesting():
+    """A root whose consolidated copy holds a bare NaN (zarr-python writes NaN attributes so)
+    still takes writes; a root nested absurdly deep is a MetadataError, not a RecursionError."""
+    from zarr3_backend.errors import MetadataError
+
+    store = MemoryStore()
+    g = z3.open_group(store, mode="w")
+    g.create_array("a", shape=(4,), dtype="f8", chunks=(2,), attributes={"missing": 1.0})
+    z3.consolidate_metadata(store)
+    store.set("zarr.json", store.get("zarr.json").replace(b'"missing": 1.0', b'"missing": NaN'))
+    z3.open_array(store, path="a", mode="r+")[...] = 1.0  # was: ValueError, out of range float
+    np.testing.assert_array_equal(z3.open_array(store, path="a")[...], 1.0)
+    json.loads(store.get("zarr.json"), parse_constant=lambda c: pytest.fail(f"bare {c} in the root"))
+    store.set("zarr.json", b"[" * 100_000 + b"]" * 100_000)
+    with pytest.raises(MetadataError):
+        z3.open_array(store, path="a", mode="r+")[...] = 2.0

@@ -41,9 +41,10 @@ from .._owner import current_owner, host_tag, token_is_dead
 from .._threads import thread_map
 from ..byte_range import ByteRange
 from ..errors import ConsolidationSkippedWarning, InterruptedWriteError, MetadataError, WriteConflictError
+from ..numeric_json import non_finite_spelled
 from ..stores import Store
 from ..stores.base import BytesLike, PositionedReader
-from .metadata import WRITE_IN_PROGRESS_FIELD
+from .metadata import WRITE_IN_PROGRESS_FIELD, load_json
 from .metadata_v2 import CONSOLIDATED_KEY
 from .metadata_v2_write import is_v2_document_key
 from .paths import metadata_key
@@ -87,17 +88,15 @@ def is_reserved_key(key: str) -> bool:
 
 # ---- the marker (pure) ---------------------------------------------------------------------------
 def _parse_doc(data: bytes, key: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(data)
-    except ValueError as e:
-        raise MetadataError(f"{key!r} is not valid JSON: {e}") from e
+    doc = load_json(data, key)  # nesting bounded: a hostile document is a MetadataError
     if not isinstance(doc, dict):
         raise MetadataError(f"{key!r} is not a JSON object")
     return doc
 
 
 def _dump_doc(doc: Mapping[str, Any]) -> bytes:
-    return json.dumps(doc, indent=2, allow_nan=False).encode()
+    # bare NaN/Infinity (as zarr-python writes attributes) are spelled as strings: strict JSON
+    return json.dumps(non_finite_spelled(doc), indent=2, allow_nan=False).encode()
 
 
 def markers(doc: Mapping[str, Any]) -> dict[str, Any]:
@@ -411,9 +410,9 @@ def root_is_consolidated(store: Store) -> bool:
     if raw is None:
         return zmetadata is not None
     try:
-        doc = json.loads(raw)
-    except ValueError:
-        return False
+        doc = load_json(raw, metadata_key(""))
+    except MetadataError:
+        return False  # not a document at all: the commit's own parse of it names the fault
     return isinstance(doc, dict) and isinstance(doc.get("consolidated_metadata"), dict)
 
 
