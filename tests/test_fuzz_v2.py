@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import zarr3_backend as z3
 from tests.test_corruption import _memory_cap  # noqa: F401  (autouse: caps the address space)
-from tests.test_fuzz_layout import _warm_pools  # noqa: F401  (autouse: threads started before the cap)
+from tests.test_fuzz_layout import (
+    _SETTINGS,
+    _warm_pools,  # noqa: F401  (autouse: threads started before the cap)
+    budget,
+)
 from tests.test_fuzz_metadata import _FILLS, _SCALARS, _SIZES
 from zarr3_backend.core.consolidate import consolidated_root_document
 from zarr3_backend.core.metadata import parse_node_json
@@ -30,20 +33,6 @@ from zarr3_backend.core.metadata_v2 import array_document, consolidated_document
 from zarr3_backend.core.metadata_v2_write import node_documents, zarray_document
 from zarr3_backend.errors import CodecError, DataTypeError, MetadataError, Zarr3Error
 from zarr3_backend.numeric_json import non_finite_spelled
-
-#: No example database, no explain phase (its line tracing does not fit under the memory cap).
-_SETTINGS = {
-    "deadline": None,
-    "suppress_health_check": list(HealthCheck),
-    "database": None,
-    "phases": [Phase.explicit, Phase.generate, Phase.shrink],
-}
-
-
-def budget(n: int) -> int:
-    """``n`` examples, times ``ZARR3_FUZZ_SCALE`` (run the fuzzers longer locally to hunt bugs)."""
-    return n * int(os.environ.get("ZARR3_FUZZ_SCALE", "1"))
-
 
 # --- strategies --------------------------------------------------------------------------------
 _SIMPLE_DTYPES = [
