@@ -100,12 +100,12 @@ class BufferPool:
             if ring:
                 for _ in range(min(_PROBES, len(ring))):
                     ring.rotate(-1)  # the least recently handed out moves to the back ...
-                    raw, start = ring[-1]
-                    # ... and is free when its ring entry, ``raw`` and the call's argument are
-                    # its only references
-                    if sys.getrefcount(raw) == 3:
+                    # ... and is free when its ring entry and the call's argument (a fresh
+                    # reference, counted on every Python: no local name is involved) are its
+                    # only references
+                    if sys.getrefcount(ring[-1][0]) == 2:
+                        raw, start = ring[-1]
                         return raw[start : start + nbytes]
-                    del raw
         cap = self.cap_bytes  # read outside the lock (it reads the environment), only when needed
         raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
         start = -raw.ctypes.data % _ALIGN

@@ -369,25 +369,30 @@ def _outer(entries: Sequence[Any], lengths: Sequence[int]) -> tuple:
 
 #: Inner axes with at most this many parts in total are listed once and reused (fast path).
 _CACHE_PARTS = 1 << 20
+#: An outer axis with at most this many parts is listed too; a longer one is streamed, so the
+#: first projection of a long 1-d read comes at once, not after listing every chunk.
+_LISTED_HEAD = 1 << 10
 
 
 def _product(dims: Sequence[Any]) -> Iterator[tuple[_Part, ...]]:
     """Lazy cartesian product of the per-axis parts, outer axis first (C order of chunks).
 
     Axes with few parts in all (the usual case) are listed once and multiplied by
-    ``itertools.product``; otherwise the outer axis is never listed and the inner ones are
-    re-generated for every outer part, so the first projection comes without delay.
+    ``itertools.product``; otherwise the outer axis is streamed part by part, and the inner
+    ones listed once when they are few (else re-generated for every outer part).
     """
-    if sum(d.nchunks for d in dims) <= _CACHE_PARTS:
+    if not dims or (dims[0].nchunks <= _LISTED_HEAD and sum(d.nchunks for d in dims[1:]) <= _CACHE_PARTS):
         return itertools.product(*[list(d.parts()) for d in dims])
     return _product_lazy(dims)
 
 
 def _product_lazy(dims: Sequence[Any]) -> Iterator[tuple[_Part, ...]]:
-    """``_product`` of axes too long to list: the outer axis part by part, the rest again each time."""
+    """``_product`` with the outer axis streamed: part by part, the inner axes listed once when
+    they are few, else generated again for each outer part."""
     head, rest = dims[0], dims[1:]
+    inner = [list(d.parts()) for d in rest] if sum(d.nchunks for d in rest) <= _CACHE_PARTS else None
     for part in head.parts():
-        for tail in _product(rest):
+        for tail in itertools.product(*inner) if inner is not None else _product(rest):
             yield (part, *tail)
 
 

@@ -41,7 +41,6 @@ from .._owner import current_owner, host_tag, token_is_dead
 from .._threads import thread_map
 from ..byte_range import ByteRange
 from ..errors import ConsolidationSkippedWarning, InterruptedWriteError, MetadataError, WriteConflictError
-from ..numeric_json import non_finite_spelled
 from ..stores import Store
 from ..stores.base import BytesLike, PositionedReader
 from .metadata import WRITE_IN_PROGRESS_FIELD, load_json
@@ -95,8 +94,10 @@ def _parse_doc(data: bytes, key: str) -> dict[str, Any]:
 
 
 def _dump_doc(doc: Mapping[str, Any]) -> bytes:
-    # bare NaN/Infinity (as zarr-python writes attributes) are spelled as strings: strict JSON
-    return json.dumps(non_finite_spelled(doc), indent=2, allow_nan=False).encode()
+    # a stored document the commit only marks or unmarks keeps its values as they were: a bare
+    # NaN/Infinity another writer put there (zarr-python writes NaN attributes so) stays a
+    # number, not a string; documents this package writes are strict JSON already
+    return json.dumps(doc, indent=2).encode()
 
 
 def markers(doc: Mapping[str, Any]) -> dict[str, Any]:
