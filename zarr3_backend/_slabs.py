@@ -3,10 +3,10 @@
 Fresh memory costs the kernel a page fault and zeroing on first touch, and glibc hands large
 freed blocks back to the kernel (a thread's heap is trimmed, a big block unmapped), so the next
 read of the same size pays again: as much CPU as copying the data out of the page cache. Read
-results from 1 MiB up to 64 MiB or a quarter of the pool's limit if larger (a chunk or shard a dask task reads; the
-32 MiB slabs ``get_regions`` carves small results from; a whole array read again and again, as
-in a loop over time windows) are therefore taken from a pool of buffers, and a buffer nothing
-refers to any more is handed out again instead of being faulted in afresh.
+results from 1 MiB up to 64 MiB, or up to a quarter of the pool's limit if that is larger (a
+chunk or shard a dask task reads; the 32 MiB slabs ``get_regions`` carves small results from; a
+whole array read again and again, as in a loop) are therefore taken from a pool of buffers, and
+a buffer nothing refers to any more is handed out again instead of being faulted in afresh.
 
 A buffer is free again when nothing refers to it: every numpy view of a buffer holds a
 reference to the buffer itself (numpy points a view's ``base`` at the array that owns the
