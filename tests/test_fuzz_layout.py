@@ -248,7 +248,7 @@ def test_crafted_shard_indexes(case, local, tmp_path_factory):
         _check_read(lambda sel=sel: a[sel])
     _check_read(lambda: a.oindex[[0, 9, 15]])
     _check_read(lambda: storage_info(a))  # what `zarr3 info` measures from each shard's index
-    problem = check_unit(a, KEY, shard)  # reports any exception: it must be a typed one
+    problem = check_unit(a, (0,), shard)  # reports any exception: it must be a typed one
     assert problem is None or problem.split(":")[0] in TYPED, problem
     store.set(KEY, shard)
     _check_read(lambda: a.__setitem__(slice(1, 2), 7))

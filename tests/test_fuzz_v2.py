@@ -23,6 +23,7 @@ import zarr3_backend as z3
 from tests.test_corruption import _memory_cap  # noqa: F401  (autouse: caps the address space)
 from tests.test_fuzz_layout import (
     _SETTINGS,
+    _typed,
     _warm_pools,  # noqa: F401  (autouse: threads started before the cap)
     budget,
 )
@@ -209,14 +210,6 @@ zattrs = st.one_of(
 
 
 # --- exercising --------------------------------------------------------------------------------
-def _typed(fn, *args: Any, **kwargs: Any) -> Any:
-    """``fn(...)``, or ``None`` when it raises a ``Zarr3Error``; any other exception fails."""
-    try:
-        return fn(*args, **kwargs)
-    except Zarr3Error:
-        return None
-
-
 def _store(files: dict[str, bytes]) -> z3.MemoryStore:
     store = z3.MemoryStore()
     for key, value in files.items():

@@ -61,12 +61,6 @@ def test_whole_chunk_target_refuses_what_is_not_one_block(p, out_shape, chunk_sh
     assert whole_chunk_target(p, np.zeros(out_shape, dtype="int32"), chunk_shape) is None
 
 
-def test_chunk_projection_is_immutable() -> None:
-    p = ChunkProjection((0,), (slice(0, 1, 1),), (slice(0, 1),), True)
-    with pytest.raises(AttributeError):
-        p.is_complete = False  # type: ignore[misc]
-
-
 @pytest.mark.parametrize("sharded", [False, True])
 def test_permuted_and_reversed_reads_of_whole_chunks_are_exact(tmp_path, sharded: bool) -> None:
     """Reads whose chunks are whole but land permuted in the result (orthogonal index arrays,

@@ -11,16 +11,18 @@ from __future__ import annotations
 import bisect
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import click
 
 from .._threads import thread_map
+from ..codecs.sharding import ShardingCodec
 from ..core.api import open_group, open_node, repair
 from ..core.array import Array
 from ..core.commit import TXN_DIR
-from ..core.info import chunk_layout, classify_keys, read_batches, shard_index, unit_chain, unit_coords
+from ..core.info import classify_keys, read_batches, shard_index, unit_chain
 from ..core.paths import join_path, join_prefix
 from ..errors import Zarr3Error
 from ..stores.base import Store
@@ -96,31 +98,35 @@ def find_temp_files(store: Store, prefix: str, listed: list[str]) -> list[TempFi
     return [TempFile(k) for k in listed if any(part.startswith(TEMP_PREFIX) for part in k.split("/"))]
 
 
-def check_unit(array: Array, key: str, data: Any) -> str | None:
-    """Why one stored unit is bad (its shard index, a checksum, a decode error), or ``None``."""
+def check_unit(array: Array, coords: tuple[int, ...], data: Any) -> str | None:
+    """Why the stored unit at grid ``coords`` is bad (its shard index, a checksum, a decode
+    error), or ``None``."""
     try:
-        coords = unit_coords(array, key)
-        if chunk_layout(array)[1] is not None:  # sharded (array.shards refuses rectilinear grids)
-            shard_index(array, data, coords)
-        unit_chain(array, coords).decode(data)
+        chain = unit_chain(array, coords)  # once per unit: rectilinear units bind their own
+        if isinstance(chain.array_bytes, ShardingCodec):
+            shard_index(array, data, chain=chain)
+        chain.decode(data)
     except Exception as e:  # a codec library's own error is as much a finding as ours
         return f"{type(e).__name__}: {e}"
     return None
 
 
-def check_array(array: Array, units: list[str], report: Report, progress: Any) -> set[str]:
-    """Decode every stored unit of ``array`` (its unit keys); returns the keys it accounts for."""
+def check_array(
+    array: Array, units: Mapping[str, tuple[int, ...]], report: Report, progress: Any
+) -> set[str]:
+    """Decode every stored unit of ``array`` (unit key -> grid coordinates, as ``classify_keys``
+    found them); returns the keys it accounts for."""
     batch: list[tuple[str, Any]] = []
 
     def flush() -> None:
-        problems = thread_map(lambda item: check_unit(array, *item), batch, kind="cpu")
+        problems = thread_map(lambda item: check_unit(array, units[item[0]], item[1]), batch, kind="cpu")
         for (key, _), problem in zip(batch, problems, strict=True):
             if problem is not None:
                 report.bad[key] = problem
         progress.update(len(batch))
         batch.clear()
 
-    for key, data in read_batches(array, units):
+    for key, data in read_batches(array, list(units)):
         if data is not None:
             batch.append((key, data))
         if len(batch) >= 64:
@@ -161,7 +167,7 @@ def scan(store: Store, path: str, *, show_progress: bool) -> Report:
     else:
         group_paths = set()
     accounted: set[str] = set()
-    units = {a.path: list(classify_keys(a, _under(all_keys, join_prefix(a.path))).units) for a in arrays}
+    units = {a.path: classify_keys(a, _under(all_keys, join_prefix(a.path))).units for a in arrays}
     total = sum(len(u) for u in units.values())
     with click.progressbar(length=total, label="checking", file=sys.stderr, hidden=not show_progress) as bar:
         for a in arrays:

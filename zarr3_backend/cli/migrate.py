@@ -143,10 +143,6 @@ class Plan:
         }
 
 
-def _parse(data: Any, key: str) -> Any:
-    return load_json(data, key)  # bounded nesting: a deep document is refused, not a RecursionError
-
-
 def _check_node_name(path: str, doc_key: str) -> None:
     """Refuse a v2 node whose name Zarr v3 reserves (``__*``, periods only): spec-following v3
     readers would not list it as a child."""
@@ -190,10 +186,10 @@ def plan_migration(store: Store, root: str = "") -> Plan:
         next_level: list[str] = []
         for i, path in enumerate(level):
             raw = dict(zip(names, found[i * len(names) : (i + 1) * len(names)], strict=True))
-            docs = {n: _parse(raw[n], join_path(path, n)) for n in V2_DOCS if raw[n] is not None}
+            docs = {n: load_json(raw[n], join_path(path, n)) for n in V2_DOCS if raw[n] is not None}
             doc = node_document(docs, path)
             if doc is None and raw["zarr.json"] is not None:  # already v3 (an earlier run)
-                v3 = _parse(raw["zarr.json"], metadata_key(path))
+                v3 = load_json(raw["zarr.json"], metadata_key(path))
                 done.append(path)
                 leftovers.extend(join_path(path, n) for n in V2_DOCS if raw[n] is not None)
                 if first:

@@ -242,13 +242,14 @@ def _inner_chain(array: Array) -> Any:
 def array_info(array: Array) -> ArrayInfo:
     """The description of ``array`` from its metadata (no store access)."""
     chain = _inner_chain(array)
+    chunks, shards = chunk_layout(array)
     return ArrayInfo(
         path=array.path,
         zarr_format=array.zarr_format,
         data_type=array.metadata.data_type.to_json(),
         shape=array.shape,
-        chunk_shape=chunk_layout(array)[0],
-        shard_shape=chunk_layout(array)[1],
+        chunk_shape=chunks,
+        shard_shape=shards,
         order=_order(array),
         read_only=array.read_only,
         store_type=type(array.store).__name__,
@@ -327,17 +328,14 @@ def unit_chain(array: Array, coords: Sequence[int]) -> Any:
     return chunk_view(array, coords).metadata.codec_chain()
 
 
-def unit_coords(array: Array, key: str) -> tuple[int, ...]:
-    """The grid coordinates of the stored unit at ``key`` (a key ``classify_keys`` calls a unit)."""
-    rel = key[len(join_prefix(array.path)) :]
-    return tuple(array.metadata.chunk_key_encoding.decode_chunk_key(rel, array.ndim))
-
-
-def shard_index(array: Array, data: Any, coords: Sequence[int] | None = None) -> np.ndarray:
+def shard_index(
+    array: Array, data: Any, coords: Sequence[int] | None = None, chain: Any = None
+) -> np.ndarray:
     """The checked index of one whole stored shard of ``array`` (offset, nbytes per inner chunk)
-    at grid ``coords`` (needed on a rectilinear grid only); raises ``CorruptionError`` when it is
-    truncated or points outside the shard."""
-    chain = unit_chain(array, coords if coords is not None else (0,) * array.ndim)
+    at grid ``coords`` (needed on a rectilinear grid only; or pass that unit's ``chain``); raises
+    ``CorruptionError`` when it is truncated or points outside the shard."""
+    if chain is None:
+        chain = unit_chain(array, coords if coords is not None else (0,) * array.ndim)
     # the sharding codec's own whole-shard index reader (one owner of the index rules)
     return whole_shard_index(chain.array_bytes.layout(chain.specs[-1]), memoryview(data))
 

@@ -3,6 +3,7 @@ shard-index cache), then only the inner chunks each region needs."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -83,7 +84,7 @@ def read_regions(pipe: ChunkPipeline, parts: list[Item], adopt: Any = False) -> 
                 rest.append(i)
     else:
         rest = list(range(len(parts)))
-    gap = _once(lambda: store.coalesce_gap)  # resolved once per call, and only if ranges merge
+    gap = functools.cache(lambda: store.coalesce_gap)  # resolved once per call, and only if ranges merge
     views = {key: ShardView.in_store(store, key, layout, gap) for key in dict.fromkeys(keys)}
 
     # stores with costly requests: the inner chunks of every region go out in one batched call
@@ -166,15 +167,3 @@ def _prefetch(
         out[i] = values[pos : pos + len(ranges)]
         pos += len(ranges)
     return out
-
-
-def _once(get: Callable[[], int]) -> Callable[[], int]:
-    """``get``, called at most once (its value kept)."""
-    kept: list[int] = []
-
-    def value() -> int:
-        if not kept:
-            kept.append(get())
-        return kept[0]
-
-    return value
