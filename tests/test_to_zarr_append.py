@@ -337,3 +337,22 @@ def test_append_along_a_dimension_named_only_by_the_array_dimensions_attribute(t
     assert xr.open_dataset(path, engine="zarr3").v.dims == ("t",)
     z3.to_zarr(xr.Dataset({"v": ("t", [4.0])}), path, append_dim="t")
     np.testing.assert_array_equal(xr.open_dataset(path, engine="zarr3").v.values, [1.0, 2.0, 3.0, 4.0])
+
+
+def test_append_matches_axes_named_partly_by_dimension_names_and_partly_by_the_attribute(tmp_path):
+    """Axis by axis, as the reader: ``dimension_names`` where it names an axis, the
+    ``_ARRAY_DIMENSIONS`` attribute where it does not (the writer took the attribute whole)."""
+    path = str(tmp_path / "s.zarr")
+    a = z3.create_array(
+        path,
+        "v",
+        shape=(2, 3),
+        dtype="f8",
+        chunks=(2, 3),
+        dimension_names=("time", None),
+        attributes={"_ARRAY_DIMENSIONS": ["old_name", "x"]},
+    )
+    a[...] = np.zeros((2, 3))
+    assert xr.open_dataset(path, engine="zarr3").v.dims == ("time", "x")
+    z3.to_zarr(xr.Dataset({"v": (("time", "x"), np.ones((1, 3)))}), path, append_dim="time")
+    np.testing.assert_array_equal(z3.open_array(path, "v")[...], [[0, 0, 0], [0, 0, 0], [1, 1, 1]])

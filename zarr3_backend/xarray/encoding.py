@@ -54,6 +54,21 @@ class GeneratedDimensionWarning(UserWarning):
 
 
 # ---- dimensions ----------------------------------------------------------------------------
+def stored_names(
+    name: str, ndim: int, dimension_names: Sequence[str | None] | None, attributes: Mapping[str, Any]
+) -> list[str | None]:
+    """The names stored for each axis of array ``name``: ``dimension_names``, with each null
+    entry taken from the ``_ARRAY_DIMENSIONS`` attribute; ``None`` where neither names it. The
+    one rule both the reader and the writer (matching stored arrays to dimensions) use."""
+    names: list[str | None] = [None] * ndim
+    if dimension_names is not None:
+        names = _checked_names(name, "dimension_names", dimension_names, ndim)
+    if any(n is None for n in names) and DIMENSION_KEY in attributes:
+        legacy = _checked_names(name, f"attribute {DIMENSION_KEY!r}", attributes[DIMENSION_KEY], ndim)
+        names = [n if n is not None else m for n, m in zip(names, legacy, strict=True)]
+    return names
+
+
 def array_dimensions(
     name: str,
     shape: Sequence[int],
@@ -66,13 +81,7 @@ def array_dimensions(
     Null entries fall back per axis. Raises ``MetadataError`` naming the array and the field
     when either source has the wrong length or non-string entries.
     """
-    ndim = len(shape)
-    names: list[str | None] = [None] * ndim
-    if dimension_names is not None:
-        names = _checked_names(name, "dimension_names", dimension_names, ndim)
-    if any(n is None for n in names) and DIMENSION_KEY in attributes:
-        legacy = _checked_names(name, f"attribute {DIMENSION_KEY!r}", attributes[DIMENSION_KEY], ndim)
-        names = [n if n is not None else m for n, m in zip(names, legacy, strict=True)]
+    names = stored_names(name, len(shape), dimension_names, attributes)
     missing = [i for i, n in enumerate(names) if n is None]
     if missing:
         generated = [f"dim_{i}" for i in missing]

@@ -35,21 +35,16 @@ from ..errors import (
 )
 from ..stores.base import Store
 from .cf_encode import decode_stored, encode_like_stored, encode_variable, stored_attributes
-from .encoding import encode_attr_value
+from .encoding import encode_attr_value, stored_names
 from .layout import creation_kwargs, layout_origin
 
 
 def stored_dimension_names(a: Array) -> tuple[str, ...] | None:
-    """The dimension names stored for ``a`` (``dimension_names``, else xarray's
-    ``_ARRAY_DIMENSIONS`` attribute, as the reader takes them), or None when neither names
-    every axis: the one rule for matching stored arrays to dataset dimensions."""
-    names = a.dimension_names or ()
-    if len(names) == a.ndim and all(n is not None for n in names):
-        return tuple(names)  # type: ignore[arg-type]
-    attr = a.metadata.attributes.get("_ARRAY_DIMENSIONS")
-    if isinstance(attr, list) and len(attr) == a.ndim:
-        return tuple(attr)
-    return None
+    """The dimension names stored for ``a``, as the reader takes them (``encoding.stored_names``:
+    ``dimension_names``, axis by axis else ``_ARRAY_DIMENSIONS``), or None when some axis has
+    none: the rule for matching stored arrays to dataset dimensions."""
+    names = stored_names(a.path or "/", a.ndim, a.dimension_names, a.metadata.attributes)
+    return None if any(n is None for n in names) else tuple(names)  # type: ignore[arg-type]
 
 
 def _array_dims(a: Array) -> tuple[str, ...]:
