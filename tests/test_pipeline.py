@@ -57,18 +57,23 @@ def test_whole_units_on_a_costly_store_are_streamed_in_one_call():
     assert not [c for c in store.calls if c[0] == "get_many"]
 
 
-def test_the_window_bounds_the_undecoded_bytes(monkeypatch):
+@pytest.mark.parametrize("holds_half", [False, True])
+def test_the_window_bounds_the_undecoded_bytes(monkeypatch, holds_half):
     """With a window smaller than two chunks, intake waits for decoding: never more than one
-    landed value beyond the window is undecoded at once."""
+    landed value beyond the window is undecoded at once. A store that holds back answers of its
+    own within half the window (``holds_half_window``) leaves the decoders the other half."""
     from zarr3_backend import _threads
 
     store = StreamingStore()
+    store.holds_half_window = holds_half
     _, data = _array(store, chunks=(8, 8))  # 512-byte chunks, uncompressed
-    held, peak = 0, 0
+    held, peak, limits = 0, 0, []
     lock = threading.Lock()
     real = _threads.map_bounded
 
     def watching(fn, items, weight, limit, kind="cpu"):
+        limits.append(limit)
+
         def counted():
             nonlocal held, peak
             for item in items:
@@ -88,9 +93,11 @@ def test_the_window_bounds_the_undecoded_bytes(monkeypatch):
         real(run, counted(), weight, limit, kind)
 
     monkeypatch.setattr("zarr3_backend.core.unit_reads.map_bounded", watching)
-    with settings.using(window_bytes=1200):  # half of it for the decoders
+    window = 600 if holds_half else 1200
+    with settings.using(window_bytes=1200):
         np.testing.assert_array_equal(z3.open_array(store, mode="r+")[...], data)
-    assert 0 < peak <= 600 + 512
+    assert limits == [window]
+    assert 0 < peak <= window + 512
 
 
 def test_a_decoding_error_stops_the_stream_and_is_raised():

@@ -121,9 +121,10 @@ def _read_streamed(pipe: ChunkPipeline, whole: list[Item], keys: list[str], cach
     def weight(landed: tuple[int, Any]) -> int:
         return 0 if landed[1] is None else len(landed[1])
 
-    # half the window for values handed to the decoders; stores that hold back answers they
-    # have not handed over (ObstoreStore) keep the other half for those
-    map_bounded(decode, stream, weight, max(1, settings.window_bytes // 2), kind="cpu")
+    # values handed to the decoders: the window, or half of it where the store holds back
+    # answers it has not handed over within the other half (ObstoreStore)
+    window = settings.window_bytes // 2 if pipe.store.holds_half_window else settings.window_bytes
+    map_bounded(decode, stream, weight, max(1, window), kind="cpu")
 
 
 def _read_inline(pipe: ChunkPipeline, whole: list[Item], keys: list[str], cache: ChunkCache | None) -> None:

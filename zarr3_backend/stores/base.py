@@ -115,6 +115,11 @@ class Store(ABC):
     #: shard indexes in a bounded in-process cache instead of re-reading them.
     costly_requests: bool = False
 
+    #: True for stores whose ``stream_partial_values`` holds landed answers of its own, not yet
+    #: handed over, within half of ``window_bytes`` (ObstoreStore): the reader then keeps only
+    #: the other half for values handed over and not yet decoded, else the whole window.
+    holds_half_window: bool = False
+
     #: True for stores whose writes stay invisible until the store's own commit (an Icechunk
     #: session): the package's commit protocol then stages nothing and marks nothing.
     commits_externally: bool = False

@@ -206,6 +206,7 @@ class ObstoreStore(Store):
     """
 
     costly_requests = True
+    holds_half_window = True  # stream_partial_values' ByteGate
     default_coalesce_gap = OBJECT_STORE_COALESCE_GAP
 
     def __init__(
