@@ -23,6 +23,7 @@ import click
 import dask.array as da
 import numpy as np
 
+from ..codecs.chain import split_by_kind
 from ..codecs.fill import is_fill
 from ..codecs.registry import codec_from_json
 from ..core.api import create_array, create_group, open_array, open_node
@@ -32,8 +33,8 @@ from ..core.info import array_info
 from ..core.metadata_v2 import v2_fill_value_is_null
 from ..core.paths import join_path, normalize_path
 from ..dask import compute_with_progress, from_array
-from ..errors import ArgumentError, NodeExistsError, Zarr3Error
-from ..xarray.encoding import codec_kind, decode_fill_value_attr, split_chain
+from ..errors import ArgumentError, CodecError, NodeExistsError, Zarr3Error
+from ..xarray.encoding import decode_fill_value_attr
 from ._common import emit_json, json_option, store_for, typed_errors
 from .migrate import standard_codec
 
@@ -62,27 +63,14 @@ class Layout:
 
 def split_codecs(codecs: Sequence[Any], option: str = "--codecs") -> tuple[tuple, dict, tuple]:
     """``(filters, serializer, compressors)`` of a codec chain given as JSON objects, each codec
-    checked and normalised (``xarray.encoding.split_chain`` owns the split); raises
-    ``CopyArgumentError`` naming ``option`` when the chain has no array -> bytes codec or a
-    codec out of place."""
-    given = [codec_from_json(c).to_json() for c in codecs]
-    parts = split_chain(given)
-    if parts["serializer"] is None:
-        raise CopyArgumentError(f"{option}: the chain needs an array -> bytes codec (e.g. 'bytes')")
-    misplaced = [c["name"] for c in parts["compressors"] if codec_kind(c) != "bytes_bytes"]
-    if misplaced:
-        raise CopyArgumentError(
-            f"{option}: codec {misplaced[0]!r} comes after the array -> bytes codec "
-            f"{parts['serializer']['name']!r}, where only bytes -> bytes codecs go"
-        )
-    in_order = [*parts["filters"], parts["serializer"], *parts["compressors"]]
-    if in_order != given:  # split_chain moved one (e.g. a bytes -> bytes codec given first)
-        moved = next(g for g, o in zip(given, in_order, strict=True) if g != o)
-        raise CopyArgumentError(
-            f"{option}: codec {moved['name']!r} is out of place: array -> array codecs go before "
-            f"the array -> bytes codec {parts['serializer']['name']!r}, bytes -> bytes codecs after it"
-        )
-    return parts["filters"], parts["serializer"], parts["compressors"]
+    checked and normalised; a chain out of order, with no or two array -> bytes codecs, raises
+    ``CopyArgumentError`` naming ``option`` and the codec (``codecs.chain.split_by_kind`` owns
+    the order rule)."""
+    try:
+        aa, ab, bb = split_by_kind([codec_from_json(c) for c in codecs])
+    except CodecError as e:
+        raise CopyArgumentError(f"{option}: {e}") from e
+    return tuple(c.to_json() for c in aa), ab.to_json(), tuple(c.to_json() for c in bb)
 
 
 def _shape_option(value: str | None, option: str) -> tuple[int, ...] | str | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -14,6 +14,35 @@ from .base import ArrayArrayCodec, ArrayBytesCodec, Buffer, BytesBytesCodec, Chu
 from .registry import codec_from_json
 
 CodecLike = str | Mapping[str, Any] | Codec
+
+
+def split_by_kind(
+    parsed: Sequence[Codec],
+) -> tuple[list[ArrayArrayCodec], ArrayBytesCodec, list[BytesBytesCodec]]:
+    """``(array->array, array->bytes, bytes->bytes)`` codecs of a chain, refusing (``CodecError``
+    naming the codec) any out of that order, a second array->bytes codec or none: the one owner
+    of the chain's order rule."""
+    aa: list[ArrayArrayCodec] = []
+    ab: ArrayBytesCodec | None = None
+    bb: list[BytesBytesCodec] = []
+    for c in parsed:
+        if isinstance(c, ArrayArrayCodec):
+            if ab is not None:
+                raise CodecError(f"array->array codec {c.name!r} must come before the array->bytes codec")
+            aa.append(c)
+        elif isinstance(c, ArrayBytesCodec):
+            if ab is not None:
+                raise CodecError(f"codec chain has two array->bytes codecs: {ab.name!r} and {c.name!r}")
+            ab = c
+        elif isinstance(c, BytesBytesCodec):
+            if ab is None:
+                raise CodecError(f"bytes->bytes codec {c.name!r} must come after the array->bytes codec")
+            bb.append(c)
+        else:
+            raise CodecError(f"codec {c!r} is none of array->array, array->bytes, bytes->bytes")
+    if ab is None:
+        raise CodecError("codec chain needs exactly one array->bytes codec (e.g. 'bytes'), found none")
+    return aa, ab, bb
 
 
 @dataclass(frozen=True)
@@ -32,27 +61,7 @@ class CodecChain:
     @classmethod
     def build(cls, codecs: Iterable[CodecLike], spec: ChunkSpec) -> CodecChain:
         """Parse, order-check, evolve and validate ``codecs`` for chunks of ``spec``."""
-        parsed = [codec_from_json(c) for c in codecs]
-        aa: list[ArrayArrayCodec] = []
-        ab: ArrayBytesCodec | None = None
-        bb: list[BytesBytesCodec] = []
-        for c in parsed:
-            if isinstance(c, ArrayArrayCodec):
-                if ab is not None:
-                    raise CodecError(f"array->array codec {c.name!r} must come before the array->bytes codec")
-                aa.append(c)
-            elif isinstance(c, ArrayBytesCodec):
-                if ab is not None:
-                    raise CodecError(f"codec chain has two array->bytes codecs: {ab.name!r} and {c.name!r}")
-                ab = c
-            elif isinstance(c, BytesBytesCodec):
-                if ab is None:
-                    raise CodecError(f"bytes->bytes codec {c.name!r} must come after the array->bytes codec")
-                bb.append(c)
-            else:
-                raise CodecError(f"codec {c!r} is none of array->array, array->bytes, bytes->bytes")
-        if ab is None:
-            raise CodecError("codec chain needs exactly one array->bytes codec (e.g. 'bytes'), found none")
+        aa, ab, bb = split_by_kind([codec_from_json(c) for c in codecs])
         specs = [spec]
         evolved_aa = []
         for c in aa:
