@@ -321,7 +321,7 @@ def test_chunk_with_fill_at_both_ends_is_still_written(tmp_path):
     np.testing.assert_array_equal(a[...], value)
 
 
-# ---- shards: batched indexes, adopted single-region results, get_regions ------------------------
+# ---- shards: batched indexes, single-region results, get_regions ------------------------
 class CountingLocalStore(LocalStore):
     """Records every ranged read (the shard-index fetches are the suffix ranges)."""
 
@@ -397,7 +397,7 @@ def test_get_regions_of_missing_shards_are_fill(tmp_path):
 def test_single_shard_region_results_are_correct_in_any_order(tmp_path):
     data = _data((16, 16))
     a, _ = _sharded(tmp_path, data)
-    np.testing.assert_array_equal(a[0:4, 4:8], data[0:4, 4:8])  # one inner chunk: adopted
+    np.testing.assert_array_equal(a[0:4, 4:8], data[0:4, 4:8])  # one inner chunk, decoded in place
     np.testing.assert_array_equal(a[7:1:-1, 3], data[7:1:-1, 3])  # reversed: copied in order
     np.testing.assert_array_equal(a[5, 6], data[5, 6])
     np.testing.assert_array_equal(a.oindex[[3, 1, 2], 0:3], data[[3, 1, 2], 0:3])

@@ -119,11 +119,46 @@ def test_regions_in_many_shards_are_fetched_in_one_batched_call():
     got = reopened.get_regions(regions)
     for g, r in zip(got, regions, strict=True):
         np.testing.assert_array_equal(g, data[r])
-    # one call for the 16 shard indexes, one for every region's inner chunks
-    assert [c for c in store.calls if c[0] == "get_partial_values"] == [
-        ("get_partial_values", 16),
-        ("get_partial_values", 16),
-    ]
+    # one call for the 16 shard indexes, one stream for every region's inner chunks
+    assert store.calls == [("get_partial_values", 16), ("stream", 16)]
+
+
+class _DecodeWatchingStore(StreamingStore):
+    """Streams ranges one by one; after the first it waits until an inner chunk was decoded."""
+
+    def __init__(self, decoded: threading.Event):
+        super().__init__()
+        self.decoded = decoded
+        self.decoded_before_last: bool | None = None
+
+    def stream_partial_values(self, key_ranges, *, in_flight=None):
+        for i, (key, r) in enumerate(key_ranges):
+            if i == len(key_ranges) - 1:
+                self.decoded_before_last = self.decoded.wait(timeout=10)
+            yield i, MemoryStore.get(self, key, r)
+
+
+def test_regions_inside_shards_decode_as_their_bytes_land(monkeypatch):
+    """A region is decoded once its own ranges are in, while other regions' bytes are still to
+    come (not after the whole batch has landed), straight into its place in the result."""
+    from zarr3_backend.codecs.shard_index import ShardLayout
+
+    decoded = threading.Event()
+    place = ShardLayout.place_inner
+
+    def watched(self, *args):
+        place(self, *args)
+        decoded.set()
+
+    monkeypatch.setattr(ShardLayout, "place_inner", watched)
+    store = _DecodeWatchingStore(decoded)
+    _, data = _array(store, chunks=(4, 4), shards=(16, 16), compressors=[{"name": "zstd"}])
+    reopened = z3.open_array(store, mode="r+")  # "r" would read through a read-only copy of the store
+    regions = [(slice(i * 16, i * 16 + 4), slice(0, 4)) for i in range(4)]  # an inner chunk each
+    got = reopened.get_regions(regions)
+    assert store.decoded_before_last is True
+    for g, r in zip(got, regions, strict=True):
+        np.testing.assert_array_equal(g, data[r])
 
 
 def test_chunk_cache_is_off_by_default_and_serves_repeated_reads_when_on():

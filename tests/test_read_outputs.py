@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 import zarr3_backend as z3
-from zarr3_backend.core.read_outputs import whole_chunk_target
-from zarr3_backend.indexing import ChunkProjection, basic_indexer
+from zarr3_backend.indexing import ChunkProjection, basic_indexer, whole_chunk_target
 
 RAW = [{"name": "bytes", "configuration": {"endian": "little"}}]
 

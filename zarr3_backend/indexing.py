@@ -17,6 +17,7 @@ Three kinds of selection, as in zarr-python and numpy:
 from __future__ import annotations
 
 import itertools
+import math
 import operator
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
@@ -629,3 +630,26 @@ def shift_selection(chunk_selection: tuple, box: Sequence[slice]) -> tuple:
         else:
             out.append(entry - o)
     return tuple(out)
+
+
+def whole_chunk_target(p: Any, out: np.ndarray, chunk_shape: tuple[int, ...]) -> np.ndarray | None:
+    """The region of ``out`` that chunk projection ``p`` fills, when it takes the whole chunk in
+    C order and is one contiguous block of memory (then a chunk can be decoded straight into it)."""
+    if not p.is_complete:
+        return None
+    for s, n in zip(p.chunk_selection, chunk_shape, strict=True):
+        if isinstance(s, slice):
+            if s.start != 0 or s.stop != n or (s.step is not None and s.step != 1):
+                return None
+        elif not isinstance(s, int | np.integer) or s != 0 or n != 1:
+            return None
+    for s in p.out_selection:  # an index array would make ``out[...]`` a copy, not a place in ``out``
+        if not isinstance(s, slice):
+            return None
+    region = out[p.out_selection]
+    if not isinstance(region, np.ndarray):  # a 0-d selection gives a numpy scalar
+        return None
+    n = math.prod(chunk_shape)
+    if n == 0 or region.size != n or not region.flags.c_contiguous:
+        return None
+    return region

@@ -17,8 +17,10 @@ from typing import Literal
 
 import numpy as np
 
+from .._threads import scratch_buffer
 from ..byte_range import ByteRange
 from ..errors import CodecError, CorruptionError, Zarr3Error
+from ..indexing import ChunkProjection, whole_chunk_target
 from .base import Buffer, ChunkSpec, as_bytes_view
 from .chain import CodecChain
 
@@ -41,6 +43,10 @@ MAX_INDEX_BYTES = 2**31
 #: Below this many decoded bytes per shard, inner chunks of a plain ``bytes`` chain are encoded
 #: and decoded inline: a thread hop costs more than the copy.
 _THREADS_MIN_BYTES = 1 << 20
+
+#: The ``_threads.scratch_buffer`` slot inner chunks decode into (slots 0-2 hold a unit's
+#: bytes or a whole chunk on the read and write paths, possibly in the same thread).
+INNER_SCRATCH_SLOT = 3
 
 IndexLocation = Literal["start", "end"]
 
@@ -110,6 +116,33 @@ class ShardLayout:
         if chunk.shape != self.chunk_shape:
             raise CorruptionError(f"{where} decoded to shape {chunk.shape}, expected {self.chunk_shape}")
         return chunk
+
+    def place_inner(self, data: Buffer, q: ChunkProjection, off: int, nb: int, out: np.ndarray) -> None:
+        """``out[q.out_selection] = decode(data)[q.chunk_selection]`` for inner chunk ``q``: straight
+        into its place when the chunk fills one contiguous block of ``out`` and the inner chain
+        decompresses into a buffer, else through reused per-thread scratch memory, so no chunk
+        gets fresh memory (a page fault per 4 KiB) only to be copied once and freed."""
+        inner = self.inner
+        if not inner.decodes_into_target:
+            chunk = self.decode_inner(data, q.chunk_coords, off, nb)
+        else:
+            try:
+                chunk = inner.decode_to(data, whole_chunk_target(q, out, self.chunk_shape), _inner_scratch)
+            except Zarr3Error as e:
+                raise type(e)(f"inner chunk {q.chunk_coords} (offset={off}, nbytes={nb}): {e}") from e
+            except Exception as e:  # a codec library's own error on malformed bytes
+                raise CorruptionError(
+                    f"inner chunk {q.chunk_coords} (offset={off}, nbytes={nb}) cannot be decoded: {e}"
+                ) from e
+            if chunk is None:  # decoded in place
+                return
+        out[q.out_selection] = chunk[q.chunk_selection]
+
+
+def _inner_scratch(nbytes: int) -> memoryview:
+    """Scratch memory of the calling thread for one inner chunk (its own slot: the shard's
+    bytes may sit in another slot of the same thread)."""
+    return scratch_buffer(nbytes, INNER_SCRATCH_SLOT)
 
 
 def index_spec(grid: Sequence[int]) -> ChunkSpec:

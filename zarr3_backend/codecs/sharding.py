@@ -304,8 +304,7 @@ class ShardingCodec(ArrayBytesCodec):
 
         def decode_one(item: tuple[indexing.ChunkProjection, int, int]) -> None:
             q, off, nb = item
-            chunk = layout.decode_inner(view[off : off + nb], q.chunk_coords, off, nb)
-            out[q.out_selection] = chunk[q.chunk_selection]
+            layout.place_inner(view[off : off + nb], q, off, nb, out)
 
         if layout.use_threads(len(present)):
             thread_map(decode_one, present, kind="cpu")

@@ -190,9 +190,8 @@ class Array:
                 f"array {self.path or '/'!r}: a selection of shape {indexer.shape} of {self.dtype} "
                 "does not fit in memory"
             ) from None
-        items = [(out, p) for p in indexer]
-        adopted = self._pipeline.read(items, adopt=len(items) == 1)
-        return adopted.get(id(out), out)  # one shard region: its decoded array is the result
+        self._pipeline.read([(out, p) for p in indexer])
+        return out
 
     def __getitem__(self, selection: Any) -> Any:
         if not self.metadata.chunk_grid.is_regular:

@@ -90,6 +90,13 @@ class ChunkPipeline:
         """The store's decoded-chunk cache, or None when ``chunk_cache_bytes`` is 0."""
         return chunk_cache_of(self.store)
 
+    def decode_window(self, settings: Settings | None = None) -> int:
+        """Bytes of landed values a streamed read hands to its decoders at most: the
+        ``window_bytes`` setting, or half of it where the store holds back answers it has not
+        handed over within the other half (``Store.holds_half_window``)."""
+        window = (settings or self.settings).window_bytes
+        return max(1, window // 2 if self.store.holds_half_window else window)
+
     def decode(self, key: str, data: Any) -> np.ndarray:
         """The decoded unit stored under ``key`` (errors name the key)."""
         try:
@@ -98,12 +105,9 @@ class ChunkPipeline:
             raise type(e)(f"{self.unit_name} {key!r}: {e}") from e
 
     # ---- reads ---------------------------------------------------------------------------
-    def read(self, items: Sequence[tuple[np.ndarray, Any]], adopt: Any = False) -> dict[int, np.ndarray]:
+    def read(self, items: Sequence[tuple[np.ndarray, Any]]) -> None:
         """Fill ``out[p.out_selection]`` for every ``(out, projection)``: whole storage units
-        inline or streamed, regions inside shards through the shards' indexes.
-
-        ``adopt`` (True, or a set of ``id(out)``) names outputs filled by exactly one shard
-        region; for those the decoded array itself is returned in ``{id(out): array}``."""
+        inline or streamed, regions inside shards through the shards' indexes."""
         if self.shard_codec is None:  # only shards are read in parts (by their inner chunks)
             whole, parts = list(items), []
         else:
@@ -111,7 +115,8 @@ class ChunkPipeline:
             parts = [(o, p) for o, p in items if not p.is_complete]
         if whole:
             unit_reads.read_whole(self, whole)
-        return shard_reads.read_regions(self, parts, adopt) if parts else {}
+        if parts:
+            shard_reads.read_regions(self, parts)
 
     def read_boxes(self, indexers: Sequence[Any], keys: Sequence[Any]) -> list[np.ndarray]:
         """The values of many selections in one ``read``: every storage unit and shard index
@@ -119,24 +124,22 @@ class ChunkPipeline:
         copied. Small results are carved from shared slabs (``read_outputs.outputs``)."""
         first: dict[Any, int] = {}
         source = [first.setdefault(k, i) for i, k in enumerate(keys)]
-        outs, items, single = outputs([ix.shape for ix in indexers], self.metadata.data_type.numpy), [], set()
-        for i, (indexer, out) in enumerate(zip(indexers, outs, strict=True)):
-            if source[i] != i:
-                continue
-            projections = list(indexer)
-            if len(projections) == 1:
-                single.add(id(out))
-            items.extend((out, p) for p in projections)
-        adopted = self.read(items, adopt=single)
-        results = [adopted.get(id(out), out) for out in outs]
+        outs = outputs([ix.shape for ix in indexers], self.metadata.data_type.numpy)
+        items = [
+            (out, p)
+            for i, (ix, out) in enumerate(zip(indexers, outs, strict=True))
+            if source[i] == i
+            for p in ix
+        ]
+        self.read(items)
         copies = [i for i, j in enumerate(source) if j != i]
 
         def copy(i: int) -> None:
-            np.copyto(outs[i], results[source[i]])
+            np.copyto(outs[i], outs[source[i]])
 
         if copies:
             thread_map(copy, copies, kind="cpu")
-        return [outs[i] if source[i] != i else r for i, r in enumerate(results)]
+        return outs
 
     # ---- writes --------------------------------------------------------------------------
     def write(self, indexer: Any, value: np.ndarray, *, write_empty_chunks: bool = False) -> None:

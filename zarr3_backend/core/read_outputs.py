@@ -1,37 +1,12 @@
-"""Where read results go: fresh output arrays, and the part of one a whole chunk fills."""
+"""Where read results go: fresh output arrays (small ones carved from shared slabs)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from .. import _slabs
-
-
-def whole_chunk_target(p: Any, out: np.ndarray, chunk_shape: tuple[int, ...]) -> np.ndarray | None:
-    """The region of ``out`` that chunk projection ``p`` fills, when it takes the whole chunk in
-    C order and is one contiguous block of memory (then a chunk can be decoded straight into it)."""
-    if not p.is_complete:
-        return None
-    for s, n in zip(p.chunk_selection, chunk_shape, strict=True):
-        if isinstance(s, slice):
-            if s.start != 0 or s.stop != n or (s.step is not None and s.step != 1):
-                return None
-        elif not isinstance(s, int | np.integer) or s != 0 or n != 1:
-            return None
-    for s in p.out_selection:  # an index array would make ``out[...]`` a copy, not a place in ``out``
-        if not isinstance(s, slice):
-            return None
-    region = out[p.out_selection]
-    if not isinstance(region, np.ndarray):  # a 0-d selection gives a numpy scalar
-        return None
-    n = math.prod(chunk_shape)
-    if n == 0 or region.size != n or not region.flags.c_contiguous:
-        return None
-    return region
 
 
 def outputs(shapes: Sequence[tuple[int, ...]], dtype: np.dtype) -> list[np.ndarray]:

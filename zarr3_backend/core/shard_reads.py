@@ -4,12 +4,12 @@ shard-index cache), then only the inner chunks each region needs."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._threads import thread_map
+from .._threads import map_bounded, thread_map
 from ..byte_range import ByteRange
 from ..codecs.shard_index import ShardLayout
 from ..errors import CodecError, CorruptionError
@@ -65,14 +65,13 @@ def raw_shard_reads(pipe: ChunkPipeline) -> bool:
     )
 
 
-def read_regions(pipe: ChunkPipeline, parts: list[Item], adopt: Any = False) -> dict[int, np.ndarray]:
-    """Read regions inside shards (``adopt``: see ``ChunkPipeline.read``)."""
+def read_regions(pipe: ChunkPipeline, parts: list[Item]) -> None:
+    """Fill ``out[p.out_selection]`` for every ``(out, p)``: a region inside a shard."""
     store = pipe.store
     layout = _layout(pipe)
     keys = [pipe.key(p.chunk_coords) for _, p in parts]
     indexes = shard_indexes(pipe, keys)
     fill = pipe.metadata.fill_value
-    adopted: dict[int, np.ndarray] = {}
 
     by_shard: dict[str, list[tuple[Any, np.ndarray]]] = {}
     if raw_shard_reads(pipe):  # raw inner chunks: one task per shard reads them all through one open file
@@ -87,10 +86,6 @@ def read_regions(pipe: ChunkPipeline, parts: list[Item], adopt: Any = False) -> 
     gap = functools.cache(lambda: store.coalesce_gap)  # resolved once per call, and only if ranges merge
     views = {key: ShardView.in_store(store, key, layout, gap) for key in dict.fromkeys(keys)}
 
-    # stores with costly requests: the inner chunks of every region go out in one batched call
-    # (requests_in_flight at once) instead of one call per region from a thread each
-    prefetched = {} if store.inline_io else _prefetch(pipe, parts, keys, indexes, views, rest)
-
     def read_shard(key: str) -> None:
         reader = store.open_reader(key)
         if reader is None:
@@ -101,69 +96,90 @@ def read_regions(pipe: ChunkPipeline, parts: list[Item], adopt: Any = False) -> 
         except CorruptionError as e:
             raise type(e)(f"shard {key!r}: {e}") from e
 
-    def read_part(i: int) -> None:
+    def read_part(i: int, fetched: list[Any] | None = None) -> None:
         (out, p), key = parts[i], keys[i]
         index, view = indexes[key], views[key]
         if index is None:
             out[p.out_selection] = fill
             return
+        # the region's place in ``out`` when it is one (slices): inner chunks decode into it
+        place = out[(*p.out_selection, ...)] if all(isinstance(s, slice) for s in p.out_selection) else None
         try:
             try:
-                sub = view.read(p.chunk_selection, index, prefetched.pop(i, None))
+                sub = view.read(p.chunk_selection, index, fetched, out=place)
             except CorruptionError:
                 if pipe.index_cache is None:
                     raise
                 # the cached index may predate a rewrite by another process: read it afresh
                 pipe.index_cache.invalidate([key])
                 index = shard_indexes(pipe, [key], refresh=True)[key]
-                sub = None if index is None else view.read(p.chunk_selection, index)
+                sub = None if index is None else view.read(p.chunk_selection, index, out=place)
         except CorruptionError as e:
             raise type(e)(f"shard {key!r}: {e}") from e
         if sub is None:
             out[p.out_selection] = fill
-        elif (
-            (adopt is True or (adopt and id(out) in adopt))
-            and sub.shape == out.shape
-            and _in_order(p.out_selection, out.shape)
-        ):
-            adopted[id(out)] = sub
-        else:
+        elif place is None:
             out[p.out_selection] = sub
 
-    # local files: reads are cheap system calls, so CPU-many threads beat a GIL convoy of 32;
-    # prefetched regions only decode
-    kind = "cpu" if store.inline_io or len(prefetched) == len(rest) else "io"
+    if not store.inline_io:
+        # stores with costly requests: the inner chunks of every region go out at once
+        # (requests_in_flight at a time), each region decoded as soon as its bytes are in
+        rest = _stream_regions(pipe, parts, keys, indexes, views, rest, read_part)
+    # local files: reads are cheap system calls, so CPU-many threads beat a GIL convoy of 32
+    kind = "cpu" if store.inline_io else "io"
     tasks: list[Callable[[], None]] = [lambda k=k: read_shard(k) for k in by_shard]
     tasks += [lambda i=i: read_part(i) for i in rest]
     thread_map(lambda task: task(), tasks, kind=kind)
-    return adopted
 
 
-def _prefetch(
+def _stream_regions(
     pipe: ChunkPipeline,
     parts: list[Item],
     keys: list[str],
     indexes: dict[str, np.ndarray | None],
     views: dict[str, ShardView],
     which: list[int],
-) -> dict[int, list[Any]]:
-    """For each region in ``which`` whose shard read is one step (``ShardView.plan``): the
-    values of the ranges it will read, all fetched in one batched store call."""
-    plans: list[tuple[int, list[ByteRange]]] = []
+    read_part: Callable[[int, list[Any]], None],
+) -> list[int]:
+    """Read every region in ``which`` whose shard read is one step (``ShardView.plan``): all
+    their byte ranges streamed in one store call, each region handed to ``read_part`` on a CPU
+    worker once its last range has landed (at most the decode window of landed bytes waiting).
+    Returns the regions left to read one by one (missing shards, nested reads, bad indexes)."""
+    left: list[int] = []
+    key_ranges: list[tuple[str, ByteRange]] = []
+    owner: list[int] = []  # the region of each range
+    first: dict[int, int] = {}  # a region's first position in key_ranges
+    count: dict[int, int] = {}
     for i in which:
         index = indexes[keys[i]]
-        if index is None:
-            continue
         try:
-            ranges = views[keys[i]].plan(parts[i][1].chunk_selection, index)
+            ranges = None if index is None else views[keys[i]].plan(parts[i][1].chunk_selection, index)
         except CorruptionError:
-            continue  # read_part meets it again and reports it (or re-reads a stale cached index)
-        if ranges:
-            plans.append((i, ranges))
-    values = pipe.store.get_partial_values([(keys[i], r) for i, ranges in plans for r in ranges])
-    out: dict[int, list[Any]] = {}
-    pos = 0
-    for i, ranges in plans:
-        out[i] = values[pos : pos + len(ranges)]
-        pos += len(ranges)
-    return out
+            ranges = None  # read_part meets it again and reports it (or re-reads a stale cached index)
+        if ranges is None:
+            left.append(i)
+            continue
+        first[i], count[i] = len(key_ranges), len(ranges)
+        key_ranges.extend((keys[i], r) for r in ranges)
+        owner.extend([i] * len(ranges))
+    for i in [i for i, n in count.items() if n == 0]:  # nothing stored to read: fill only
+        read_part(i, [])
+        del count[i]
+    if not key_ranges:
+        return left
+
+    def regions() -> Iterator[tuple[int, list[Any]]]:
+        held: dict[int, list[Any]] = {}
+        for pos, value in pipe.store.stream_partial_values(key_ranges):
+            i = owner[pos]
+            values = held.setdefault(i, [None] * count[i])
+            values[pos - first[i]] = value
+            count[i] -= 1
+            if count[i] == 0:
+                yield i, held.pop(i)
+
+    def weight(region: tuple[int, list[Any]]) -> int:
+        return sum(len(v) for v in region[1] if v is not None)
+
+    map_bounded(lambda region: read_part(*region), regions(), weight, pipe.decode_window(), kind="cpu")
+    return left

@@ -31,8 +31,8 @@ from ..codecs.shard_index import (
 )
 from ..codecs.shard_selection import inner_indexer
 from ..errors import CodecError, CorruptionError
+from ..indexing import whole_chunk_target
 from ..stores.base import PositionedReader, Store
-from .read_outputs import whole_chunk_target
 from .shard_index_cache import ShardIndexCache
 
 #: At most this many decoded shard indexes are memoised per memo (``ChunkPipeline.index_memo``).
@@ -169,7 +169,11 @@ class ShardView:
         return _span_ranges(items, layout.end_guard, self.gap)[2]
 
     def read(
-        self, selection: Any, index: np.ndarray | None = None, fetched: list[Any] | None = None
+        self,
+        selection: Any,
+        index: np.ndarray | None = None,
+        fetched: list[Any] | None = None,
+        out: np.ndarray | None = None,
     ) -> np.ndarray | None:
         """``decode(shard)[selection]``, reading only the inner chunks the selection touches.
 
@@ -178,19 +182,26 @@ class ShardView:
         read call whose ranges are merged (``gap``), or takes their values from ``fetched``
         (what the ranges of ``plan`` returned); with the index at the end, the highest range is
         extended over the index's length so a short read exposes an entry that points into the
-        index. Partly covered nested shards are read through their own view. Returns ``None``
-        when the shard is missing.
+        index. Partly covered nested shards are read through their own view. The result is
+        written into ``out`` (an array of the selection's shape, e.g. its place in the caller's
+        output: inner chunks then decode straight into it) or a new array, and returned;
+        ``None`` when the shard is missing (``out`` untouched).
         """
         layout = self.layout
         spec = layout.inner.spec
         indexer = inner_indexer(selection, layout.shard_shape, layout.chunk_shape)
+        if out is not None and out.shape != indexer.shape:
+            raise CodecError(
+                f"codec 'sharding_indexed': output of shape {out.shape} for a selection of shape {indexer.shape}"
+            )
         if math.prod(indexer.shape) == 0:
-            return np.empty(indexer.shape, dtype=spec.dtype)
+            return np.empty(indexer.shape, dtype=spec.dtype) if out is None else out
         if index is None:
             index = self.read_index()
             if index is None:
                 return None
-        out = np.empty(indexer.shape, dtype=spec.dtype)
+        if out is None:
+            out = np.empty(indexer.shape, dtype=spec.dtype)
         whole: list[Item] = []
         partial: list[Item] = []
         for q in indexer:
@@ -250,8 +261,7 @@ class ShardView:
         def decode_one(i: int) -> None:
             q, off, nb = items[i]
             span, start = placement[i]
-            chunk = layout.decode_inner(views[span][start : start + nb], q.chunk_coords, off, nb)
-            out[q.out_selection] = chunk[q.chunk_selection]
+            layout.place_inner(views[span][start : start + nb], q, off, nb, out)
 
         if layout.use_threads(len(items)):
             thread_map(decode_one, range(len(items)), kind="cpu")

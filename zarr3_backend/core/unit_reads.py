@@ -16,7 +16,7 @@ import numpy as np
 
 from .._threads import map_bounded, scratch_buffer, thread_map
 from ..errors import CorruptionError
-from .read_outputs import whole_chunk_target
+from ..indexing import whole_chunk_target
 
 if TYPE_CHECKING:
     from .chunk_cache import ChunkCache
@@ -121,10 +121,7 @@ def _read_streamed(pipe: ChunkPipeline, whole: list[Item], keys: list[str], cach
     def weight(landed: tuple[int, Any]) -> int:
         return 0 if landed[1] is None else len(landed[1])
 
-    # values handed to the decoders: the window, or half of it where the store holds back
-    # answers it has not handed over within the other half (ObstoreStore)
-    window = settings.window_bytes // 2 if pipe.store.holds_half_window else settings.window_bytes
-    map_bounded(decode, stream, weight, max(1, window), kind="cpu")
+    map_bounded(decode, stream, weight, pipe.decode_window(settings), kind="cpu")
 
 
 def _read_inline(pipe: ChunkPipeline, whole: list[Item], keys: list[str], cache: ChunkCache | None) -> None:
