@@ -147,3 +147,39 @@ def test_read_indexes_names_the_corrupt_shard():
     store.set("x/c/0/0", bytes(data))
     with pytest.raises(CorruptionError, match=r"^shard 'x/c/0/0': "):
         read_indexes(store, ["x/c/0/0"], codec.layout(spec), cache=None, memo={})
+
+
+def test_read_into_out_decodes_whole_inner_chunks_in_place(monkeypatch):
+    """With ``out=``, the region is written into the caller's array and returned; an inner chunk
+    that fills a contiguous block of it is decompressed there (the codec gets that block as its
+    destination), the others go through scratch memory and are copied."""
+    from zarr3_backend.codecs.chain import CodecChain
+
+    codec, spec = _codec((8, 8), (2, 8), codecs=[BYTES, ZSTD])  # inner chunks: 2 whole rows
+    shard = _data((8, 8))
+    store = MemoryStore()
+    store.set("s", codec.encode(shard, spec))
+    view = ShardView.in_store(store, "s", codec.layout(spec))
+    index = view.read_index()
+    targets: list[np.ndarray | None] = []
+    decode_to = CodecChain.decode_to
+
+    def watched(self, data, target=None, scratch=None):
+        targets.append(target)
+        return decode_to(self, data, target, scratch)
+
+    monkeypatch.setattr(CodecChain, "decode_to", watched)
+    out = np.full((10, 8), -1.0)
+    place = out[1:9]
+    assert view.read((slice(0, 8), slice(0, 8)), index, out=place) is place
+    np.testing.assert_array_equal(out[1:9], shard)
+    assert (out[0] == -1).all() and (out[9] == -1).all()
+    assert len(targets) == 4 and all(t is not None and np.shares_memory(t, out) for t in targets)
+
+    targets.clear()
+    cols = np.full((8, 4), -1.0)
+    view.read((slice(0, 8), slice(2, 6)), index, out=cols)  # a part of each row: not in place
+    np.testing.assert_array_equal(cols, shard[:, 2:6])
+    assert len(targets) == 4 and all(t is None for t in targets)
+    with pytest.raises(CodecError, match="output of shape"):
+        view.read((slice(0, 8), slice(2, 6)), index, out=np.empty((8, 5)))
