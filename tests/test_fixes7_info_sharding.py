@@ -178,3 +178,24 @@ def test_rectilinear_inner_chunks_with_no_array_order_shape_are_not_miscounted(t
     a[0:2, 0:3] = 5
     s = storage_info(a)
     assert s.units_present == 1 and s.inner_chunks_total is None and s.inner_chunks_present is None
+
+
+@pytest.mark.parametrize("zarr_format", [3, 2])
+def test_copy_of_a_transposed_sharded_array_keeps_the_transpose(tmp_path, zarr_format):
+    """``zarr3 copy`` takes its layout from ``info``: the transpose before the sharding codec is
+    kept (inside each inner chunk for v3, as v2's ``order: "F"``), not dropped."""
+    src = z3.create_array(
+        tmp_path / "t.zarr", shape=(8, 12), dtype="i4", chunks=(4, 6), codecs=[TRANSPOSE, sharding([3, 2])]
+    )
+    src[...] = np.arange(96).reshape(8, 12)
+    dst = tmp_path / "copy.zarr"
+    result = run("copy", src.store.root, dst, "--zarr-format", zarr_format)
+    assert result.exit_code == 0, result.output
+    out = z3.open_array(dst, mode="r")
+    np.testing.assert_array_equal(out[...], src[...])
+    if zarr_format == 3:
+        (shard,) = out.codecs
+        assert (out.chunks, out.shards) == ((2, 3), (4, 6))
+        assert [c["name"] for c in shard["configuration"]["codecs"]][:2] == ["transpose", "bytes"]
+    else:
+        assert json.loads((dst / ".zarray").read_text())["order"] == "F"
