@@ -243,7 +243,11 @@ def test_commands_on_healthy_rectilinear_arrays(tmp_path):
     assert "rs (6, 3) int16 chunks=(2, 3) shards=([2, 4], 3)" in result.output
     result = runner.invoke(main, ["info", root, "--path", "rs"])
     assert result.exit_code == 0, result.output
-    assert "Shard shape      : ([2, 4], 3)" in result.output and "Shards present   : 2/2" in result.output
+    assert (
+        "Shard shape          : ([2, 4], 3)" in result.output
+        and "Shards present       : 2/2" in result.output
+    )
+    assert "Inner chunks present : 3/3" in result.output  # counted on rectilinear grids too
     # a damaged unit of the second (larger) shape is still found
     stored = (tmp_path / "s.zarr" / "r" / "c" / "1" / "0").read_bytes()
     (tmp_path / "s.zarr" / "r" / "c" / "1" / "0").write_bytes(stored[:-2])

@@ -382,15 +382,18 @@ def test_attribute_write_refuses_a_deeply_nested_zmetadata():
 
 
 def test_v2_writer_refuses_variable_length_strings_through_the_bytes_codec():
-    """A ``<U0`` ``.zarray`` (read as the variable-length ``string`` type) whose filter hands
-    integers to ``bytes``: encoding it as a new ``.zarray`` is a ``CodecError`` naming the
-    serializer (was: numpy's ``TypeError: Cannot use DescrNewByteOrder``)."""
-    zarray = {"zarr_format": 2, "shape": [], "chunks": [], "dtype": "<U0", "compressor": None,
-              "fill_value": None, "order": "C", "dimension_separator": ".",
-              "filters": [{"id": "fixedscaleoffset", "offset": 1, "scale": 10, "dtype": "<f8", "astype": "<i4"}]}  # fmt: skip
-    meta = parse_node_json(array_document(zarray, {}, "a"), "a")
+    """A ``string`` array (what a ``<U0`` ``.zarray`` was once read as; that is now refused)
+    whose filter hands integers to ``bytes``: encoding it as a new ``.zarray`` is a
+    ``CodecError`` naming the serializer (was: numpy's ``TypeError: Cannot use DescrNewByteOrder``)."""
+    doc = {"zarr_format": 3, "node_type": "array", "shape": [], "data_type": "string",
+           "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": []}},
+           "chunk_key_encoding": {"name": "v2", "configuration": {"separator": "."}}, "fill_value": "",
+           "codecs": [{"name": "numcodecs.fixedscaleoffset",
+                       "configuration": {"offset": 1, "scale": 10, "dtype": "<f8", "astype": "<i4"}},
+                      {"name": "bytes", "configuration": {"endian": "little"}}]}  # fmt: skip
+    meta = parse_node_json(doc, "a")
     with pytest.raises(CodecError, match=r"serializer.*'string'"):
-        zarray_document(meta.evolve(extra_fields={}))
+        zarray_document(meta)
 
 
 def test_consolidating_refuses_a_deeply_nested_root_document():

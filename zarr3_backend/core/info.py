@@ -8,6 +8,7 @@ I/O edge: they list the array's prefix and read each stored object once.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -19,6 +20,7 @@ from ..errors import CorruptionError
 from .array import Array
 from .group import Group
 from .paths import join_prefix
+from .rectilinear import chunk_view  # the one owner of a rectilinear unit's own metadata
 
 #: Objects are read in batches of this many to measure them (bounded memory).
 READ_BATCH = 64
@@ -219,30 +221,61 @@ def chunk_layout(array: Array) -> tuple[Any, Any]:
     """``(chunk shape, shard shape or None)`` as ``info`` and ``tree`` show them. On a
     rectilinear grid the stored units differ in shape: the grid's edges per axis (as
     ``zarr.json`` writes them) stand for the units', and the inner chunk shape of a sharded
-    one is its sharding codec's."""
+    one is the one every unit shares, in array axis order (also behind ``transpose`` codecs)."""
     grid = array.metadata.chunk_grid
     if grid.is_regular:
         return array.chunks, array.shards
     edges = tuple(grid.to_json()["configuration"]["chunk_shapes"])
-    first = array.metadata.codecs[0].to_json()
-    if first["name"] == "sharding_indexed":
-        return tuple(first["configuration"]["chunk_shape"]), edges
-    return edges, None
+    first = _first_unit(array)  # a regular one-unit array: the pipeline's own rules apply
+    return (edges, None) if first.shards is None else (first.chunks, edges)
 
 
-def _inner_chain(array: Array) -> Any:
-    """The chain whose filters/serializer/compressors a user chose: the sharding codec's inner
-    chain when the array is sharded (as zarr-python reports them), else the array's."""
+def _first_unit(array: Array) -> Array:
+    """The view of the stored unit at the grid's origin of a rectilinear ``array``."""
+    return chunk_view(array, (0,) * array.ndim)
+
+
+def _shard_layout(chain: Any) -> Any:
+    """The shard layout of a chain whose array->bytes codec is the sharding codec."""
+    return chain.array_bytes.layout(chain.specs[-1])
+
+
+def _chosen_codecs(array: Array, sharded: bool) -> tuple[tuple[dict, ...], dict, tuple[dict, ...]]:
+    """``(filters, serializer, compressors)`` a user chose: of a sharded array, the sharding
+    codec's inner chain's (as zarr-python reports them), its filters led by the array->array
+    codecs before the sharding codec (a ``transpose`` there is shown, not lost); else the
+    array's own."""
     chain = array.metadata.codec_chain()
-    if chunk_layout(array)[1] is not None:
-        return chain.array_bytes.layout(chain.specs[-1]).inner
-    return chain
+    filters = _codec_docs(chain.array_array)
+    if sharded:
+        chain = _shard_layout(chain).inner
+        filters += _codec_docs(chain.array_array)
+    return filters, chain.array_bytes.to_json(), _codec_docs(chain.bytes_bytes)
+
+
+def _inner_chunks_total(array: Array, chunks: Sequence[int]) -> int | None:
+    """How many inner chunks the shards of the whole grid of a sharded ``array`` hold, stored or
+    not (``chunks``: the inner chunk shape ``chunk_layout`` gives). ``None`` on a rectilinear grid
+    whose inner chunk has no shape in array axes (array->array codecs other than transposes
+    before the sharding codec), where units of different shapes cannot be counted per axis."""
+    grid = array.metadata.chunk_grid
+    per_shard = math.prod(_shard_layout(array.metadata.codec_chain()).grid)  # the origin unit's
+    if grid.is_regular:  # every shard has the origin unit's layout
+        return math.prod(grid.grid_shape(array.shape)) * per_shard
+    origin = grid.codec_shape((0,) * array.ndim)
+    if math.prod(u // c for u, c in zip(origin, chunks, strict=True)) != per_shard:
+        return None
+    # shard shapes are multiples of the inner chunk, so the count factors over the axes
+    return math.prod(
+        sum(e // c for e in grid.edges(axis, size))
+        for axis, (size, c) in enumerate(zip(array.shape, chunks, strict=True))
+    )
 
 
 def array_info(array: Array) -> ArrayInfo:
     """The description of ``array`` from its metadata (no store access)."""
-    chain = _inner_chain(array)
     chunks, shards = chunk_layout(array)
+    filters, serializer, compressors = _chosen_codecs(array, sharded=shards is not None)
     return ArrayInfo(
         path=array.path,
         zarr_format=array.zarr_format,
@@ -253,9 +286,9 @@ def array_info(array: Array) -> ArrayInfo:
         order=_order(array),
         read_only=array.read_only,
         store_type=type(array.store).__name__,
-        filters=_codec_docs(chain.array_array),
-        serializer=chain.array_bytes.to_json(),
-        compressors=_codec_docs(chain.bytes_bytes),
+        filters=filters,
+        serializer=serializer,
+        compressors=compressors,
         nbytes=array.nbytes,
         fill_value=array.fill_value,
         dimension_names=array.dimension_names,
@@ -323,8 +356,6 @@ def unit_chain(array: Array, coords: Sequence[int]) -> Any:
     on a regular grid, else the one bound to that unit's shape (rectilinear units differ)."""
     if array.metadata.chunk_grid.is_regular:
         return array.metadata.codec_chain()
-    from .rectilinear import chunk_view  # the one owner of a rectilinear unit's own metadata
-
     return chunk_view(array, coords).metadata.codec_chain()
 
 
@@ -337,7 +368,7 @@ def shard_index(
     if chain is None:
         chain = unit_chain(array, coords if coords is not None else (0,) * array.ndim)
     # the sharding codec's own whole-shard index reader (one owner of the index rules)
-    return whole_shard_index(chain.array_bytes.layout(chain.specs[-1]), memoryview(data))
+    return whole_shard_index(_shard_layout(chain), memoryview(data))
 
 
 def read_batches(array: Array, keys: Sequence[str]) -> Iterator[tuple[str, bytes | None]]:
@@ -354,16 +385,14 @@ def storage_info(array: Array, keys: Sequence[str] | None = None) -> StorageInfo
     grid = array.metadata.chunk_grid.grid_shape(array.shape)
     total = int(np.prod(grid, dtype=np.int64))
     chunks, shards = chunk_layout(array)
-    inner_total = inner_present = None
-    if shards is not None and array.metadata.chunk_grid.is_regular:
-        per_shard = int(np.prod([-(-s // c) for s, c in zip(shards, chunks, strict=True)]))
-        inner_total, inner_present = total * per_shard, 0
+    inner_total = None if shards is None else _inner_chunks_total(array, chunks)
+    inner_present = None if inner_total is None else 0
     stored_bytes = 0
     for key, data in read_batches(array, list(keymap.units)):
         if data is None:  # erased since the listing
             continue
         stored_bytes += len(data)
-        if inner_present is not None:  # inner chunks counted on regular grids only
+        if inner_present is not None:
             try:
                 index = shard_index(array, data, keymap.units[key])
             except CorruptionError as e:  # named as the reads name a shard

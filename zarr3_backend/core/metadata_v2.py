@@ -150,6 +150,17 @@ def _data_type(npdt: np.dtype, filters: list, path: str) -> tuple[Any, dict[str,
             f"field 'dtype': {dtype!r} has {npdt.itemsize}-byte elements, more than {MAX_ITEMSIZE}",
             DataTypeError,
         )
+    if npdt.itemsize == 0 and npdt.kind in "USV":
+        # numpy's unsized flexible type (``np.dtype(str)``) names no stored width: numpy makes no
+        # array of it, zarr-python 3 refuses it; read as text it would be the variable-length type
+        raise _fail(
+            path,
+            ARRAY_KEY,
+            f"field 'dtype': {dtype!r} has 0-byte elements, which no chunk can hold; a fixed-width "
+            "type needs a width of at least 1 (e.g. '<U1'), variable-length text is '|O' with the "
+            "'vlen-utf8' filter",
+            DataTypeError,
+        )
     if npdt.kind == "O":
         codec_id = filters[0].get("id") if filters and isinstance(filters[0], Mapping) else None
         if not isinstance(codec_id, str) or codec_id not in _OBJECT_CODECS:
