@@ -91,11 +91,6 @@ def test_attributes_this_package_wrote_stay_strict_json(tmp_path):
     assert spelled(z3.open_group(path, mode="r", use_consolidated=True)["a"].attrs) == member
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core/api.consolidate_metadata writes the root with metadata.to_bytes; it needs "
-    "core.consolidate.group_document_bytes (see the fixes7 report)",
-)
 def test_consolidate_metadata_keeps_nan_attributes_numbers(store):
     z3.consolidate_metadata(store)
     via_copy = z3.open_group(store, mode="r", use_consolidated=True)
