@@ -626,3 +626,18 @@ def test_sharded_reads_merge_inner_chunks_by_the_stores_coalesce_gap(moto, bucke
         # one region of one shard touching inner chunks (0, 0), (0, 2), (0, 4), (0, 6)
         assert (b[0:8, ::16] == data[0:8, ::16]).all()
         assert len(proxy.log.of("GET")) == requests, gap
+
+
+def test_stores_built_the_same_way_share_one_obstore_client(http_server):
+    """A dataset opened again reuses the first store's obstore object, and with it its warm HTTP
+    connections; other options (or another root) get their own."""
+    server, _ = http_server
+    first = ObstoreStore(f"{server.url}/data.zarr")
+    again = ObstoreStore(f"{server.url}/data.zarr/")
+    other_options = ObstoreStore(f"{server.url}/data.zarr", {"zarr3": {"retries": 0}})
+    other_root = ObstoreStore(f"{server.url}/ds.zarr")
+    assert first._open() is again._open()
+    assert other_options._open() is not first._open() and other_root._open() is not first._open()
+    assert pickle.loads(pickle.dumps(first))._open() is first._open()  # same process: shared too
+    a = z3.open_array(again, "s")  # and both read as before
+    np.testing.assert_array_equal(a[...], np.arange(256).reshape(16, 16))

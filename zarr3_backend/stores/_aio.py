@@ -142,6 +142,13 @@ class _Stream:
             self.tasks[i] = task
             task.add_done_callback(lambda _, i=i: self.tasks.pop(i, None))
 
+    def taken(self, i: int, gate: ByteGate | None) -> None:
+        """The consumer took call ``i``'s result (on the loop's thread): its body's bytes leave
+        ``gate``, and one more request may start."""
+        if gate is not None:
+            gate.leave(i)
+        self.start(1)
+
     def cancel(self) -> list[asyncio.Task[None]]:
         """Stop sending and cancel what is outstanding (on the loop's thread)."""
         self.closed = True
@@ -183,9 +190,7 @@ def stream_bounded(
         while taken < n:
             i, result = stream.landed.get()
             taken += 1
-            if gate is not None:
-                loop.call_soon_threadsafe(gate.leave, i)
-            loop.call_soon_threadsafe(stream.start, 1)
+            loop.call_soon_threadsafe(stream.taken, i, gate)  # one wake-up of the loop per value
             yield i, result
     finally:
         if taken < n:

@@ -21,6 +21,7 @@ import re
 import threading
 import urllib.error
 import urllib.request
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -184,6 +185,48 @@ def _version(key: str, expected: Any) -> tuple[str | None, str | None]:
     return expected
 
 
+# ---- obstore store objects, shared ------------------------------------------------------------
+#: obstore store objects by their configuration, shared by every ObstoreStore of this process
+#: built the same way. Each holds its HTTP client's pool of open connections: a dataset opened
+#: again (or a second store on the same root) reuses warm connections instead of connecting,
+#: and loading TLS roots, afresh; for a whole-array read of 512 objects that was 40% of the
+#: client's CPU. fsspec keeps its filesystem instances for the same reason. The least recently
+#: used beyond ``_SHARED_MAX`` are let go (their idle connections close).
+_SHARED: OrderedDict[str, Any] = OrderedDict()
+_SHARED_LOCK = threading.Lock()
+_SHARED_MAX = 32
+os.register_at_fork(after_in_child=_SHARED.clear)  # a parent's clients are no use in a child
+
+
+def _shared_client(target: ObstoreTarget, url: str) -> Any:
+    """The obstore store object for ``target``: a shared one, or made now."""
+    key = repr(target)  # the whole configuration (credentials included), not only the URL
+    with _SHARED_LOCK:
+        client = _SHARED.get(key)
+        if client is not None:
+            _SHARED.move_to_end(key)
+            return client
+    try:
+        if target.kind == "http":
+            client = obstore.store.HTTPStore.from_url(
+                target.url, client_options=target.client_options, retry_config=target.retry_config
+            )
+        else:
+            client = obstore.store.from_url(
+                target.url,
+                config=target.config,
+                client_options=target.client_options,
+                retry_config=target.retry_config,
+            )
+    except Exception as e:  # UnknownConfigurationKeyError, values of the wrong type, ...
+        raise StoreArgumentError(f"cannot open an obstore store for {url!r}: {e}") from e
+    with _SHARED_LOCK:
+        client = _SHARED.setdefault(key, client)  # another thread may have made one meanwhile
+        while len(_SHARED) > _SHARED_MAX:
+            _SHARED.popitem(last=False)
+    return client
+
+
 def _rebuild(url: str, storage_options: dict[str, Any], read_only: bool) -> ObstoreStore:
     """Pickle helper: the store anew from its URL and options (the client is made on first use)."""
     return ObstoreStore(url, storage_options, read_only=read_only)
@@ -268,25 +311,11 @@ class ObstoreStore(Store):
 
     # ---- configuration ---------------------------------------------------------------------
     def _open(self) -> Any:
-        """The obstore store object, made in this process (anew after a fork)."""
+        """The obstore store object, made in this process (anew after a fork): shared with
+        every ObstoreStore built the same way (``_shared_client``)."""
         with self._client_lock:
             if self._client is None or self._pid != os.getpid():
-                t = self._target
-                try:
-                    if t.kind == "http":
-                        client = obstore.store.HTTPStore.from_url(
-                            t.url, client_options=t.client_options, retry_config=t.retry_config
-                        )
-                    else:
-                        client = obstore.store.from_url(
-                            t.url,
-                            config=t.config,
-                            client_options=t.client_options,
-                            retry_config=t.retry_config,
-                        )
-                except Exception as e:  # UnknownConfigurationKeyError, values of the wrong type, ...
-                    raise StoreArgumentError(f"cannot open an obstore store for {self.url!r}: {e}") from e
-                self._client, self._pid = client, os.getpid()
+                self._client, self._pid = _shared_client(self._target, self.url), os.getpid()
             return self._client
 
     @property
