@@ -385,6 +385,9 @@ def test_fsspec_options_are_mapped_to_obstore():
     assert t.client_options["allow_http"] is True
     assert t.client_options["connect_timeout"].total_seconds() == 2
     assert t.client_options["timeout"].total_seconds() == 600  # not obstore's 30 s: big shards
+    assert t.client_options["pool_max_idle_per_host"] == "64"  # not reqwest's every one: memory
+    own = obstore_target("s3://b/p", {"client_options": {"pool_max_idle_per_host": "8"}}, None)
+    assert own.client_options["pool_max_idle_per_host"] == "8"
     assert t.retry_config["max_retries"] == 3  # 4 attempts: the first and 3 retries
     anon = obstore_target("s3://b/p", {"anon": True, "region": "eu-west-1"}, 0)
     assert anon.config == {"skip_signature": True, "region": "eu-west-1"}
