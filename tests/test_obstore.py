@@ -644,3 +644,14 @@ def test_stores_built_the_same_way_share_one_obstore_client(http_server):
     assert pickle.loads(pickle.dumps(first))._open() is first._open()  # same process: shared too
     a = z3.open_array(again, "s")  # and both read as before
     np.testing.assert_array_equal(a[...], np.arange(256).reshape(16, 16))
+
+
+def test_a_changed_environment_gets_its_own_obstore_client(http_server, monkeypatch):
+    """obstore reads endpoints and credentials from the environment too: a store opened after
+    they changed must not reuse a client built with the old ones."""
+    server, _ = http_server
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "first")
+    first = ObstoreStore(f"{server.url}/data.zarr")
+    assert ObstoreStore(f"{server.url}/data.zarr")._open() is first._open()
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "rotated")
+    assert ObstoreStore(f"{server.url}/data.zarr")._open() is not first._open()

@@ -225,3 +225,29 @@ def test_forgetting_one_array_keeps_what_a_sibling_with_a_longer_name_cached():
         z3.open_array(store, path="a", mode="r+")[...] = 0  # a transaction: forgets all of "a"
         np.testing.assert_array_equal(ab[...], data)
         assert store.streamed == []  # "ab" still served from the cache
+
+
+def test_one_region_inside_a_shard_decodes_its_inner_chunks_on_every_cpu_worker(monkeypatch):
+    """A read of one region (the commonest remote read) spreads that region's inner chunks over
+    the CPU pool; it is not decoded by one worker alone."""
+    from zarr3_backend.codecs.shard_index import ShardLayout
+
+    threads: set[int] = set()
+    place = ShardLayout.place_inner
+    both = threading.Barrier(2, timeout=10)
+
+    def watched(self, *args):
+        threads.add(threading.get_ident())
+        try:
+            both.wait()  # returns once two threads decode at the same time
+        except threading.BrokenBarrierError:
+            pass
+        place(self, *args)
+
+    store = StreamingStore()
+    _, data = _array(store, chunks=(4, 4), shards=(32, 32), compressors=[{"name": "zstd"}])
+    reopened = z3.open_array(store, mode="r+")
+    monkeypatch.setattr(ShardLayout, "place_inner", watched)
+    with settings.using(cpu_threads=2):
+        np.testing.assert_array_equal(reopened[1:31, 1:31], data[1:31, 1:31])
+    assert len(threads) >= 2

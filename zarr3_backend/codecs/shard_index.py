@@ -103,15 +103,33 @@ class ShardLayout:
         heavy = heavy or self.inner.array_bytes.name != "bytes"
         return heavy or n_chunks * self.inner.spec.nbytes >= _THREADS_MIN_BYTES
 
-    def decode_inner(self, data: Buffer, coords: tuple[int, ...], off: int, nb: int) -> np.ndarray:
-        """Decode one inner chunk, naming it (coordinates, offset, size) in any error."""
+    def decode_inner(
+        self,
+        data: Buffer,
+        coords: tuple[int, ...],
+        off: int,
+        nb: int,
+        *,
+        scratch: bool = False,
+        into: np.ndarray | None = None,
+    ) -> np.ndarray | None:
+        """Decode one inner chunk, naming it (coordinates, offset, size) in any error: a new
+        array, unless ``scratch`` and the inner chain decompresses into a buffer: then a view of
+        this thread's scratch memory (valid until its next inner chunk), or, given ``into`` (the
+        whole chunk's C-contiguous place), nothing: the chunk is decoded there."""
         where = f"inner chunk {coords} (offset={off}, nbytes={nb})"
+        inner = self.inner
         try:
-            chunk = self.inner.decode(data)
+            if scratch and inner.decodes_into_target:
+                chunk = inner.decode_to(data, into, _inner_scratch)
+            else:
+                chunk = inner.decode(data)
         except Zarr3Error as e:
             raise type(e)(f"{where}: {e}") from e
         except Exception as e:  # a codec library's own error on malformed bytes
             raise CorruptionError(f"{where} cannot be decoded: {e}") from e
+        if chunk is None:  # decoded in place
+            return None
         chunk = np.asarray(chunk)
         if chunk.shape != self.chunk_shape:
             raise CorruptionError(f"{where} decoded to shape {chunk.shape}, expected {self.chunk_shape}")
@@ -122,21 +140,10 @@ class ShardLayout:
         into its place when the chunk fills one contiguous block of ``out`` and the inner chain
         decompresses into a buffer, else through reused per-thread scratch memory, so no chunk
         gets fresh memory (a page fault per 4 KiB) only to be copied once and freed."""
-        inner = self.inner
-        if not inner.decodes_into_target:
-            chunk = self.decode_inner(data, q.chunk_coords, off, nb)
-        else:
-            try:
-                chunk = inner.decode_to(data, whole_chunk_target(q, out, self.chunk_shape), _inner_scratch)
-            except Zarr3Error as e:
-                raise type(e)(f"inner chunk {q.chunk_coords} (offset={off}, nbytes={nb}): {e}") from e
-            except Exception as e:  # a codec library's own error on malformed bytes
-                raise CorruptionError(
-                    f"inner chunk {q.chunk_coords} (offset={off}, nbytes={nb}) cannot be decoded: {e}"
-                ) from e
-            if chunk is None:  # decoded in place
-                return
-        out[q.out_selection] = chunk[q.chunk_selection]
+        into = whole_chunk_target(q, out, self.chunk_shape)
+        chunk = self.decode_inner(data, q.chunk_coords, off, nb, scratch=True, into=into)
+        if chunk is not None:
+            out[q.out_selection] = chunk[q.chunk_selection]
 
 
 def _inner_scratch(nbytes: int) -> memoryview:

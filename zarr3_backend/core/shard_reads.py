@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._threads import map_bounded, thread_map
+from .._threads import map_bounded, pool_size, thread_map
 from ..byte_range import ByteRange
 from ..codecs.shard_index import ShardLayout
 from ..errors import CodecError, CorruptionError
@@ -21,15 +21,9 @@ if TYPE_CHECKING:
 Item = tuple[np.ndarray, Any]  # (output array, chunk projection)
 
 
-def _in_order(selection: Any, shape: tuple[int, ...]) -> bool:
-    """Whether ``selection`` is the whole of an array of ``shape``, in order (step-1 slices)."""
-    return (
-        isinstance(selection, tuple)
-        and len(selection) == len(shape)
-        and all(
-            isinstance(s, slice) and s.indices(n) == (0, n, 1) for s, n in zip(selection, shape, strict=True)
-        )
-    )
+def _place(out: np.ndarray, p: Any) -> np.ndarray | None:
+    """The region of ``out`` that projection ``p`` fills, as a view, when its place is slices."""
+    return out[(*p.out_selection, ...)] if all(isinstance(s, slice) for s in p.out_selection) else None
 
 
 def _layout(pipe: ChunkPipeline) -> ShardLayout:
@@ -77,8 +71,9 @@ def read_regions(pipe: ChunkPipeline, parts: list[Item]) -> None:
     if raw_shard_reads(pipe):  # raw inner chunks: one task per shard reads them all through one open file
         rest = []
         for i, (out, p) in enumerate(parts):
-            if indexes[keys[i]] is not None and all(isinstance(s, slice) for s in p.out_selection):
-                by_shard.setdefault(keys[i], []).append((p.chunk_selection, out[(*p.out_selection, ...)]))
+            place = _place(out, p) if indexes[keys[i]] is not None else None
+            if place is not None:
+                by_shard.setdefault(keys[i], []).append((p.chunk_selection, place))
             else:
                 rest.append(i)
     else:
@@ -102,8 +97,7 @@ def read_regions(pipe: ChunkPipeline, parts: list[Item]) -> None:
         if index is None:
             out[p.out_selection] = fill
             return
-        # the region's place in ``out`` when it is one (slices): inner chunks decode into it
-        place = out[(*p.out_selection, ...)] if all(isinstance(s, slice) for s in p.out_selection) else None
+        place = _place(out, p)  # inner chunks decode straight into it
         try:
             try:
                 sub = view.read(p.chunk_selection, index, fetched, out=place)
@@ -181,5 +175,8 @@ def _stream_regions(
     def weight(region: tuple[int, list[Any]]) -> int:
         return sum(len(v) for v in region[1] if v is not None)
 
-    map_bounded(lambda region: read_part(*region), regions(), weight, pipe.decode_window(), kind="cpu")
+    # a region per CPU worker, its inner chunks decoded there one by one; fewer regions than
+    # workers are decoded from I/O threads, each spreading its inner chunks over the CPU pool
+    kind = "cpu" if len(count) >= pool_size("cpu") else "io"
+    map_bounded(lambda region: read_part(*region), regions(), weight, pipe.decode_window(), kind=kind)
     return left

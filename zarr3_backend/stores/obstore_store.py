@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import re
 import threading
@@ -195,12 +196,31 @@ def _version(key: str, expected: Any) -> tuple[str | None, str | None]:
 _SHARED: OrderedDict[str, Any] = OrderedDict()
 _SHARED_LOCK = threading.Lock()
 _SHARED_MAX = 32
-os.register_at_fork(after_in_child=_SHARED.clear)  # a parent's clients are no use in a child
+#: obstore's constructors also read the environment variables with these prefixes (endpoints,
+#: keys, session tokens): a change there must give a new client.
+_ENV_PREFIXES = ("AWS_", "GOOGLE_", "AZURE_", "OBJECT_STORE_")
+
+
+def _forget_shared() -> None:
+    """In a forked child: a parent's clients are no use, and its lock may be held."""
+    global _SHARED_LOCK
+    _SHARED.clear()
+    _SHARED_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_shared)
+
+
+def _shared_key(target: ObstoreTarget) -> str:
+    """What makes two obstore clients the same: the whole configuration (credentials
+    included) and a digest of the environment obstore reads, not only the URL."""
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES))
+    return repr(target) + hashlib.sha256(repr(env).encode()).hexdigest()
 
 
 def _shared_client(target: ObstoreTarget, url: str) -> Any:
     """The obstore store object for ``target``: a shared one, or made now."""
-    key = repr(target)  # the whole configuration (credentials included), not only the URL
+    key = _shared_key(target)
     with _SHARED_LOCK:
         client = _SHARED.get(key)
         if client is not None:
