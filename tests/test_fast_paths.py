@@ -725,14 +725,14 @@ def test_outputs_carve_aligned_views_only_for_small_plain_arrays(monkeypatch):
     monkeypatch.setattr(_slabs, "SLAB_BYTES", 64 * 1024)
     monkeypatch.setattr(_slabs, "POOL", _slabs.BufferPool(2**20))
     shapes = [(1000,)] * 100 + [(3,), (0,), (64 * 1024,), (2**18,)]
-    outs = array_mod.outputs(shapes, np.dtype("f8"))
+    outs = array_mod.outputs(shapes, np.dtype("f8"), "test")
     assert [o.shape for o in outs] == shapes
     assert all(o.ctypes.data % 64 == 0 for o in outs[:-4])
     assert outs[-2].base is None  # too big to share a slab, too small for the pool
     assert outs[-1].base is not None and outs[-1].base.nbytes >= 2 * 2**20  # a pooled buffer of its own
     assert outs[0].base is not None and outs[0].base is outs[5].base  # a shared slab
     assert outs[0].base.base is None  # the pooled slab itself, so pooled reuse can see its views
-    objs = array_mod.outputs([(2,)] * 3, np.dtype(object))
+    objs = array_mod.outputs([(2,)] * 3, np.dtype(object), "test")
     assert all(o.dtype == object and o.base is None for o in objs)
 
 

@@ -81,3 +81,17 @@ def test_permuted_and_reversed_reads_of_whole_chunks_are_exact(tmp_path, sharded
     np.testing.assert_array_equal(a[4:8, 4:8], data[4:8, 4:8])
     np.testing.assert_array_equal(a[..., 4:8], data[..., 4:8])
     np.testing.assert_array_equal(a[5], data[5])
+
+
+def test_a_result_numpy_cannot_make_is_a_typed_error_naming_the_array():
+    """A zero-size result whose shape numpy still refuses (its size overflows) is a
+    ResourceLimitError naming the array, from a plain read and from get_regions alike."""
+    from zarr3_backend.errors import ResourceLimitError
+    from zarr3_backend.stores import MemoryStore
+
+    a = z3.create_array(MemoryStore(), shape=(2**62, 0), dtype="f4", chunks=(1, 1), path="huge")
+    with pytest.raises(ResourceLimitError, match=r"'huge'.*shape"):
+        a[...]
+    with pytest.raises(ResourceLimitError, match=r"'huge'.*shape"):
+        a.get_regions([(slice(None), slice(None))])
+    assert a[:5].shape == (5, 0)

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import _slabs, indexing
-from ..errors import ReadOnlyError, ResourceLimitError, ShapeError
+from .. import indexing
+from ..errors import ReadOnlyError, ShapeError
 from ..stores.base import Store
 from . import rectilinear
 from .attributes import Attributes
@@ -26,6 +26,7 @@ from .metadata_v2_store import store_node_metadata
 from .metadata_v2_write import node_documents
 from .paths import node_name
 from .pipeline import ChunkPipeline
+from .read_outputs import output
 from .selection import OIndex, VIndex, fancy_kind, flatten_nd
 from .unit_writes import OneUnit
 from .values import coerce_value
@@ -183,13 +184,7 @@ class Array:
 
     # ---- reading ---------------------------------------------------------------------------
     def _read(self, indexer: Any) -> np.ndarray:
-        try:
-            out = _slabs.empty(indexer.shape, self.dtype)  # recycled memory for chunk-sized results
-        except MemoryError:  # numpy fails cleanly on one allocation too large to make
-            raise ResourceLimitError(
-                f"array {self.path or '/'!r}: a selection of shape {indexer.shape} of {self.dtype} "
-                "does not fit in memory"
-            ) from None
+        out = output(indexer.shape, self.dtype, f"array {self.path or '/'!r}")
         self._pipeline.read([(out, p) for p in indexer])
         return out
 

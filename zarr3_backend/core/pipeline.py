@@ -124,7 +124,9 @@ class ChunkPipeline:
         copied. Small results are carved from shared slabs (``read_outputs.outputs``)."""
         first: dict[Any, int] = {}
         source = [first.setdefault(k, i) for i, k in enumerate(keys)]
-        outs = outputs([ix.shape for ix in indexers], self.metadata.data_type.numpy)
+        outs = outputs(
+            [ix.shape for ix in indexers], self.metadata.data_type.numpy, f"array {self.path or '/'!r}"
+        )
         items = [
             (out, p)
             for i, (ix, out) in enumerate(zip(indexers, outs, strict=True))

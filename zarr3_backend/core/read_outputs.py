@@ -7,9 +7,22 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import _slabs
+from ..errors import ResourceLimitError
 
 
-def outputs(shapes: Sequence[tuple[int, ...]], dtype: np.dtype) -> list[np.ndarray]:
+def output(shape: tuple[int, ...], dtype: np.dtype, where: str) -> np.ndarray:
+    """A fresh uninitialised array (recycled memory for chunk-sized results, ``_slabs``), or a
+    ResourceLimitError naming ``where`` when numpy cannot make one of that shape (too large for
+    memory, or a size that overflows, as a shape of ``(2**62, 0)`` does)."""
+    try:
+        return _slabs.empty(shape, dtype)
+    except (MemoryError, ValueError):
+        raise ResourceLimitError(
+            f"{where}: a selection of shape {shape} of {dtype} does not fit in memory"
+        ) from None
+
+
+def outputs(shapes: Sequence[tuple[int, ...]], dtype: np.dtype, where: str) -> list[np.ndarray]:
     """Fresh uninitialised arrays of ``shapes``; small ones are views of shared slabs.
 
     Results of at most a quarter of a slab are carved out of shared 32 MiB slabs: one large
@@ -21,12 +34,12 @@ def outputs(shapes: Sequence[tuple[int, ...]], dtype: np.dtype) -> list[np.ndarr
     slab_bytes = _slabs.SLAB_BYTES
     small = slab_bytes // 4
     if dtype.hasobject or sum(n for n in sizes if 0 < n <= small) < 2 * small:
-        return [_slabs.empty(s, dtype) for s in shapes]
+        return [output(s, dtype, where) for s in shapes]
     outs: list[np.ndarray] = []
     slab, used = None, 0
     for shape, n in zip(shapes, sizes, strict=True):
         if not 0 < n <= small:
-            outs.append(_slabs.empty(shape, dtype))
+            outs.append(output(shape, dtype, where))
             continue
         step = -(-n // 64) * 64  # 64-byte aligned starts (slabs start aligned)
         if slab is None or used + n > len(slab):
