@@ -16,6 +16,8 @@ import numpy as np
 
 __all__ = [
     "CANONICAL_NAN_BITS",
+    "StoredNonFinite",
+    "parse_json_constant",
     "float_to_json",
     "non_finite_spelled",
     "parse_float_json",
@@ -101,6 +103,21 @@ def float_to_json(value: np.floating) -> float | str:
         return "Infinity" if value > 0 else "-Infinity"
     # numpy's str() is the shortest decimal that round-trips in the value's own precision
     return float(str(value))
+
+
+class StoredNonFinite(float):
+    """A NaN or infinity that a stored document holds as a bare JSON token (``NaN``,
+    ``Infinity``: Python's json and zarr-python write attributes so): a rewrite of the document
+    keeps it a bare number (``metadata.to_bytes``), where a new non-finite value is spelled as a
+    string. Otherwise a plain float."""
+
+    __slots__ = ()
+
+
+def parse_json_constant(token: str) -> StoredNonFinite:
+    """``json.loads``' ``parse_constant``: a bare ``NaN``/``Infinity``/``-Infinity`` token as a
+    ``StoredNonFinite``, so a rewrite can tell it from a value set since."""
+    return StoredNonFinite(token)
 
 
 def non_finite_spelled(obj: Any) -> Any:

@@ -32,7 +32,7 @@ from .chunk_key_encoding import DefaultChunkKeyEncoding, parse_chunk_key_encodin
 from .codec_specs import build_codecs, coerce_codec
 from .commit import Transaction, replace_document, wait_for_commits
 from .commit import repair as repair_writes
-from .consolidate import consolidated, consolidated_v2, group_document_bytes, refresh_v2_consolidated
+from .consolidate import consolidated, consolidated_v2, refresh_v2_consolidated
 from .dtypes import DataType, as_data_type, default_fill_value, parse_fill_value
 from .group import Group, node_from_metadata, open_existing_group, read_node_metadata, v2_ancestor
 from .metadata import ArrayMetadata, GroupMetadata, parse_node, to_bytes
@@ -639,7 +639,7 @@ def consolidate_metadata(store: Any, path: str = "", *, storage_options: dict | 
         assert zmetadata is not None
         store.set(join_path(path, CONSOLIDATED_KEY), zmetadata)
         return open_existing_group(store, path, read_only=False, use_consolidated=None)
-    replace_document(store, metadata_key(path), group_document_bytes(meta))
+    replace_document(store, metadata_key(path), to_bytes(meta))
     return Group(store, path, meta)
 
 

@@ -12,9 +12,6 @@ reader of the consolidated copy sees what a reader of the member sees.
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Mapping
-from typing import Any
 
 from ..stores import Store
 from .group import Group, read_v2_node_metadata
@@ -39,49 +36,6 @@ def consolidated(group: Group) -> GroupMetadata:
     )
 
 
-def group_document_bytes(meta: GroupMetadata) -> bytes:
-    """The ``zarr.json`` bytes of a group document rebuilt from stored documents (with its
-    consolidated copy, if any): ``to_bytes``'s, except that the attributes of the group and of
-    each inlined member keep the non-finite numbers they were parsed with (bare ``NaN``, as
-    the member's own document has it) instead of spelling them as strings."""
-    strict = to_bytes(meta)
-    members = (meta.consolidated_metadata or {}).get("metadata", {})
-    parsed = [meta.attributes, *(m.get("attributes") for m in members.values() if isinstance(m, Mapping))]
-    if not any(_holds_non_finite(a) for a in parsed):
-        return strict  # the common case: strictly valid JSON, as every other document
-    doc = json.loads(strict)
-    doc["attributes"] = _numbers_kept(doc["attributes"], meta.attributes)
-    copies = doc.get("consolidated_metadata", {}).get("metadata", {})
-    for rel, member in members.items():
-        if isinstance(member, Mapping) and "attributes" in copies.get(rel, {}):
-            copies[rel]["attributes"] = _numbers_kept(copies[rel]["attributes"], member.get("attributes"))
-    # written as the commit writes the documents it only marks: bare NaN/Infinity kept
-    return json.dumps(doc, indent=2, ensure_ascii=False).encode("utf-8")
-
-
-def _holds_non_finite(parsed: Any) -> bool:
-    """Whether parsed JSON holds a non-finite float anywhere."""
-    if isinstance(parsed, float):
-        return not math.isfinite(parsed)
-    if isinstance(parsed, Mapping):
-        return any(_holds_non_finite(v) for v in parsed.values())
-    if isinstance(parsed, list | tuple):
-        return any(_holds_non_finite(v) for v in parsed)
-    return False
-
-
-def _numbers_kept(strict: Any, parsed: Any) -> Any:
-    """``strict`` (``to_bytes``'s JSON of ``parsed``) with the non-finite floats of ``parsed``
-    put back as numbers (``to_bytes`` spells them as strings)."""
-    if isinstance(parsed, float) and not math.isfinite(parsed):
-        return float(parsed)
-    if isinstance(strict, dict) and isinstance(parsed, Mapping):
-        return {k: _numbers_kept(v, parsed.get(k)) for k, v in strict.items()}
-    if isinstance(strict, list) and isinstance(parsed, list | tuple) and len(strict) == len(parsed):
-        return [_numbers_kept(s, p) for s, p in zip(strict, parsed, strict=True)]
-    return strict
-
-
 def _root_group_metadata(store: Store, root_doc: bytes | None) -> GroupMetadata | None:
     """The root group's metadata from ``root_doc`` (else the stored document) without in-flight
     markers or consolidated copy; ``None`` when there is no root group."""
@@ -102,14 +56,14 @@ def consolidated_root_document(store: Store, root_doc: bytes | None) -> bytes | 
     meta = _root_group_metadata(store, root_doc)
     if meta is None:
         return root_doc
-    return group_document_bytes(consolidated(Group(store, "", meta, use_consolidated=False)))
+    return to_bytes(consolidated(Group(store, "", meta, use_consolidated=False)))
 
 
 def unconsolidated_root_document(store: Store, root_doc: bytes | None) -> bytes | None:
     """The root group's document without consolidated metadata (nor in-flight markers), for a
     commit that could not list its members; ``root_doc`` as is when the root is not a group."""
     meta = _root_group_metadata(store, root_doc)
-    return root_doc if meta is None else group_document_bytes(meta)
+    return root_doc if meta is None else to_bytes(meta)
 
 
 def consolidated_v2(store: Store, path: str = "") -> bytes | None:

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..codecs import ChunkSpec, Codec, CodecChain, codec_from_json
 from ..errors import InterruptedWriteError, MetadataError, UnknownFieldError, Zarr3Error
+from ..numeric_json import StoredNonFinite, parse_json_constant
 from ._extension import parse_extension
 from .chunk_grid import ChunkGrid, parse_chunk_grid
 from .chunk_key_encoding import ChunkKeyEncoding, parse_chunk_key_encoding
@@ -98,7 +99,7 @@ def load_json(data: bytes | bytearray | memoryview | str, key: str) -> Any:
     ``MetadataError`` naming ``key`` when it is not UTF-8 JSON or is nested too deeply."""
     try:
         text = data if isinstance(data, str) else bytes(data).decode("utf-8")
-        doc = json.loads(text)
+        doc = json.loads(text, parse_constant=parse_json_constant)
     except RecursionError:  # the C scanner's own guard: the stack has unwound, nothing is lost
         raise MetadataError(f"{key}: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
     except (UnicodeDecodeError, ValueError) as e:
@@ -466,13 +467,16 @@ def parse_node(data: bytes | bytearray | memoryview | str, path: str) -> ArrayMe
 
 
 def _jsonable(obj: Any, where: str) -> Any:
-    """``obj`` with numpy values made plain and non-finite floats spelled as strings."""
+    """``obj`` with numpy values made plain and non-finite floats spelled as strings, except
+    those a stored document held as bare tokens (``StoredNonFinite``)."""
     if obj is None or (isinstance(obj, str | bool | int) and not isinstance(obj, np.generic)):
         return obj
     if isinstance(obj, np.bool_):
         return bool(obj)
     if isinstance(obj, np.integer):
         return int(obj)
+    if isinstance(obj, StoredNonFinite):
+        return obj  # a bare token in the document it came from: written back the same way
     if isinstance(obj, float | np.floating):
         value = float(obj)
         if math.isnan(value):
@@ -497,6 +501,8 @@ def _jsonable(obj: Any, where: str) -> Any:
 
 
 def to_bytes(meta: ArrayMetadata | GroupMetadata) -> bytes:
-    """The ``zarr.json`` bytes of ``meta``: deterministic, UTF-8, indent 2, strictly valid JSON."""
-    doc = _jsonable(meta.to_json(), "zarr.json")
-    return json.dumps(doc, indent=2, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    """The ``zarr.json`` bytes of ``meta``: deterministic, UTF-8, indent 2, strictly valid JSON
+    unless it keeps bare ``NaN``/``Infinity`` tokens that the stored document it was read from
+    already held (attributes zarr-python wrote: spelling them as strings would change them)."""
+    doc = _jsonable(meta.to_json(), "zarr.json")  # only StoredNonFinite values remain non-finite
+    return json.dumps(doc, indent=2, ensure_ascii=False).encode("utf-8")

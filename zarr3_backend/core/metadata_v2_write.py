@@ -232,7 +232,7 @@ def node_documents(path: str, meta: ArrayMetadata | GroupMetadata) -> dict[str, 
 def metadata_from_documents(path: str, docs: Mapping[str, bytes]) -> ArrayMetadata | GroupMetadata:
     """The metadata a reader of ``node_documents(path, meta)`` sees (the inverse)."""
     if metadata_key(path) in docs:
-        return parse_node_json(json.loads(docs[metadata_key(path)]), path)
+        return parse_node_json(load_json(docs[metadata_key(path)], metadata_key(path)), path)
     attrs = json.loads(docs[join_path(path, ATTRS_KEY)])
     if join_path(path, ARRAY_KEY) in docs:
         return parse_node_json(
