@@ -40,6 +40,7 @@ from ..core.paths import (
     validate_new_node_path,
 )
 from ..errors import CodecError, InvalidKeyError, MetadataError, Zarr3Error
+from ..numeric_json import non_finite_spelled
 from ..stores.base import Store
 from ._common import EXIT_ERROR, emit_json, json_option, store_for, typed_errors
 
@@ -241,9 +242,14 @@ def apply_migration(store: Store, plan: Plan, root: str = "") -> None:
 
 
 def document_bytes(node: NodePlan) -> bytes:
-    """A node's new ``zarr.json`` as this package writes every v3 document (strict JSON: a
-    non-finite number in the v2 attributes is spelled as a string, as v3 fill values are)."""
-    return to_bytes(parse_node_json(node.document, node.path))
+    """A node's new ``zarr.json`` as this package writes a new v3 document: strict JSON, a
+    non-finite number in the v2 attributes spelled as a string, as v3 fill values are (a
+    rewrite keeps another writer's bare tokens; a migration writes a new document, which
+    tensorstore must be able to open)."""
+    doc = dict(node.document)
+    if "attributes" in doc:
+        doc["attributes"] = non_finite_spelled(doc["attributes"])
+    return to_bytes(parse_node_json(doc, node.path))
 
 
 def _check_documents(plan: Plan) -> None:
