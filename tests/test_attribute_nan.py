@@ -54,3 +54,34 @@ def test_group_attributes_and_consolidated_copies_keep_them_too():
     root = z3.open_group(store, mode="r", use_consolidated=True)
     assert math.isnan(root.attrs["missing"]) and root.attrs["title"] == "t"
     assert math.isnan(root["a"].attrs["missing"]) and root["a"].attrs["top"] == math.inf
+
+
+def test_a_v2_attribute_update_keeps_them_in_zattrs_and_zmetadata():
+    """Zarr v2 as zarr-python 2 writes it: bare NaN in ``.zattrs`` (and its ``.zmetadata``
+    copy) stays a number when another attribute is written; a new NaN is spelled ``"NaN"``."""
+    store = MemoryStore()
+    store.set(".zgroup", b'{"zarr_format": 2}')
+    store.set(
+        "x/.zarray",
+        json.dumps(
+            {
+                "zarr_format": 2,
+                "shape": [4],
+                "chunks": [2],
+                "dtype": "<f4",
+                "compressor": None,
+                "fill_value": None,
+                "order": "C",
+                "filters": None,
+            }
+        ).encode(),
+    )
+    store.set("x/.zattrs", b'{"missing": NaN}')
+    z3.consolidate_metadata(store)
+    a = z3.open_array(store, path="x", mode="r+")
+    a.attrs["units"] = "K"
+    a.attrs["new"] = float("nan")
+    zattrs = json.loads(store.get("x/.zattrs"))
+    assert math.isnan(zattrs["missing"]) and zattrs["units"] == "K" and zattrs["new"] == "NaN"
+    assert math.isnan(json.loads(store.get(".zmetadata"))["metadata"]["x/.zattrs"]["missing"])
+    assert math.isnan(z3.open_array(store, path="x", mode="r").attrs["missing"])

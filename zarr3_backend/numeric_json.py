@@ -120,14 +120,17 @@ def parse_json_constant(token: str) -> StoredNonFinite:
     return StoredNonFinite(token)
 
 
-def non_finite_spelled(obj: Any) -> Any:
+def non_finite_spelled(obj: Any, keep_stored: bool = False) -> Any:
     """``obj`` (parsed JSON: dicts, lists, scalars) with every non-finite float spelled as the
-    specs spell it (``"NaN"``, ``"Infinity"``, ``"-Infinity"``): what ``json.dumps(...,
-    allow_nan=False)`` then writes is strictly valid JSON that the other libraries read back."""
+    specs spell it (``"NaN"``, ``"Infinity"``, ``"-Infinity"``): what ``json.dumps`` then writes
+    is strictly valid JSON that the other libraries read back. With ``keep_stored``, the bare
+    tokens a stored document held (``StoredNonFinite``) stay numbers: a rewrite keeps them."""
     if isinstance(obj, float) and not math.isfinite(obj):
+        if keep_stored and isinstance(obj, StoredNonFinite):
+            return obj
         return "NaN" if math.isnan(obj) else ("Infinity" if obj > 0 else "-Infinity")
     if isinstance(obj, dict):
-        return {k: non_finite_spelled(v) for k, v in obj.items()}
+        return {k: non_finite_spelled(v, keep_stored) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [non_finite_spelled(v) for v in obj]
+        return [non_finite_spelled(v, keep_stored) for v in obj]
     return obj

@@ -11,8 +11,6 @@ reader of the consolidated copy sees what a reader of the member sees.
 
 from __future__ import annotations
 
-import json
-
 from ..stores import Store
 from .group import Group, read_v2_node_metadata
 from .metadata import WRITE_IN_PROGRESS_FIELD, GroupMetadata, load_json, to_bytes
@@ -76,11 +74,11 @@ def consolidated_v2(store: Store, path: str = "") -> bytes | None:
     group = Group(store, path, meta, use_consolidated=False)
     entries: dict[str, object] = {}
     for key, raw in node_documents("", meta).items():
-        entries[key] = json.loads(raw)
+        entries[key] = load_json(raw, key)
     entries = {GROUP_KEY: entries.pop(GROUP_KEY), **entries}  # zarr-python's order
     for rel, node in sorted(group.members(max_depth=None).items()):
         for key, raw in node_documents(rel, node.metadata).items():
-            entries[key] = json.loads(raw)
+            entries[key] = load_json(raw, key)
     return consolidated_document(entries)
 
 

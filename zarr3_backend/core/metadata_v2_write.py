@@ -208,13 +208,16 @@ def zarray_document(
 # ---- documents ------------------------------------------------------------------------------------
 def _attributes(meta: ArrayMetadata | GroupMetadata) -> dict[str, Any]:
     """The attributes as ``zarr.json`` would hold them (numpy values plain, checked JSON)."""
-    return json.loads(to_bytes(GroupMetadata(attributes=dict(meta.attributes))))["attributes"]
+    # load_json: the bare tokens to_bytes kept (stored ones) stay StoredNonFinite for _dump
+    return load_json(to_bytes(GroupMetadata(attributes=dict(meta.attributes))), ATTRS_KEY)["attributes"]
 
 
-def _dump(doc: Any) -> bytes:
+def _dump(doc: Any, attributes: bool = False) -> bytes:
     """A v2 document as strictly valid JSON: non-finite numbers (a ``fill_value`` zarr-python
-    2 wrote as a bare ``Infinity``) are spelled as v2 spells them."""
-    return json.dumps(non_finite_spelled(doc), indent=2, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    2 wrote as a bare ``Infinity``) are spelled as v2 spells them, except, in ``.zattrs``
+    (``attributes``), values a stored document held as bare tokens (zarr-python 2 writes NaN
+    attributes so): spelled as strings they would turn into text."""
+    return json.dumps(non_finite_spelled(doc, attributes), indent=2, ensure_ascii=False).encode("utf-8")
 
 
 def node_documents(path: str, meta: ArrayMetadata | GroupMetadata) -> dict[str, bytes]:
@@ -223,7 +226,7 @@ def node_documents(path: str, meta: ArrayMetadata | GroupMetadata) -> dict[str, 
     reader finds a node by the latter, and must then find its attributes)."""
     if not is_v2(meta):
         return {metadata_key(path): to_bytes(meta)}
-    attrs = _dump(_attributes(meta))
+    attrs = _dump(_attributes(meta), attributes=True)
     if isinstance(meta, ArrayMetadata):
         return {join_path(path, ATTRS_KEY): attrs, join_path(path, ARRAY_KEY): _dump(zarray_document(meta))}
     return {join_path(path, ATTRS_KEY): attrs, join_path(path, GROUP_KEY): _dump(ZGROUP)}
@@ -233,12 +236,11 @@ def metadata_from_documents(path: str, docs: Mapping[str, bytes]) -> ArrayMetada
     """The metadata a reader of ``node_documents(path, meta)`` sees (the inverse)."""
     if metadata_key(path) in docs:
         return parse_node_json(load_json(docs[metadata_key(path)], metadata_key(path)), path)
-    attrs = json.loads(docs[join_path(path, ATTRS_KEY)])
-    if join_path(path, ARRAY_KEY) in docs:
-        return parse_node_json(
-            array_document(json.loads(docs[join_path(path, ARRAY_KEY)]), attrs, path), path
-        )
-    return parse_node_json(group_document(json.loads(docs[join_path(path, GROUP_KEY)]), attrs, path), path)
+    attrs = load_json(docs[join_path(path, ATTRS_KEY)], join_path(path, ATTRS_KEY))
+    array_key, group_key = join_path(path, ARRAY_KEY), join_path(path, GROUP_KEY)
+    if array_key in docs:
+        return parse_node_json(array_document(load_json(docs[array_key], array_key), attrs, path), path)
+    return parse_node_json(group_document(load_json(docs[group_key], group_key), attrs, path), path)
 
 
 def v2_array_metadata(
@@ -264,9 +266,10 @@ def is_v2_document_key(key: str) -> bool:
 
 def consolidated_document(entries: Mapping[str, Any]) -> bytes:
     """A ``.zmetadata`` holding ``entries`` (``{"a/.zarray": {...}, ...}``, parsed), in the form
-    zarr-python writes; non-finite numbers (bare ``NaN`` in a stored one) spelled as v2 spells them."""
-    doc = {"metadata": dict(entries), "zarr_consolidated_format": 1}
-    return json.dumps(non_finite_spelled(doc), allow_nan=False).encode()
+    zarr-python writes; non-finite numbers spelled as v2 spells them, except attributes the
+    stored ``.zattrs`` held as bare tokens (kept, as in the documents themselves)."""
+    spelled = {k: non_finite_spelled(v, k.rpartition("/")[2] == ATTRS_KEY) for k, v in entries.items()}
+    return json.dumps({"metadata": spelled, "zarr_consolidated_format": 1}).encode()
 
 
 def patched_consolidated(zmetadata: bytes, group_path: str, docs: Mapping[str, bytes]) -> bytes | None:
@@ -279,6 +282,6 @@ def patched_consolidated(zmetadata: bytes, group_path: str, docs: Mapping[str, b
     changed = False
     for key, raw in docs.items():
         if key.startswith(prefix) and is_v2_document_key(key) and not key.endswith(CONSOLIDATED_KEY):
-            doc["metadata"][key[len(prefix) :]] = json.loads(raw)
+            doc["metadata"][key[len(prefix) :]] = load_json(raw, key)
             changed = True
     return consolidated_document(doc["metadata"]) if changed else None
