@@ -136,7 +136,7 @@ def _stream_regions(
     read_part: Callable[[int, list[Any]], None],
 ) -> list[int]:
     """Read every region in ``which`` whose shard read is one step (``ShardView.plan``): all
-    their byte ranges streamed in one store call, each region handed to ``read_part`` on a CPU
+    their byte ranges streamed in one store call, each region handed to ``read_part`` on a pool
     worker once its last range has landed (at most the decode window of landed bytes waiting).
     Returns the regions left to read one by one (missing shards, nested reads, bad indexes)."""
     left: list[int] = []
