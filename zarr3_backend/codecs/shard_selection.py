@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from .. import indexing
+from ..errors import CodecError
 
 
 def inner_indexer(selection: Any, shard_shape: Sequence[int], chunk_shape: Sequence[int]) -> indexing.Indexer:
@@ -34,6 +35,19 @@ def inner_indexer(selection: Any, shard_shape: Sequence[int], chunk_shape: Seque
         for axis, n in enumerate(shard_shape)
     )
     return indexing.vectorized_indexer(coords, shard_shape, chunk_shape)
+
+
+def output_indexer(
+    selection: Any, shard_shape: Sequence[int], chunk_shape: Sequence[int], out: np.ndarray | None
+) -> indexing.Indexer:
+    """``inner_indexer``, refusing an output array ``out`` (when given) that does not have the
+    selection's shape: every region read into a caller's array checks it so."""
+    indexer = inner_indexer(selection, shard_shape, chunk_shape)
+    if out is not None and out.shape != indexer.shape:
+        raise CodecError(
+            f"codec 'sharding_indexed': output of shape {out.shape} for a selection of shape {indexer.shape}"
+        )
+    return indexer
 
 
 def _as_orthogonal(sel: tuple) -> tuple | None:

@@ -33,7 +33,7 @@ from .shard_index import (
     index_spec,
     whole_shard_index,
 )
-from .shard_selection import inner_indexer
+from .shard_selection import inner_indexer, output_indexer
 
 
 def _default_inner_codecs() -> list[Codec]:
@@ -289,11 +289,7 @@ class ShardingCodec(ArrayBytesCodec):
         layout = self.layout(spec)
         view = as_bytes_view(data)
         index = whole_shard_index(layout, view)
-        indexer = inner_indexer(selection, layout.shard_shape, layout.chunk_shape)
-        if out.shape != indexer.shape:
-            raise CodecError(
-                f"codec 'sharding_indexed': output of shape {out.shape} for a selection of shape {indexer.shape}"
-            )
+        indexer = output_indexer(selection, layout.shard_shape, layout.chunk_shape, out)
         present: list[tuple[indexing.ChunkProjection, int, int]] = []
         for q in indexer:
             off, nb = int(index[q.chunk_coords][0]), int(index[q.chunk_coords][1])

@@ -29,7 +29,7 @@ from ..codecs.shard_index import (
     merge_ranges,
     outside_error,
 )
-from ..codecs.shard_selection import inner_indexer
+from ..codecs.shard_selection import inner_indexer, output_indexer
 from ..errors import CodecError, CorruptionError
 from ..indexing import whole_chunk_target
 from ..stores.base import PositionedReader, Store
@@ -189,11 +189,7 @@ class ShardView:
         """
         layout = self.layout
         spec = layout.inner.spec
-        indexer = inner_indexer(selection, layout.shard_shape, layout.chunk_shape)
-        if out is not None and out.shape != indexer.shape:
-            raise CodecError(
-                f"codec 'sharding_indexed': output of shape {out.shape} for a selection of shape {indexer.shape}"
-            )
+        indexer = output_indexer(selection, layout.shard_shape, layout.chunk_shape, out)
         if math.prod(indexer.shape) == 0:
             return np.empty(indexer.shape, dtype=spec.dtype) if out is None else out
         if index is None:
@@ -289,12 +285,7 @@ class ShardView:
         direct: Run = []
         staged: list[tuple[int, indexing.ChunkProjection, np.ndarray]] = []
         for selection, out in jobs:
-            indexer = inner_indexer(selection, layout.shard_shape, layout.chunk_shape)
-            if out.shape != indexer.shape:
-                raise CodecError(
-                    f"codec 'sharding_indexed': output of shape {out.shape} for a selection of "
-                    f"shape {indexer.shape}"
-                )
+            indexer = output_indexer(selection, layout.shard_shape, layout.chunk_shape, out)
             same_dtype = wire == out.dtype
             for q in indexer:
                 off, nb = (int(x) for x in index[q.chunk_coords])
