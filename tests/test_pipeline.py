@@ -123,6 +123,52 @@ def test_regions_in_many_shards_are_fetched_in_one_batched_call():
     assert store.calls == [("get_partial_values", 16), ("stream", 16)]
 
 
+def test_regions_of_one_shard_share_requests_closer_than_the_coalescing_gap():
+    """Ranges of different regions in one shard are merged by the store's coalescing gap into
+    one request; each region still gets exactly its own bytes."""
+    store = StreamingStore()
+    _, data = _array(store, chunks=(8, 8), shards=(32, 32), compressors=None)  # 512-byte inner chunks
+    reopened = z3.open_array(store, mode="r+")
+    # inner chunks (0, 0), (2, 2) and (3, 0) of shard (0, 0): stored 1st, 11th and 13th, so
+    # about 4.3 KiB, then 0.25 KiB apart (each region's last range reads on over the 260-byte index)
+    regions = [(slice(0, 8), slice(0, 8)), (slice(16, 24), slice(16, 24)), (slice(24, 32), slice(2, 6))]
+    for gap, requests in [(8192, 1), (1024, 2), (0, 3)]:
+        with settings.using(coalesce_gap=gap):
+            store.calls.clear()
+            got = reopened.get_regions(regions)
+        assert [c for c in store.calls if c[0] == "stream"] == [("stream", requests)], gap
+        for g, r in zip(got, regions, strict=True):
+            np.testing.assert_array_equal(g, data[r])
+
+
+def test_merge_key_ranges_answers_each_range_from_its_request():
+    from zarr3_backend.byte_range import ByteRange
+    from zarr3_backend.core.shard_reads import merge_key_ranges
+
+    key_ranges = [
+        ("a", ByteRange(100, 10)),
+        ("b", ByteRange(0, 5)),
+        ("a", ByteRange(0, 10)),
+        ("a", ByteRange(15, 10)),  # 5 bytes after the one before: merged by a gap of 5
+        ("a", ByteRange(5, 3)),  # inside another range
+        ("a", ByteRange.suffix(4)),  # open-ended: a request of its own
+    ]
+    requests, pieces = merge_key_ranges(key_ranges, 5)
+    values = {"a": bytes(range(200)), "b": b"0123456789"}
+    answered = {}
+    for (key, r), ps in zip(requests, pieces, strict=True):
+        value = memoryview(r.apply(values[key]))
+        for pos, start, length in ps:
+            answered[pos] = bytes(value[start : None if length < 0 else start + length])
+    assert answered == {i: r.apply(values[k]) for i, (k, r) in enumerate(key_ranges)}
+    assert sorted((k, r.offset, r.length) for k, r in requests) == [
+        ("a", -4, None),
+        ("a", 0, 25),
+        ("a", 100, 10),
+        ("b", 0, 5),
+    ]
+
+
 class _DecodeWatchingStore(StreamingStore):
     """Streams ranges one by one; after the first it waits until an inner chunk was decoded."""
 

@@ -11,7 +11,8 @@ import numpy as np
 
 from .._threads import map_bounded, pool_size, thread_map
 from ..byte_range import ByteRange
-from ..codecs.shard_index import ShardLayout
+from ..codecs.base import as_bytes_view
+from ..codecs.shard_index import ShardLayout, merge_ranges
 from ..errors import CodecError, CorruptionError
 from .shard_view import ShardView, read_indexes
 
@@ -118,7 +119,7 @@ def read_regions(pipe: ChunkPipeline, parts: list[Item]) -> None:
     if not store.inline_io:
         # stores with costly requests: the inner chunks of every region go out at once
         # (requests_in_flight at a time), each region decoded as soon as its bytes are in
-        rest = _stream_regions(pipe, parts, keys, indexes, views, rest, read_part)
+        rest = _stream_regions(pipe, parts, keys, indexes, views, rest, read_part, gap())
     # local files: reads are cheap system calls, so CPU-many threads beat a GIL convoy of 32
     kind = "cpu" if store.inline_io else "io"
     tasks: list[Callable[[], None]] = [lambda k=k: read_shard(k) for k in by_shard]
@@ -134,10 +135,12 @@ def _stream_regions(
     views: dict[str, ShardView],
     which: list[int],
     read_part: Callable[[int, list[Any]], None],
+    gap: int,
 ) -> list[int]:
     """Read every region in ``which`` whose shard read is one step (``ShardView.plan``): all
-    their byte ranges streamed in one store call, each region handed to ``read_part`` on a pool
-    worker once its last range has landed (at most the decode window of landed bytes waiting).
+    their byte ranges streamed in one store call, ranges of one shard closer than ``gap`` merged
+    across regions (``merge_key_ranges``), each region handed to ``read_part`` on a pool worker
+    once its last range has landed (at most the decode window of landed bytes waiting).
     Returns the regions left to read one by one (missing shards, nested reads, bad indexes)."""
     left: list[int] = []
     key_ranges: list[tuple[str, ByteRange]] = []
@@ -162,15 +165,21 @@ def _stream_regions(
     if not key_ranges:
         return left
 
+    requests, pieces = merge_key_ranges(key_ranges, gap)
+
     def regions() -> Iterator[tuple[int, list[Any]]]:
         held: dict[int, list[Any]] = {}
-        for pos, value in pipe.store.stream_partial_values(key_ranges):
-            i = owner[pos]
-            values = held.setdefault(i, [None] * count[i])
-            values[pos - first[i]] = value
-            count[i] -= 1
-            if count[i] == 0:
-                yield i, held.pop(i)
+        for landed, value in pipe.store.stream_partial_values(requests):
+            view = None if value is None else as_bytes_view(value)
+            for pos, start, length in pieces[landed]:
+                i = owner[pos]
+                values = held.setdefault(i, [None] * count[i])
+                values[pos - first[i]] = (
+                    None if view is None else view[start : None if length < 0 else start + length]
+                )
+                count[i] -= 1
+                if count[i] == 0:
+                    yield i, held.pop(i)
 
     def weight(region: tuple[int, list[Any]]) -> int:
         return sum(len(v) for v in region[1] if v is not None)
@@ -180,3 +189,35 @@ def _stream_regions(
     kind = "cpu" if len(count) >= pool_size("cpu") else "io"
     map_bounded(lambda region: read_part(*region), regions(), weight, pipe.decode_window(), kind=kind)
     return left
+
+
+#: (position of a range, where it starts in its request's value, its length or -1: to the end)
+Piece = tuple[int, int, int]
+
+
+def merge_key_ranges(
+    key_ranges: list[tuple[str, ByteRange]], gap: int
+) -> tuple[list[tuple[str, ByteRange]], list[list[Piece]]]:
+    """One request for each run of bounded ranges of one key closer than ``gap`` bytes (the
+    store's ``coalesce_gap``: a request costs more than the bytes between), and for each
+    request the ranges it answers (open-ended ranges are requests of their own). Ranges from
+    different regions of one shard share a request this way; a short answer (the value ends
+    early) gives short pieces, as the ranges would get alone."""
+    requests: list[tuple[str, ByteRange]] = []
+    pieces: list[list[Piece]] = []
+    by_key: dict[str, list[int]] = {}
+    for pos, (key, r) in enumerate(key_ranges):
+        if r.length is None or r.is_suffix:
+            requests.append((key, r))
+            pieces.append([(pos, 0, -1)])
+        else:
+            by_key.setdefault(key, []).append(pos)
+    for key, positions in by_key.items():
+        bounded = [(key_ranges[p][1].offset, key_ranges[p][1].length) for p in positions]
+        spans, placement = merge_ranges(bounded, gap)  # type: ignore[arg-type]
+        base = len(requests)
+        requests.extend((key, ByteRange(off, n)) for off, n in spans)
+        pieces.extend([] for _ in spans)
+        for p, (_, n), (span, start) in zip(positions, bounded, placement, strict=True):
+            pieces[base + span].append((p, start, n))  # type: ignore[arg-type]
+    return requests, pieces
