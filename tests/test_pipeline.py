@@ -297,3 +297,50 @@ def test_one_region_inside_a_shard_decodes_its_inner_chunks_on_every_cpu_worker(
     with settings.using(cpu_threads=2):
         np.testing.assert_array_equal(reopened[1:31, 1:31], data[1:31, 1:31])
     assert len(threads) >= 2
+
+
+def test_map_bounded_runs_every_item_within_the_limit_and_stops_at_the_first_error():
+    """The pool behind every streamed read: all items run, the weight handed out and not yet
+    finished stays within the limit (one item always goes), and a failing call closes the
+    producer and is raised after the running calls finished."""
+    from zarr3_backend import _threads
+
+    lock = threading.Lock()
+    held, peak, done = 0, 0, []
+
+    def run(x):
+        nonlocal held
+        with lock:
+            done.append(x)
+        threading.Event().wait(0.001 * (x % 3))
+        with lock:
+            held -= x
+
+    def produce(n):
+        nonlocal held, peak
+        for x in range(1, n + 1):
+            with lock:  # counted from when it is handed out (it may wait for room, then run)
+                held += x
+                peak = max(peak, held)
+            yield x
+
+    with settings.using(cpu_threads=2):
+        _threads.map_bounded(run, produce(60), lambda x: x, 100, kind="cpu")
+    assert sorted(done) == list(range(1, 61))
+    assert held == 0 and peak <= 100 + 60  # the item waiting for room is counted too
+
+    closed = threading.Event()
+
+    def failing():
+        try:
+            yield from range(1000)
+        finally:
+            closed.set()
+
+    def boom(x):
+        if x == 5:
+            raise ValueError("item 5")
+
+    with settings.using(cpu_threads=2), pytest.raises(ValueError, match="item 5"):
+        _threads.map_bounded(boom, failing(), lambda x: 1, 4, kind="cpu")
+    assert closed.is_set()

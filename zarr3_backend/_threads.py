@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import contextvars
 import os
+import queue
 import threading
 from collections.abc import Callable, Generator, Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 import numpy as np
@@ -137,37 +138,40 @@ def map_bounded(
         for item in items:
             fn(item)
         return
+    # finished calls are queued by their done-callbacks: the intake settles exactly those, so
+    # its bookkeeping per item does not grow with the number of calls running
+    finished: queue.SimpleQueue[Future] = queue.SimpleQueue()
     running: dict[Future, int] = {}
     held = 0
     error: BaseException | None = None
 
-    def settle(done: Iterable[Future]) -> None:
+    def settle(f: Future) -> None:
         nonlocal held, error
-        for f in done:
-            held -= running.pop(f)
-            exc = f.exception()
-            if exc is not None and error is None:
-                error = exc
+        held -= running.pop(f)
+        exc = f.exception()
+        if exc is not None and error is None:
+            error = exc
 
     iterator = iter(items)
     try:
         for item in iterator:
             w = weight(item)
             while running and held + w > limit:
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
-                settle(done)
+                settle(finished.get())
             if error is not None:
                 break
-            running[_submit(kind, size, fn, item)] = w
+            f = _submit(kind, size, fn, item)
+            running[f] = w
             held += w
-            if error is None:
-                settle([f for f in running if f.done()])
+            f.add_done_callback(finished.put)
+            while error is None and not finished.empty():
+                settle(finished.get())
             if error is not None:
                 break
     finally:
         if error is not None and isinstance(iterator, Generator):
             iterator.close()  # a producer of landing values: its outstanding requests stop
-        done, _ = wait(list(running))
-        settle(done)
+        while running:
+            settle(finished.get())
     if error is not None:
         raise error
