@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import sys
+import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
@@ -101,8 +102,8 @@ class ByteGate:
 
 class _Stream:
     """The loop-side state of one ``stream_bounded`` call: which calls have started, the tasks
-    still running, and the first give-up failure. Touched only on the loop's thread (the
-    consumer reaches it through ``call_soon_threadsafe``), except ``landed``, a thread-safe queue."""
+    still running, and the first give-up failure. Touched only on the loop's thread, except
+    ``landed`` (a thread-safe queue) and what ``took`` hands over under its lock."""
 
     def __init__(
         self,
@@ -118,6 +119,11 @@ class _Stream:
         self.closed = False
         self.fatal: BaseException | None = None
         self.tasks: dict[int, asyncio.Task[None]] = {}
+        # calls whose results the consumer took, for the loop to act on: one wake-up of the loop
+        # carries all taken since the last one (a wake-up costs the consumer a GIL hand-off)
+        self._taken: list[int] = []
+        self._wake_pending = False
+        self._taken_lock = threading.Lock()
 
     async def _one(self, i: int) -> None:
         try:
@@ -142,12 +148,29 @@ class _Stream:
             self.tasks[i] = task
             task.add_done_callback(lambda _, i=i: self.tasks.pop(i, None))
 
-    def taken(self, i: int, gate: ByteGate | None) -> None:
-        """The consumer took call ``i``'s result (on the loop's thread): its body's bytes leave
-        ``gate``, and one more request may start."""
+    def took(self, i: int, gate: ByteGate | None) -> None:
+        """The consumer took call ``i``'s result (on the consumer's thread): the loop is woken to
+        let its body's bytes leave ``gate`` and start one more request, unless a wake-up is
+        already on its way (it then handles this one too) or there is nothing left to do."""
+        if gate is None and self.next >= len(self.calls):
+            return  # every request has started and no bytes are held (``next`` only grows)
+        with self._taken_lock:
+            self._taken.append(i)
+            if self._wake_pending:
+                return
+            self._wake_pending = True
+        self.loop.call_soon_threadsafe(self._taken_by_consumer, gate)
+
+    def _taken_by_consumer(self, gate: ByteGate | None) -> None:
+        """On the loop's thread: the calls taken since the last wake-up leave ``gate``, and as
+        many more requests may start."""
+        with self._taken_lock:
+            taken, self._taken = self._taken, []
+            self._wake_pending = False
         if gate is not None:
-            gate.leave(i)
-        self.start(1)
+            for i in taken:
+                gate.leave(i)
+        self.start(len(taken))
 
     def cancel(self) -> list[asyncio.Task[None]]:
         """Stop sending and cancel what is outstanding (on the loop's thread)."""
@@ -190,7 +213,7 @@ def stream_bounded(
         while taken < n:
             i, result = stream.landed.get()
             taken += 1
-            loop.call_soon_threadsafe(stream.taken, i, gate)  # one wake-up of the loop per value
+            stream.took(i, gate)
             yield i, result
     finally:
         if taken < n:
