@@ -28,6 +28,7 @@ from zarr3_backend.dask.alignment import (
 )
 from zarr3_backend.dask.read import from_array
 from zarr3_backend.errors import ChunkAlignmentError, CodecError, MetadataError, ShapeError
+from zarr3_backend.stores import MemoryStore
 
 FIXTURES = Path(__file__).parent / "fixtures" / "zarr34"
 STORE = FIXTURES / "store"
@@ -205,6 +206,39 @@ def test_dask_inner_chunks_of_a_sharded_rectilinear_array() -> None:
     d = from_array(a, chunks="chunks")
     assert d.chunks == ((2, 2, 2, 2, 2, 2), (2, 2))
     assert np.array_equal(d.compute(), np.load(FIXTURES / "rectilinear_sharded.npy"))
+
+
+def test_inner_chunks_of_a_sharded_rectilinear_array_behind_a_transpose() -> None:
+    """The read chunk of a sharded rectilinear array is its inner chunk in the array's axes,
+    also with a transpose before the sharding codec, and dask's "chunks" cut shards by it."""
+    data = np.arange(80, dtype="i4").reshape(10, 8)
+    transpose = {"name": "transpose", "configuration": {"order": [1, 0]}}
+    sharding = {
+        "name": "sharding_indexed",
+        "configuration": {"chunk_shape": [4, 2], "codecs": [{"name": "bytes"}]},
+    }
+    for kwargs in (
+        {"chunks": (2, 4), "shards": [[4, 6], [8]]},
+        {"chunks": [[4, 6], [8]], "codecs": [transpose, sharding]},  # inner [4, 2] stored transposed
+    ):
+        a = z3.create_array(MemoryStore(), shape=data.shape, dtype=data.dtype, **kwargs)
+        a[...] = data
+        assert a.chunks == (2, 4)
+        d = from_array(a, chunks="chunks")
+        assert d.chunks == ((2, 2, 2, 2, 2), (4, 4))
+        assert np.array_equal(d.compute(), data)
+
+
+def test_undo_transposes_matches_numpy() -> None:
+    from zarr3_backend.codecs.transpose import undo_transposes
+
+    x = np.empty((2, 3, 5, 7))
+    orders = [(2, 0, 3, 1), (1, 3, 0, 2)]
+    y = x
+    for order in orders:  # what the codecs do to a chunk, in chain order
+        y = y.transpose(order)
+    assert undo_transposes(orders, y.shape) == x.shape
+    assert undo_transposes([], (4, 5)) == (4, 5)
 
 
 # --- writing as zarr-python 3.4 does ------------------------------------------------------------

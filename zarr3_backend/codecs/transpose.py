@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar
@@ -66,3 +66,15 @@ class TransposeCodec(ArrayArrayCodec):
     def decode(self, chunk: np.ndarray, spec: ChunkSpec) -> np.ndarray:
         """A view of ``chunk`` with the decoded (``spec``) axis order."""
         return np.asarray(chunk).transpose(self.inverse)
+
+
+def undo_transposes(orders: Sequence[Sequence[int]], shape: Sequence[int]) -> tuple[int, ...]:
+    """``shape``, given in the axes after transposes ``orders`` (in chain order), in the axes
+    before the first: e.g. a sharding codec's inner chunk shape in the array's axis order."""
+    out = tuple(shape)
+    for order in reversed(orders):
+        back = [0] * len(out)
+        for axis, size in zip(order, out, strict=True):  # encoded axis i is decoded axis order[i]
+            back[axis] = size
+        out = tuple(back)
+    return out

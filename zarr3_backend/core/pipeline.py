@@ -19,7 +19,7 @@ import numpy as np
 from .._threads import thread_map
 from ..codecs import CodecChain
 from ..codecs.sharding import ShardingCodec
-from ..codecs.transpose import TransposeCodec
+from ..codecs.transpose import TransposeCodec, undo_transposes
 from ..errors import CorruptionError
 from ..settings import Settings
 from ..stores.base import Store
@@ -64,21 +64,23 @@ class ChunkPipeline:
         return self._key_prefix + self._key_encoding.encode_chunk_key(coords)
 
     @property
-    def read_chunk_shape(self) -> tuple[int, ...]:
-        """The read chunk: the inner chunk shape when sharded (in the array's axis order, also
-        when transposes come before the sharding codec), else the chunk grid's shape."""
-        storage = self.metadata.chunk_grid.chunk_shape
+    def inner_chunk_shape(self) -> tuple[int, ...] | None:
+        """The sharding codec's inner chunk shape in the array's axis order (transposes before
+        it undone); ``None`` when not sharded, or when another array->array codec comes first
+        (inner chunks then have no shape in array coordinates)."""
         if self.sharding is None:
-            return storage
-        inner = tuple(self.sharding.chunk_shape)
-        for c in reversed(self.chain.array_array):
-            if not isinstance(c, TransposeCodec):  # no inner chunk in array coordinates
-                return storage
-            back = [0] * len(inner)
-            for axis, size in zip(c.order, inner, strict=True):
-                back[axis] = size
-            inner = tuple(back)
-        return inner
+            return None
+        before = self.chain.array_array
+        if not all(isinstance(c, TransposeCodec) for c in before):
+            return None
+        return undo_transposes([c.order for c in before], self.sharding.chunk_shape)  # type: ignore[attr-defined]
+
+    @property
+    def read_chunk_shape(self) -> tuple[int, ...]:
+        """The read chunk: the inner chunk shape when sharded (``inner_chunk_shape``), else the
+        chunk grid's shape."""
+        inner = self.inner_chunk_shape
+        return self.metadata.chunk_grid.chunk_shape if inner is None else inner
 
     @property
     def settings(self) -> Settings:

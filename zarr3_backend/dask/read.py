@@ -92,10 +92,10 @@ def resolve_chunks(array: Array, chunks: ChunksArg = "shards") -> tuple[tuple[in
 def _inner_blocks(array: Array, stored: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
     """The inner chunks of a sharded rectilinear array (each shard cut by the inner chunk
     shape), or the stored objects when it is not sharded."""
-    chain = array.metadata.codec_chain()
-    if chain.array_array or chain.array_bytes.name != "sharding_indexed":
+    try:
+        inner = array.chunks  # the inner chunk shape in the array's axes (transposes undone)
+    except ShapeError:  # not sharded, or another array->array codec comes first
         return stored
-    inner = chain.array_bytes.chunk_shape  # type: ignore[attr-defined]
     return tuple(
         tuple(p for n in sizes for p in split_sizes(n, c)) for sizes, c in zip(stored, inner, strict=True)
     )

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..codecs import ArrayArrayCodec, ArrayBytesCodec, BytesBytesCodec, get_codec_class
+from ..codecs.transpose import undo_transposes
 from ..errors import ArgumentError, CodecError, MetadataError, ShapeError
 
 #: The attribute older (xarray + zarr v2) stores use to name an array's dimensions.
@@ -318,13 +319,10 @@ def _inner_chunks_in_array_order(
     malformed (the chain is then kept whole)."""
     if not isinstance(chunk_shape, list | tuple) or len(chunk_shape) != ndim:
         return None
-    axes = list(range(ndim))  # axes[i]: the array axis that the encoded axis i holds
+    orders = []
     for codec in before:
         order = (codec.get("configuration") or {}).get("order") if codec.get("name") == "transpose" else None
         if not isinstance(order, list | tuple) or sorted(order) != list(range(ndim)):
             return None
-        axes = [axes[int(i)] for i in order]
-    out = [0] * ndim
-    for encoded_axis, array_axis in enumerate(axes):
-        out[array_axis] = int(chunk_shape[encoded_axis])
-    return tuple(out)
+        orders.append([int(i) for i in order])
+    return undo_transposes(orders, [int(c) for c in chunk_shape])
