@@ -36,8 +36,10 @@ class StreamingStore(MemoryStore):
 
     def stream_partial_values(self, key_ranges, *, in_flight=None):
         self.calls.append(("stream", len(key_ranges)))
-        for i, (key, r) in enumerate(key_ranges):
+        self.lengths = []  # the requests known when each value was handed out
+        for i, (key, r) in enumerate(key_ranges):  # a RequestFeed grows while it is iterated
             self.streamed.append(key)
+            self.lengths.append(len(key_ranges))
             yield i, MemoryStore.get(self, key, r)
 
 
@@ -108,7 +110,7 @@ def test_a_decoding_error_stops_the_stream_and_is_raised():
         z3.open_array(store, mode="r+")[...]
 
 
-def test_regions_in_many_shards_are_fetched_in_one_batched_call():
+def test_regions_in_many_shards_stream_their_inner_chunks_as_each_index_lands():
     store = StreamingStore()
     _, data = _array(store, chunks=(4, 4), shards=(16, 16), compressors=[{"name": "zstd"}])
     store.calls.clear()
@@ -119,8 +121,11 @@ def test_regions_in_many_shards_are_fetched_in_one_batched_call():
     got = reopened.get_regions(regions)
     for g, r in zip(got, regions, strict=True):
         np.testing.assert_array_equal(g, data[r])
-    # one call for the 16 shard indexes, one stream for every region's inner chunks
-    assert store.calls == [("get_partial_values", 16), ("stream", 16)]
+    # one stream: the 16 shard indexes, then each shard's inner chunks as soon as its index
+    # is in (the consumer adds them while the other indexes are still being streamed)
+    assert store.calls == [("stream", 16)]
+    assert store.lengths == [16 + i for i in range(16)] + [32] * 16
+    assert all(k.endswith(f"c/{n // 4}/{n % 4}") for n, k in enumerate(store.streamed[:16]))
 
 
 def test_regions_of_one_shard_share_requests_closer_than_the_coalescing_gap():
@@ -132,6 +137,7 @@ def test_regions_of_one_shard_share_requests_closer_than_the_coalescing_gap():
     # inner chunks (0, 0), (2, 2) and (3, 0) of shard (0, 0): stored 1st, 11th and 13th, so
     # about 4.3 KiB, then 0.25 KiB apart (each region's last range reads on over the 260-byte index)
     regions = [(slice(0, 8), slice(0, 8)), (slice(16, 24), slice(16, 24)), (slice(24, 32), slice(2, 6))]
+    reopened.get_regions(regions)  # the shard index is cached from now on: streams carry data only
     for gap, requests in [(8192, 1), (1024, 2), (0, 3)]:
         with settings.using(coalesce_gap=gap):
             store.calls.clear()
@@ -178,8 +184,10 @@ class _DecodeWatchingStore(StreamingStore):
         self.decoded_before_last: bool | None = None
 
     def stream_partial_values(self, key_ranges, *, in_flight=None):
+        from zarr3_backend.stores.base import is_open_feed
+
         for i, (key, r) in enumerate(key_ranges):
-            if i == len(key_ranges) - 1:
+            if i == len(key_ranges) - 1 and not is_open_feed(key_ranges):
                 self.decoded_before_last = self.decoded.wait(timeout=10)
             yield i, MemoryStore.get(self, key, r)
 

@@ -21,7 +21,7 @@ from zarr3_backend import settings
 from zarr3_backend.byte_range import ByteRange
 from zarr3_backend.errors import StoreError
 from zarr3_backend.stores import FsspecStore, LocalStore, MemoryStore, ObstoreStore
-from zarr3_backend.stores.base import Store
+from zarr3_backend.stores.base import RequestFeed, Store
 from zarr3_backend.stores.fsspec_errors import StoreUnreachableError
 
 #: Values the stores hold (key -> bytes); "gone" is asked for but never stored.
@@ -66,6 +66,22 @@ def streamed(store: Store, key_ranges, **kw) -> list[bytes | None]:
     return [None if got[i] is None else bytes(got[i]) for i in range(len(key_ranges))]
 
 
+def fed(store: Store, key_ranges, start: int, per_value: int, **kw) -> list[bytes | None]:
+    """Stream ``key_ranges`` through a RequestFeed holding the first ``start`` of them, the
+    rest added ``per_value`` at a time after each value taken (as a consumer adds requests that
+    depend on answers), closed once all are in; values put back in request order."""
+    feed = RequestFeed(key_ranges[:start])
+    got: dict[int, object] = {}
+    for i, value in store.stream_partial_values(feed, **kw):
+        assert i not in got, f"position {i} handed over twice"
+        got[i] = value
+        feed.extend(key_ranges[len(feed) : len(feed) + per_value])
+        if len(feed) == len(key_ranges):
+            feed.close()
+    assert sorted(got) == list(range(len(key_ranges)))
+    return [None if got[i] is None else bytes(got[i]) for i in range(len(key_ranges))]
+
+
 def check_store(store: Store, in_flight: int = 3) -> None:
     want = [expected(k, r) for k, r in KEY_RANGES]
     assert streamed(store, KEY_RANGES, in_flight=in_flight) == want
@@ -73,6 +89,13 @@ def check_store(store: Store, in_flight: int = 3) -> None:
     assert streamed(store, KEY_RANGES, in_flight=1) == want
     assert streamed(store, KEY_RANGES) == want  # the store's requests_in_flight
     assert list(store.stream_partial_values([])) == []
+    # requests added while streaming
+    assert fed(store, KEY_RANGES, 2, 2, in_flight=in_flight) == want
+    assert fed(store, KEY_RANGES, 1, 1, in_flight=1) == want
+    assert fed(store, KEY_RANGES, 1, 3) == want
+    # a feed left open with every request answered: nobody would add more
+    with pytest.raises(RuntimeError, match="left open"):
+        list(store.stream_partial_values(RequestFeed(KEY_RANGES[:2]), in_flight=in_flight))
 
 
 @pytest.fixture(scope="module")
@@ -165,6 +188,18 @@ def test_peak_in_flight_is_bounded_and_used(latency, kind):
     stats = latency.stats()
     assert got == [expected(k, r) for k, r in batch]
     assert stats["requests"] == len(batch)  # one request per range, none repeated
+    assert 8 / 2 < stats["peak_in_flight"] <= 8
+
+
+@pytest.mark.parametrize("kind", HTTP_KINDS)
+def test_a_growing_feed_keeps_its_requests_in_flight_bounded_and_used(latency, kind):
+    store = http_store(kind, f"{latency.url}/root")
+    batch = _long_batch(80)
+    latency.reset()
+    got = fed(store, batch, 4, 2, in_flight=8)
+    stats = latency.stats()
+    assert got == [expected(k, r) for k, r in batch]
+    assert stats["requests"] == len(batch)
     assert 8 / 2 < stats["peak_in_flight"] <= 8
 
 

@@ -1,8 +1,15 @@
-"""Reading regions inside shards: every shard index first (one batched ranged request, or the
-shard-index cache), then only the inner chunks each region needs."""
+"""Reading regions inside shards: each shard's index (from the shard-index cache, or fetched),
+then only the inner chunks each region needs.
+
+Local files read every index first (cheap system calls), then the regions. Stores with costly
+requests stream it all in one store call: the uncached indexes go out at once, and a shard's
+inner chunks are requested as soon as its own index has landed (``RequestFeed``), not after the
+slowest of all the indexes; each region is decoded as soon as its own bytes are in.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -14,7 +21,8 @@ from ..byte_range import ByteRange
 from ..codecs.base import as_bytes_view
 from ..codecs.shard_index import ShardLayout, merge_ranges
 from ..errors import CodecError, CorruptionError
-from .shard_view import ShardView, read_indexes
+from ..stores.base import RequestFeed
+from .shard_view import ShardView, read_indexes, settle_index
 
 if TYPE_CHECKING:
     from .pipeline import ChunkPipeline
@@ -65,7 +73,8 @@ def read_regions(pipe: ChunkPipeline, parts: list[Item]) -> None:
     store = pipe.store
     layout = _layout(pipe)
     keys = [pipe.key(p.chunk_coords) for _, p in parts]
-    indexes = shard_indexes(pipe, keys)
+    # local files: every index first (cheap); stores with costly requests: as they land (below)
+    indexes = shard_indexes(pipe, keys) if store.inline_io else {}
     fill = pipe.metadata.fill_value
 
     by_shard: dict[str, list[tuple[Any, np.ndarray]]] = {}
@@ -117,9 +126,10 @@ def read_regions(pipe: ChunkPipeline, parts: list[Item]) -> None:
             out[p.out_selection] = sub
 
     if not store.inline_io:
-        # stores with costly requests: the inner chunks of every region go out at once
-        # (requests_in_flight at a time), each region decoded as soon as its bytes are in
-        rest = _stream_regions(pipe, parts, keys, indexes, views, rest, read_part, gap())
+        # stores with costly requests: every shard index goes out at once, the inner chunks of
+        # a shard's regions as soon as its index is in (requests_in_flight at a time), and each
+        # region is decoded as soon as its bytes are in
+        rest = _stream_regions(pipe, parts, keys, indexes, views, read_part, gap())
     # local files: reads are cheap system calls, so CPU-many threads beat a GIL convoy of 32
     kind = "cpu" if store.inline_io else "io"
     tasks: list[Callable[[], None]] = [lambda k=k: read_shard(k) for k in by_shard]
@@ -133,60 +143,100 @@ def _stream_regions(
     keys: list[str],
     indexes: dict[str, np.ndarray | None],
     views: dict[str, ShardView],
-    which: list[int],
     read_part: Callable[[int, list[Any]], None],
     gap: int,
 ) -> list[int]:
-    """Read every region in ``which`` whose shard read is one step (``ShardView.plan``): all
-    their byte ranges streamed in one store call, ranges of one shard closer than ``gap`` merged
-    across regions (``merge_key_ranges``), each region handed to ``read_part`` on a pool worker
-    once its last range has landed (at most the decode window of landed bytes waiting).
-    Returns the regions left to read one by one (missing shards, nested reads, bad indexes)."""
-    left: list[int] = []
-    key_ranges: list[tuple[str, ByteRange]] = []
+    """Read the regions ``parts`` (inside the shards ``keys``) in one store stream: the shard
+    indexes not cached are requested first, and the byte ranges of a shard's regions
+    (``ShardView.plan``) go out as soon as its index has landed (stored in ``indexes``), merged
+    across regions by ``gap`` (``merge_key_ranges``); each region is handed to ``read_part`` on
+    a pool worker once its last range has landed (at most the decode window of landed bytes
+    waiting). Returns the regions left to read one by one (nested reads, bad indexes)."""
+    layout = _layout(pipe)
+    cache, memo = pipe.index_cache, pipe.index_memo
+    generation = cache.generation if cache is not None else 0
+    regions_of: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        regions_of.setdefault(key, []).append(i)
+    fetching = []  # shards whose index is requested: positions 0.. of the feed
+    for key in regions_of:
+        index = cache.get(key) if cache is not None else None
+        if index is None:
+            fetching.append(key)
+        else:
+            indexes[key] = index
+    feed = RequestFeed((key, layout.index_range()) for key in fetching)
+    pieces: list[list[Piece]] = [[] for _ in fetching]  # the ranges each request answers
     owner: list[int] = []  # the region of each range
-    first: dict[int, int] = {}  # a region's first position in key_ranges
-    count: dict[int, int] = {}
-    for i in which:
-        index = indexes[keys[i]]
-        try:
-            ranges = None if index is None else views[keys[i]].plan(parts[i][1].chunk_selection, index)
-        except CorruptionError:
-            ranges = None  # read_part meets it again and reports it (or re-reads a stale cached index)
-        if ranges is None:
-            left.append(i)
-            continue
-        first[i], count[i] = len(key_ranges), len(ranges)
-        key_ranges.extend((keys[i], r) for r in ranges)
-        owner.extend([i] * len(ranges))
-    for i in [i for i, n in count.items() if n == 0]:  # nothing stored to read: fill only
-        read_part(i, [])
-        del count[i]
-    if not key_ranges:
-        return left
+    first: dict[int, int] = {}  # a region's first position in owner
+    count: dict[int, int] = {}  # ranges a region still waits for
+    left: list[int] = []
+    ready: list[int] = []  # regions with nothing to fetch (a missing shard, empty inner chunks)
 
-    requests, pieces = merge_key_ranges(key_ranges, gap)
+    def plan_shard(key: str) -> None:
+        """Plan the regions of shard ``key`` (its index known) and add their requests."""
+        index = indexes[key]
+        ranges_of_shard: list[tuple[str, ByteRange]] = []
+        for i in regions_of[key]:
+            try:
+                ranges = None if index is None else views[key].plan(parts[i][1].chunk_selection, index)
+            except CorruptionError:
+                ranges = None  # read_part meets it again and reports it (or re-reads a stale cached index)
+            if index is None or ranges == []:
+                ready.append(i)
+            elif ranges is None:
+                left.append(i)
+            else:
+                first[i], count[i] = len(owner), len(ranges)
+                owner.extend([i] * len(ranges))
+                ranges_of_shard.extend((key, r) for r in ranges)
+        requests, answers = merge_key_ranges(ranges_of_shard, gap)
+        base = len(owner) - len(ranges_of_shard)  # the positions in owner of these ranges
+        feed.extend(requests)
+        pieces.extend([(base + pos, start, length) for pos, start, length in a] for a in answers)
+
+    for key in regions_of:
+        if key in indexes:
+            plan_shard(key)
+    if not fetching:
+        feed.close()
 
     def regions() -> Iterator[tuple[int, list[Any]]]:
         held: dict[int, list[Any]] = {}
-        for landed, value in pipe.store.stream_partial_values(requests):
-            view = None if value is None else as_bytes_view(value)
-            for pos, start, length in pieces[landed]:
-                i = owner[pos]
-                values = held.setdefault(i, [None] * count[i])
-                values[pos - first[i]] = (
-                    None if view is None else view[start : None if length < 0 else start + length]
-                )
-                count[i] -= 1
-                if count[i] == 0:
-                    yield i, held.pop(i)
+        waiting = len(fetching)  # indexes not yet landed
+        while ready:
+            yield ready.pop(), []
+        with contextlib.closing(pipe.store.stream_partial_values(feed)) as landed:
+            for pos, value in landed:
+                if pos < len(fetching):  # a shard index: its regions' ranges go out now
+                    key = fetching[pos]
+                    indexes[key] = settle_index(
+                        key, value, layout, cache=cache, memo=memo, generation=generation
+                    )
+                    plan_shard(key)
+                    waiting -= 1
+                    if waiting == 0:
+                        feed.close()
+                    while ready:
+                        yield ready.pop(), []
+                    continue
+                view = None if value is None else as_bytes_view(value)
+                for at, start, length in pieces[pos]:
+                    i = owner[at]
+                    values = held.setdefault(i, [None] * count[i])
+                    values[at - first[i]] = (
+                        None if view is None else view[start : None if length < 0 else start + length]
+                    )
+                    count[i] -= 1
+                    if count[i] == 0:
+                        yield i, held.pop(i)
 
     def weight(region: tuple[int, list[Any]]) -> int:
         return sum(len(v) for v in region[1] if v is not None)
 
     # a region per CPU worker, its inner chunks decoded there one by one; fewer regions than
     # workers are decoded from I/O threads, each spreading its inner chunks over the CPU pool
-    kind = "cpu" if len(count) >= pool_size("cpu") else "io"
+    kind = "cpu" if len(parts) >= pool_size("cpu") else "io"
     map_bounded(lambda region: read_part(*region), regions(), weight, pipe.decode_window(), kind=kind)
     return left
 

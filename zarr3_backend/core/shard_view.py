@@ -73,20 +73,38 @@ def read_indexes(
     index_range = layout.index_range()
     raws = store.get_partial_values([(k, index_range) for k in missing])
     for key, raw in zip(missing, raws, strict=True):
-        index = memo.get(bytes(raw)) if raw is not None else None
-        if index is None and raw is not None:
-            try:
-                index = fetched_index(layout, raw)
-            except CorruptionError as e:
-                raise type(e)(f"shard {key!r}: {e}") from e
-            if len(memo) >= INDEX_MEMO_MAX:
-                memo.clear()
-            index.flags.writeable = False
-            memo[bytes(raw)] = index
-        found[key] = index
-        if cache is not None and index is not None:
-            cache.put(key, index, generation)
+        found[key] = settle_index(key, raw, layout, cache=cache, memo=memo, generation=generation)
     return found
+
+
+def settle_index(
+    key: str,
+    raw: Any,
+    layout: ShardLayout,
+    *,
+    cache: ShardIndexCache | None,
+    memo: dict[bytes, np.ndarray],
+    generation: int,
+) -> np.ndarray | None:
+    """The checked index of shard ``key`` from its fetched bytes ``raw`` (``None``: missing),
+    decoded once per distinct encoding (``memo``, read-only arrays) and kept in ``cache`` as of
+    ``generation`` (``ShardIndexCache.generation`` when the fetch began). Errors name the shard."""
+    if raw is None:
+        return None
+    encoded = bytes(raw)
+    index = memo.get(encoded)
+    if index is None:
+        try:
+            index = fetched_index(layout, raw)
+        except CorruptionError as e:
+            raise type(e)(f"shard {key!r}: {e}") from e
+        if len(memo) >= INDEX_MEMO_MAX:
+            memo.clear()
+        index.flags.writeable = False
+        memo[encoded] = index
+    if cache is not None:
+        cache.put(key, index, generation)
+    return index
 
 
 #: Several byte ranges of one value read in one call (``None`` where the value is missing).

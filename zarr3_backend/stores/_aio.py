@@ -21,6 +21,8 @@ from typing import Any
 
 import fsspec.asyn
 
+from .base import is_open_feed
+
 #: Seconds a closed stream waits for its cancelled requests to wind down on the loop.
 CANCEL_WAIT = 10.0
 
@@ -101,45 +103,53 @@ class ByteGate:
 
 
 class _Stream:
-    """The loop-side state of one ``stream_bounded`` call: which calls have started, the tasks
-    still running, and the first give-up failure. Touched only on the loop's thread, except
-    ``landed`` (a thread-safe queue) and what ``took`` hands over under its lock."""
+    """The state of one ``stream_bounded`` call: which requests have started, the tasks still
+    running, and the first give-up failure; touched on the loop's thread, except ``landed`` (a
+    thread-safe queue), ``taken`` (written by the consumer only) and what ``took`` hands over
+    under its lock."""
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        calls: Sequence[Callable[[], Awaitable[Any]]],
+        requests: Sequence[Any],
+        call: Callable[[int], Awaitable[Any]],
+        limit: int,
         give_up: Callable[[BaseException], bool],
+        gate: ByteGate | None,
     ) -> None:
         self.loop = loop
-        self.calls = calls
+        self.requests = requests
+        self.call = call
+        self.limit = limit
         self.give_up = give_up
+        self.gate = gate
         self.landed: queue.SimpleQueue[tuple[int, object]] = queue.SimpleQueue()
-        self.next = 0
+        self.next = 0  # requests started (only grows; read by the consumer too)
+        self.taken = 0  # results the consumer took (only grows; read by the loop too)
         self.closed = False
         self.fatal: BaseException | None = None
         self.tasks: dict[int, asyncio.Task[None]] = {}
-        # calls whose results the consumer took, for the loop to act on: one wake-up of the loop
-        # carries all taken since the last one (a wake-up costs the consumer a GIL hand-off)
-        self._taken: list[int] = []
+        # one wake-up of the loop carries everything the consumer did since the last one (a
+        # wake-up costs the consumer a GIL hand-off): the gated bodies it took, and room for
+        # more requests (taken results, requests added to a RequestFeed)
+        self._gated: list[int] = []
         self._wake_pending = False
-        self._taken_lock = threading.Lock()
+        self._lock = threading.Lock()
 
     async def _one(self, i: int) -> None:
         try:
-            result: object = await self.calls[i]()
+            result: object = await self.call(i)
         except Exception as e:  # a request's failure is its result; cancellation passes through
             if self.fatal is None and self.give_up(e):
                 self.fatal = e
             result = e
         self.landed.put((i, result))
 
-    def start(self, count: int) -> None:
-        """Send up to ``count`` more requests (on the loop's thread); once the endpoint is
-        found down, the rest land at once with that failure, unsent."""
-        for _ in range(count):
-            if self.closed or self.next >= len(self.calls):
-                return
+    def fill(self) -> None:
+        """Start requests while fewer than ``limit`` are outstanding or landed and not taken (on
+        the loop's thread); once the endpoint is found down, the rest land at once with that
+        failure, unsent."""
+        while not self.closed and self.next < len(self.requests) and self.next - self.taken < self.limit:
             i, self.next = self.next, self.next + 1
             if self.fatal is not None:
                 self.landed.put((i, self.fatal))
@@ -148,29 +158,34 @@ class _Stream:
             self.tasks[i] = task
             task.add_done_callback(lambda _, i=i: self.tasks.pop(i, None))
 
-    def took(self, i: int, gate: ByteGate | None) -> None:
-        """The consumer took call ``i``'s result (on the consumer's thread): the loop is woken to
-        let its body's bytes leave ``gate`` and start one more request, unless a wake-up is
-        already on its way (it then handles this one too) or there is nothing left to do."""
-        if gate is None and self.next >= len(self.calls):
-            return  # every request has started and no bytes are held (``next`` only grows)
-        with self._taken_lock:
-            self._taken.append(i)
+    def took(self, i: int) -> None:
+        """The consumer took request ``i``'s result (on the consumer's thread): its gated bytes
+        are let go and one more request may start, by a wake-up of the loop unless one is
+        already on its way or there is nothing to do."""
+        self.taken += 1
+        if self.gate is not None:
+            with self._lock:
+                self._gated.append(i)
+        elif self.next >= len(self.requests):
+            return  # every request known so far has started
+        self.wake()
+
+    def wake(self) -> None:
+        """Have the loop act on what the consumer did (from the consumer's thread)."""
+        with self._lock:
             if self._wake_pending:
                 return
             self._wake_pending = True
-        self.loop.call_soon_threadsafe(self._taken_by_consumer, gate)
+        self.loop.call_soon_threadsafe(self._woken)
 
-    def _taken_by_consumer(self, gate: ByteGate | None) -> None:
-        """On the loop's thread: the calls taken since the last wake-up leave ``gate``, and as
-        many more requests may start."""
-        with self._taken_lock:
-            taken, self._taken = self._taken, []
+    def _woken(self) -> None:
+        with self._lock:
+            gated, self._gated = self._gated, []
             self._wake_pending = False
-        if gate is not None:
-            for i in taken:
-                gate.leave(i)
-        self.start(len(taken))
+        if self.gate is not None:
+            for i in gated:
+                self.gate.leave(i)
+        self.fill()
 
     def cancel(self) -> list[asyncio.Task[None]]:
         """Stop sending and cancel what is outstanding (on the loop's thread)."""
@@ -189,34 +204,36 @@ class _Stream:
 
 def stream_bounded(
     loop: asyncio.AbstractEventLoop,
-    calls: Sequence[Callable[[], Awaitable[Any]]],
+    requests: Sequence[Any],
+    call: Callable[[int], Awaitable[Any]],
     limit: int,
     give_up: Callable[[BaseException], bool],
     gate: ByteGate | None = None,
 ) -> Iterator[tuple[int, object]]:
-    """Yield ``(i, result)`` for each of ``calls`` as it lands on ``loop`` (running in another
-    thread), in completion order; a result is the value or the exception the call raised.
-    Calls that read their bodies through ``gate`` (``ByteGate.enter`` with their index) have
-    their bytes let go when the consumer takes them.
+    """Yield ``(i, result)`` for each of ``requests`` as it lands on ``loop`` (running in
+    another thread), in completion order: ``call(i)`` sends request ``i``; a result is its value
+    or the exception it raised. Calls that read their bodies through ``gate``
+    (``ByteGate.enter`` with their index) have their bytes let go when the consumer takes them.
 
-    At most ``limit`` calls are outstanding or landed but not yet taken: a new one starts when
-    the consumer takes one. When the consumer stops early (the generator is closed or
-    garbage-collected) the outstanding calls are cancelled and waited for (at most
-    ``CANCEL_WAIT`` seconds)."""
-    n = len(calls)
-    if n == 0:
-        return
-    stream = _Stream(loop, calls, give_up)
-    loop.call_soon_threadsafe(stream.start, max(1, limit))
-    taken = 0
+    At most ``limit`` requests are outstanding or landed but not yet taken: a new one starts
+    when the consumer takes one. ``requests`` may be a ``RequestFeed`` the consumer extends
+    between the results it takes: the stream then ends once it is closed and all answered.
+    When the consumer stops early (the generator is closed or garbage-collected) the
+    outstanding requests are cancelled and waited for (at most ``CANCEL_WAIT`` seconds)."""
+    stream = _Stream(loop, requests, call, max(1, limit), give_up, gate)
     try:
-        while taken < n:
+        while True:
+            if stream.taken == len(requests):
+                if is_open_feed(requests):
+                    raise RuntimeError("a RequestFeed left open with every request answered")
+                return
+            if stream.next < len(requests) and stream.next - stream.taken < stream.limit:
+                stream.wake()  # the first requests, or ones the consumer added
             i, result = stream.landed.get()
-            taken += 1
-            stream.took(i, gate)
+            stream.took(i)
             yield i, result
     finally:
-        if taken < n:
+        if stream.taken < len(requests):
             _close(stream)
 
 

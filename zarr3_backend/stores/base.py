@@ -105,6 +105,24 @@ def dir_prefix(prefix: str) -> str:
     return prefix if prefix == "" or prefix.endswith("/") else prefix + "/"
 
 
+class RequestFeed(list):
+    """Requests for ``Store.stream_partial_values`` that grow while they stream: the consumer
+    appends ``(key, range)`` pairs between the values it takes (positions go on from the end)
+    and calls ``close`` once it will add no more; the stream ends when it is closed and every
+    request in it has been answered. A plain list is a feed closed from the start."""
+
+    closed = False
+
+    def close(self) -> None:
+        """No more requests will be added."""
+        self.closed = True
+
+
+def is_open_feed(requests: Sequence[object]) -> bool:
+    """Whether ``requests`` is a ``RequestFeed`` that may still grow."""
+    return isinstance(requests, RequestFeed) and not requests.closed
+
+
 class Store(ABC):
     """Abstract key/value store. Subclasses implement the ``_``-less abstract methods.
 
@@ -183,16 +201,22 @@ class Store(ABC):
         """Yield ``(position, value)`` for each of ``key_ranges`` as it lands, in any order, with
         at most ``in_flight`` (default: ``settings.requests_in_flight``) requests outstanding or
         landed but not yet taken: the consumer's pace bounds the memory held. Values are as
-        ``get_partial_values`` gives them. Default: ``get_partial_values`` in batches, in order;
-        stores with an event loop override it to hand each value over as it lands."""
+        ``get_partial_values`` gives them. ``key_ranges`` may be a ``RequestFeed`` the consumer
+        extends while it takes values (requests that depend on earlier answers, such as a
+        shard's inner chunks on its index). Default: ``get_partial_values`` in batches, in
+        order; stores with an event loop override it to hand each value over as it lands."""
         n = max(1, in_flight or self.settings.requests_in_flight)
-        for start in range(0, len(key_ranges), n):
-            batch = key_ranges[start : start + n]
+        start = 0
+        while start < len(key_ranges):
+            batch = list(key_ranges[start : start + n])
             if all(r is None for _, r in batch):  # whole values: the store's own batched call
                 values = self.get_many([k for k, _ in batch])
             else:
                 values = self.get_partial_values(batch)
             yield from enumerate(values, start)
+            start += len(batch)
+        if is_open_feed(key_ranges):
+            raise RuntimeError("a RequestFeed left open with every request answered")
 
     # ---- settings --------------------------------------------------------------------------
     #: This store's own setting overrides (names of ``zarr3_backend.settings.Settings``), from

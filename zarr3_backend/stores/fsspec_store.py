@@ -500,25 +500,35 @@ class FsspecStore(Store):
             return super().stream_partial_values(key_ranges, in_flight=in_flight)
         limit = max(1, in_flight or self.settings.requests_in_flight)
         fs = self.fs
-        requests = self._requests(key_ranges)
         http = _protocol(fs) in HTTP_PROTOCOLS
-        sent = [_as_sent(r) for r in requests] if http else requests
-        calls = [functools.partial(fs._cat_file, p, start=s, end=e) for p, s, e in sent]
-        landed = stream_bounded(fs.loop, calls, limit, is_endpoint_down)
-        return self._settle_stream(landed, key_ranges, requests, sent, http)
+        self._requests(key_ranges)  # keys checked now (those a RequestFeed gains: when sent)
+
+        def request(i: int) -> tuple[tuple[str, int | None, int | None], tuple[str, int | None, int | None]]:
+            """(the request for position ``i``, what is sent for it): pure, so each thread
+            works it out itself (a RequestFeed may grow meanwhile)."""
+            asked = self._requests([key_ranges[i]])[0]
+            return asked, _as_sent(asked) if http else asked
+
+        def call(i: int) -> Any:
+            path, start, end = request(i)[1]
+            return fs._cat_file(path, start=start, end=end)
+
+        landed = stream_bounded(fs.loop, key_ranges, call, limit, is_endpoint_down)
+        return self._settle_stream(landed, key_ranges, request, http)
 
     def _settle_stream(
         self,
         landed: Iterator[tuple[int, object]],
         key_ranges: Sequence[tuple[str, ByteRange | None]],
-        requests: list[tuple[str, int | None, int | None]],
-        sent: list[tuple[str, int | None, int | None]],
+        request_of: Callable[
+            [int], tuple[tuple[str, int | None, int | None], tuple[str, int | None, int | None]]
+        ],
         http: bool,
     ) -> Iterator[tuple[int, BytesLike | None]]:
         with contextlib.closing(landed):  # an early stop cancels what is still outstanding
             for i, result in landed:
-                request, r = requests[i], key_ranges[i][1]
-                result = _clip(request, sent[i], result)
+                (request, sent), r = request_of(i), key_ranges[i][1]
+                result = _clip(request, sent, result)
                 if r is not None and r.length == 0:
                     result = _zero_length(result)
                 if self._needs_follow_up(request, result, http):

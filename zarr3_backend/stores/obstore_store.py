@@ -479,13 +479,17 @@ class ObstoreStore(Store):
         # whole values: a body is read only as memory allows (half the window: the consumer
         # keeps the other half for what it was handed and has not decoded yet)
         gate = ByteGate(max(1, settings.window_bytes // 2))
-        calls = [
-            (lambda i=i, key=key: self._read_whole(key, gate, i))
-            if r is None or (r.offset == 0 and r.length is None)
-            else (lambda key=key, r=r: self._read(key, r))
-            for i, (key, r) in enumerate(key_ranges)
-        ]
-        landed = stream_bounded(_LOOP.loop(), calls, limit, _is_endpoint_down, gate)
+        checked = len(key_ranges)
+
+        def call(i: int) -> Awaitable[Any]:
+            key, r = key_ranges[i]
+            if i >= checked:  # added to a RequestFeed since
+                validate_key(key)
+            if r is None or (r.offset == 0 and r.length is None):
+                return self._read_whole(key, gate, i)
+            return self._read(key, r)
+
+        landed = stream_bounded(_LOOP.loop(), key_ranges, call, limit, _is_endpoint_down, gate)
         return self._settle_stream(landed, key_ranges)
 
     async def _read_whole(self, key: str, gate: ByteGate, call: int) -> Any:
