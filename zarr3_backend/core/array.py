@@ -9,7 +9,7 @@ every change of shape, are one transaction (``core/commit.py``): all of it or no
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ from .attributes import Attributes
 from .commit import Transaction
 from .metadata import ArrayMetadata
 from .metadata_v2 import V2_MARKER, v2_fill_value_is_null
-from .metadata_v2_store import store_node_metadata
+from .metadata_v2_store import update_node_metadata
 from .metadata_v2_write import node_documents
 from .paths import node_name
 from .pipeline import ChunkPipeline
@@ -309,14 +309,15 @@ class Array:
         self._write(indexing.basic_indexer(tuple(region), self.shape, self.storage_chunks), value)
 
     # ---- metadata changes ------------------------------------------------------------------
-    def _write_metadata(self, metadata: ArrayMetadata) -> None:
-        self.metadata = store_node_metadata(self.store, self.path, metadata)  # keeps others' marks
-
-    def _set_attributes(self, attrs: dict) -> None:
+    def _change_attributes(self, change: Callable[[dict], dict]) -> None:
+        """Replace the stored attributes ``a`` by ``change(a)``, keeping every other part of the
+        stored document (another writer's shape or attributes)."""
         self._check_writable()
         # validated (e.g. NaN in attributes) before anything is written; kept in memory exactly
         # as a reader of the stored documents will see it
-        self.metadata = store_node_metadata(self.store, self.path, self.metadata.evolve(attributes=attrs))
+        self.metadata = update_node_metadata(
+            self.store, self.path, lambda m: m.evolve(attributes=change(dict(m.attributes))), self.metadata
+        )
 
     def invalidate_cache(self) -> None:
         """Forget cached shard indexes and decoded chunks of this array, e.g. after other
@@ -339,8 +340,11 @@ class Array:
         new_meta = self.metadata.evolve(shape=new_shape)
         shrinks = any(n < o for n, o in zip(new_grid, old_grid, strict=True))
         doomed = self._pipeline.stored_units_outside(new_grid) if shrinks else []
-        if not doomed:  # one document: already atomic
-            self._write_metadata(new_meta)
+        if not doomed:  # one document: already atomic; only its shape changes (not the
+            # attributes another writer may have set since this handle read it)
+            self.metadata = update_node_metadata(
+                self.store, self.path, lambda m: m.evolve(shape=new_shape), self.metadata
+            )
             return
         # the new shape and the erases in one transaction: a crash never shows the new shape
         # over chunks it should have dropped (a later growth would bring them back)

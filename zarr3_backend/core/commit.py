@@ -180,6 +180,29 @@ def replace_document(store: Store, key: str, doc: bytes) -> None:
     _write_final(store, key, doc, "")
 
 
+def update_document(store: Store, key: str, change: Callable[[bytes | None], bytes]) -> bytes:
+    """Replace ``key`` by ``change(stored)`` as a compare-and-swap where the store offers one
+    (``change`` runs again on the newer value when another writer got there first), keeping the
+    markers of writes in flight on it; ``stored`` is the document without them (``None`` when
+    missing). Returns the document written, without the markers. How a change to part of a
+    document (its attributes, its shape) keeps every other writer's change to the rest."""
+    written: list[bytes] = []
+
+    def apply(old: bytes | None) -> bytes:
+        writes: dict[str, Any] = {}
+        if old is not None:
+            doc = _parse_doc(old, key)
+            writes = markers(doc)
+            if writes:
+                old = _dump_doc(with_markers(doc, {}))
+        new = change(old)
+        written[:] = [new]
+        return _dump_doc(with_markers(_parse_doc(new, key), writes)) if writes else new
+
+    _update(store, key, apply)
+    return written[0]
+
+
 # ---- staging -------------------------------------------------------------------------------------
 class StagingStore(Store):
     """A view of ``base`` whose writes land in one transaction's staging area.
@@ -646,6 +669,7 @@ __all__ = [
     "repair",
     "replace_document",
     "root_is_consolidated",
+    "update_document",
     "wait_for_commits",
     "with_markers",
 ]

@@ -4,10 +4,14 @@ writers' in-flight marks), ``.zattrs`` then ``.zarray``/``.zgroup`` for a Zarr v
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from ..errors import NodeNotFoundError
 from ..stores.base import Store
-from .commit import replace_document
-from .metadata import ArrayMetadata, GroupMetadata
+from .commit import replace_document, update_document
+from .metadata import ArrayMetadata, GroupMetadata, parse_node, to_bytes
 from .metadata_v2_write import is_v2, metadata_from_documents, node_documents
+from .paths import metadata_key
 
 
 def store_node_metadata(
@@ -28,3 +32,30 @@ def store_node_metadata(
 
     refresh_v2_consolidated(store, docs, rebuild=False)
     return seen
+
+
+def update_node_metadata(
+    store: Store,
+    path: str,
+    change: Callable[[ArrayMetadata | GroupMetadata], ArrayMetadata | GroupMetadata],
+    current: ArrayMetadata | GroupMetadata,
+) -> ArrayMetadata | GroupMetadata:
+    """Apply ``change`` to the node's metadata as stored now, not as ``current`` (a handle's
+    copy, perhaps read before other writers changed the node): a v3 ``zarr.json`` is changed by
+    a compare-and-swap where the store offers one, so a concurrent change to another part of it
+    (other attributes, the shape) is kept. A v2 node is read again, changed and written (v2
+    documents are written unconditionally). Returns the metadata a reader now sees."""
+    if is_v2(current):
+        from .group import read_v2_node_metadata  # group imports array, which imports this module
+
+        stored = read_v2_node_metadata(store, path, use_consolidated=False)
+        return store_node_metadata(store, path, change(current if stored is None else stored))
+
+    key = metadata_key(path)
+
+    def rewrite(old: bytes | None) -> bytes:
+        if old is None:
+            raise NodeNotFoundError(f"{key!r}: the node is gone (erased by another writer)")
+        return to_bytes(change(parse_node(old, path)))
+
+    return parse_node(update_document(store, key, rewrite), path)

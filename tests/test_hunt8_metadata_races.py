@@ -1,0 +1,75 @@
+"""Writers of different kinds changing one node's metadata from separate processes.
+
+An attribute update changes the attributes it names and nothing else; a resize changes the shape
+and nothing else. Each used to write the whole document from the metadata its handle read at
+open, so a concurrent writer's attributes, or its new shape, were silently reverted.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import hunt8_metadata_writers as writers
+import numpy as np
+import pytest
+
+import zarr3_backend as z3
+
+
+def _run(targets: list[tuple]) -> None:
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(len(targets))
+    procs = [ctx.Process(target=fn, args=(*args, barrier)) for fn, args in targets]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+    assert [p.exitcode for p in procs] == [0] * len(procs)
+
+
+def test_a_stale_handle_changes_only_what_it_names():
+    """Two handles opened together: each change keeps what the other wrote meanwhile."""
+    store = z3.MemoryStore()
+    z3.create_array(store, "a", shape=(4, 3), dtype="i4", chunks=(2, 3), attributes={"keep": 0})
+    g = z3.open_group(store, mode="r+")
+    one, two = z3.open_array(store, "a", mode="r+"), z3.open_array(store, "a", mode="r+")
+    g_two = z3.open_group(store, mode="r+")
+    one.attrs["x"] = 1
+    two.attrs["y"] = 2
+    assert dict(z3.open_array(store, "a").attrs) == {"keep": 0, "x": 1, "y": 2}
+    one.resize((6, 3))
+    two.attrs.update(z=3)  # the handle still believes the shape is (4, 3)
+    stored = z3.open_array(store, "a")
+    assert stored.shape == (6, 3)
+    assert dict(stored.attrs) == {"keep": 0, "x": 1, "y": 2, "z": 3}
+    del one.attrs["x"]  # only "x" goes, though this handle never saw y and z
+    assert dict(z3.open_array(store, "a").attrs) == {"keep": 0, "y": 2, "z": 3}
+    two.resize((6, 5))  # a stale handle's resize keeps the attributes written since
+    assert dict(z3.open_array(store, "a").attrs) == {"keep": 0, "y": 2, "z": 3}
+    assert z3.open_array(store, "a").shape == (6, 5)
+    g.attrs["p"] = 1
+    g_two.attrs["q"] = 2
+    assert dict(z3.open_group(store).attrs) == {"p": 1, "q": 2}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["", "a"], ids=["group", "array"])
+def test_processes_updating_attributes_and_growing_lose_nothing(tmp_path, path):
+    """Three processes set their own attributes while (for the array) a fourth grows it row by
+    row: every attribute and the full shape with every row's values are there at the end."""
+    root = str(tmp_path / "s.zarr")
+    g = z3.open_group(root, mode="w")
+    g.create_array("a", shape=(0, 3), dtype="i4", chunks=(4, 3), fill_value=0, attributes={"keep": True})
+    rounds, n = 25, 3
+    targets: list[tuple] = [(writers.attribute_writer, (root, path, w, rounds)) for w in range(n)]
+    if path:
+        targets.append((writers.grower, (root, path, rounds)))
+    _run(targets)
+    node = z3.open_group(root)[path] if path else z3.open_group(root)
+    want = {f"w{w}-{i}": i for w in range(n) for i in range(rounds)}
+    if path:
+        want["keep"] = True
+    assert dict(node.attrs) == want
+    if path:
+        assert node.shape == (rounds, 3)
+        np.testing.assert_array_equal(node[:, 0], np.arange(1, rounds + 1))
