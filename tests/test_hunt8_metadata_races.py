@@ -73,3 +73,37 @@ def test_processes_updating_attributes_and_growing_lose_nothing(tmp_path, path):
     if path:
         assert node.shape == (rounds, 3)
         np.testing.assert_array_equal(node[:, 0], np.arange(1, rounds + 1))
+
+
+class _InterleavingStore(z3.MemoryStore):
+    """A MemoryStore that runs ``before_write`` once, just before the first write of
+    ``zarr.json`` (a concurrent writer getting in between a writer's read and its write)."""
+
+    before_write = None
+
+    def _interleave(self, key):
+        if key == "zarr.json" and self.before_write is not None:
+            hook, self.before_write = self.before_write, None
+            hook()
+
+    def set(self, key, value):
+        self._interleave(key)
+        super().set(key, value)
+
+    def set_if(self, key, value, expected):
+        self._interleave(key)
+        return super().set_if(key, value, expected)
+
+
+def test_consolidating_keeps_a_root_attribute_written_while_it_ran():
+    """consolidate_metadata reads the root, lists the members, then writes the root: an
+    attribute set on the root in between used to be dropped by that write."""
+    store = _InterleavingStore()
+    g = z3.open_group(store, mode="w", attributes={"title": "t"})
+    g.create_array("a", shape=(4,), dtype="i4", chunks=(2,))
+    other = z3.open_group(store, mode="r+")
+    store.before_write = lambda: other.attrs.update(late=1)
+    z3.consolidate_metadata(store)
+    root = z3.open_group(store, mode="r")
+    assert dict(root.attrs) == {"title": "t", "late": 1}
+    assert set(root.metadata.consolidated_metadata["metadata"]) == {"a"}

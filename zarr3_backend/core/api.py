@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,7 @@ from .array import Array
 from .chunk_grid import RegularChunkGrid, rectilinear_from_arg
 from .chunk_key_encoding import DefaultChunkKeyEncoding, parse_chunk_key_encoding
 from .codec_specs import build_codecs, coerce_codec
-from .commit import Transaction, replace_document, wait_for_commits
+from .commit import Transaction, update_document, wait_for_commits
 from .commit import repair as repair_writes
 from .consolidate import consolidated, consolidated_v2, refresh_v2_consolidated
 from .dtypes import DataType, as_data_type, default_fill_value, parse_fill_value
@@ -639,8 +640,17 @@ def consolidate_metadata(store: Any, path: str = "", *, storage_options: dict | 
         assert zmetadata is not None
         store.set(join_path(path, CONSOLIDATED_KEY), zmetadata)
         return open_existing_group(store, path, read_only=False, use_consolidated=None)
-    replace_document(store, metadata_key(path), to_bytes(meta))
-    return Group(store, path, meta)
+
+    def with_members(old: bytes | None) -> bytes:
+        # the members' table on the root as stored now: an attribute another writer set on the
+        # group while the members were read is kept
+        stored = parse_node(old, path) if old is not None else meta
+        if not isinstance(stored, GroupMetadata):
+            raise GroupNotFoundError(f"{path or '/'!r} is no longer a group")
+        return to_bytes(replace(stored, consolidated_metadata=meta.consolidated_metadata))
+
+    written = update_document(store, metadata_key(path), with_members)
+    return Group(store, path, parse_node(written, path))
 
 
 __all__ = [
