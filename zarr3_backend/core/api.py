@@ -165,6 +165,23 @@ def _write_new_node(store: Store, path: str, meta: ArrayMetadata | GroupMetadata
         ) as txn:
             txn.commit()
         return
+    _write_documents(store, parents, docs, zarr_format)
+
+
+def write_node_documents(store: Store, path: str, meta: ArrayMetadata | GroupMetadata) -> None:
+    """Write the documents of a node at ``path`` where there is none yet, and of its missing
+    parent groups, without looking below ``path``: how a node whose data is already in place
+    (a copy's, written first so that it is never seen with holes) is made visible."""
+    store.check_writable()
+    zarr_format = 2 if is_v2(meta) else 3
+    _write_documents(
+        store, missing_parent_documents(store, path, zarr_format), node_documents(path, meta), zarr_format
+    )
+
+
+def _write_documents(
+    store: Store, parents: dict[str, bytes], docs: dict[str, bytes], zarr_format: int
+) -> None:
     if parents:
         store.set_many(parents)
     for key, doc in docs.items():  # in order: a v2 node's .zattrs before its .zarray/.zgroup
