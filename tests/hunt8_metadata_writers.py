@@ -24,3 +24,11 @@ def grower(root: str, path: str, rounds: int, barrier) -> None:
         n = a.shape[0]
         a.resize((n + 1, *a.shape[1:]))
         a[n] = np.full(a.shape[1:], n + 1, dtype=a.dtype)
+
+
+def appender(root: str, path: str, rounds: int, barrier) -> None:
+    """Append one row at a time (each append one transaction)."""
+    a = z3.open_array(root, path, mode="r+")
+    barrier.wait(timeout=120)
+    for _ in range(rounds):
+        a.append(np.full((1, *a.shape[1:]), a.shape[0] + 1, dtype=a.dtype))

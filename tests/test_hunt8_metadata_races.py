@@ -107,3 +107,41 @@ def test_consolidating_keeps_a_root_attribute_written_while_it_ran():
     root = z3.open_group(store, mode="r")
     assert dict(root.attrs) == {"title": "t", "late": 1}
     assert set(root.metadata.consolidated_metadata["metadata"]) == {"a"}
+
+
+@pytest.mark.parametrize("change", ["append", "shrink"])
+def test_an_append_or_a_shrink_keeps_attributes_set_since_the_handle_was_opened(change):
+    """append and a shrinking resize commit a transaction whose new zarr.json was built from the
+    handle's metadata: an attribute another handle set since was dropped at the commit."""
+    store = z3.MemoryStore()
+    z3.create_array(store, "a", shape=(4, 3), dtype="i4", chunks=(2, 3), fill_value=0, attributes={"keep": 0})
+    z3.open_array(store, "a", mode="r+")[...] = 7
+    mine, other = z3.open_array(store, "a", mode="r+"), z3.open_array(store, "a", mode="r+")
+    other.attrs["late"] = 1
+    if change == "append":
+        mine.append(np.full((2, 3), 9, dtype="i4"))
+        want_shape, want = (6, 3), np.concatenate([np.full((4, 3), 7), np.full((2, 3), 9)])
+    else:
+        mine.resize((1, 3))
+        want_shape, want = (1, 3), np.full((1, 3), 7)
+    stored = z3.open_array(store, "a")
+    assert stored.shape == want_shape
+    assert dict(stored.attrs) == {"keep": 0, "late": 1}
+    np.testing.assert_array_equal(stored[...], want)
+
+
+@pytest.mark.slow
+def test_processes_appending_and_updating_attributes_lose_nothing(tmp_path):
+    """One process appends row by row (Array.append: a transaction) while three set their own
+    attributes: every row and every attribute are there at the end."""
+    root = str(tmp_path / "s.zarr")
+    g = z3.open_group(root, mode="w")
+    g.create_array("a", shape=(0, 3), dtype="i4", chunks=(4, 3), fill_value=0)
+    rounds, n = 25, 3
+    targets: list[tuple] = [(writers.attribute_writer, (root, "a", w, rounds)) for w in range(n)]
+    targets.append((writers.appender, (root, "a", rounds)))
+    _run(targets)
+    a = z3.open_array(root, "a")
+    assert dict(a.attrs) == {f"w{w}-{i}": i for w in range(n) for i in range(rounds)}
+    assert a.shape == (rounds, 3)
+    np.testing.assert_array_equal(a[:, 0], np.arange(1, rounds + 1))
