@@ -32,3 +32,10 @@ def appender(root: str, path: str, rounds: int, barrier) -> None:
     barrier.wait(timeout=120)
     for _ in range(rounds):
         a.append(np.full((1, *a.shape[1:]), a.shape[0] + 1, dtype=a.dtype))
+
+
+def consolidator(root: str, rounds: int, barrier) -> None:
+    """Consolidate the root's metadata ``rounds`` times."""
+    barrier.wait(timeout=120)
+    for _ in range(rounds):
+        z3.consolidate_metadata(root)

@@ -7,6 +7,7 @@ open, so a concurrent writer's attributes, or its new shape, were silently rever
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 
 import hunt8_metadata_writers as writers
@@ -145,3 +146,32 @@ def test_processes_appending_and_updating_attributes_lose_nothing(tmp_path):
     assert dict(a.attrs) == {f"w{w}-{i}": i for w in range(n) for i in range(rounds)}
     assert a.shape == (rounds, 3)
     np.testing.assert_array_equal(a[:, 0], np.arange(1, rounds + 1))
+
+
+@pytest.mark.slow
+def test_consolidating_while_others_set_root_attributes_and_append_loses_nothing(tmp_path):
+    """One process consolidates the root over and over while two set root attributes and one
+    appends to a member: every root attribute and row is there at the end, and the consolidated
+    copy of the member is a document it had (a shape it went through)."""
+    root = str(tmp_path / "s.zarr")
+    g = z3.open_group(root, mode="w", attributes={"title": "t"})
+    g.create_array("a", shape=(0, 3), dtype="i4", chunks=(4, 3), fill_value=0)
+    z3.consolidate_metadata(root)
+    rounds = 20
+    _run(
+        [
+            (writers.attribute_writer, (root, "", 0, rounds)),
+            (writers.attribute_writer, (root, "", 1, rounds)),
+            (writers.appender, (root, "a", rounds)),
+            (writers.consolidator, (root, rounds)),
+        ]
+    )
+    g = z3.open_group(root, mode="r", use_consolidated=False)
+    want = {"title": "t", **{f"w{w}-{i}": i for w in range(2) for i in range(rounds)}}
+    assert dict(g.attrs) == want
+    assert g["a"].shape == (rounds, 3)
+    np.testing.assert_array_equal(g["a"][:, 0], np.arange(1, rounds + 1))
+    doc = json.loads((tmp_path / "s.zarr" / "zarr.json").read_text())
+    entry = doc["consolidated_metadata"]["metadata"]["a"]
+    assert entry["shape"][0] <= rounds and entry["shape"][1] == 3
+    assert entry["attributes"] == {}
