@@ -175,3 +175,14 @@ def test_consolidating_while_others_set_root_attributes_and_append_loses_nothing
     entry = doc["consolidated_metadata"]["metadata"]["a"]
     assert entry["shape"][0] <= rounds and entry["shape"][1] == 3
     assert entry["attributes"] == {}
+
+
+@pytest.mark.slow
+def test_processes_updating_attributes_of_a_zarr_v2_group_lose_nothing(tmp_path):
+    """Zarr v2: three processes set their own attributes of one group (its .zattrs)."""
+    root = str(tmp_path / "v2.zarr")
+    z3.create_group(root, zarr_format=2, attributes={"keep": True})
+    rounds, n = 25, 3
+    _run([(writers.attribute_writer, (root, "", w, rounds)) for w in range(n)])
+    want = {"keep": True, **{f"w{w}-{i}": i for w in range(n) for i in range(rounds)}}
+    assert dict(z3.open_group(root, mode="r").attrs) == want

@@ -10,8 +10,9 @@ from ..errors import NodeNotFoundError
 from ..stores.base import Store
 from .commit import replace_document, update_document
 from .metadata import ArrayMetadata, GroupMetadata, parse_node, to_bytes
+from .metadata_v2 import ATTRS_KEY
 from .metadata_v2_write import is_v2, metadata_from_documents, node_documents
-from .paths import metadata_key
+from .paths import join_path, metadata_key
 
 
 def store_node_metadata(
@@ -43,13 +44,11 @@ def update_node_metadata(
     """Apply ``change`` to the node's metadata as stored now, not as ``current`` (a handle's
     copy, perhaps read before other writers changed the node): a v3 ``zarr.json`` is changed by
     a compare-and-swap where the store offers one, so a concurrent change to another part of it
-    (other attributes, the shape) is kept. A v2 node is read again, changed and written (v2
-    documents are written unconditionally). Returns the metadata a reader now sees."""
+    (other attributes, the shape) is kept; a v2 node's ``.zattrs`` likewise, its
+    ``.zarray``/``.zgroup`` then written when the change alters it. Returns the metadata a
+    reader now sees."""
     if is_v2(current):
-        from .group import read_v2_node_metadata  # group imports array, which imports this module
-
-        stored = read_v2_node_metadata(store, path, use_consolidated=False)
-        return store_node_metadata(store, path, change(current if stored is None else stored))
+        return _update_v2_node(store, path, change, current)
 
     key = metadata_key(path)
 
@@ -59,3 +58,36 @@ def update_node_metadata(
         return to_bytes(change(parse_node(old, path)))
 
     return parse_node(update_document(store, key, rewrite), path)
+
+
+def _update_v2_node(
+    store: Store,
+    path: str,
+    change: Callable[[ArrayMetadata | GroupMetadata], ArrayMetadata | GroupMetadata],
+    current: ArrayMetadata | GroupMetadata,
+) -> ArrayMetadata | GroupMetadata:
+    """``update_node_metadata`` of a Zarr v2 node: the compare-and-swap is on ``.zattrs``
+    (attribute changes of concurrent writers are kept); ``.zarray``/``.zgroup`` follow."""
+    from .group import read_v2_node_metadata  # group imports array, which imports this module
+
+    attrs_key = join_path(path, ATTRS_KEY)
+    docs: dict[str, bytes] = {}
+    unchanged: dict[str, bytes] = {}
+
+    def rewrite(_old_attrs: bytes | None) -> bytes:
+        # the node read again after .zattrs' version was taken: a newer .zattrs fails the swap
+        stored = read_v2_node_metadata(store, path, use_consolidated=False) or current
+        docs.clear()
+        docs.update(node_documents(path, change(stored)))
+        unchanged.clear()
+        unchanged.update(node_documents(path, stored))
+        return docs[attrs_key]
+
+    update_document(store, attrs_key, rewrite)
+    for key, doc in docs.items():  # .zarray/.zgroup after .zattrs, only when the change alters it
+        if key != attrs_key and doc != unchanged.get(key):
+            store.set(key, doc)
+    from .consolidate import refresh_v2_consolidated  # consolidate lists groups, which hold arrays
+
+    refresh_v2_consolidated(store, docs, rebuild=False)
+    return metadata_from_documents(path, docs)
