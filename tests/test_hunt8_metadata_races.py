@@ -186,3 +186,33 @@ def test_processes_updating_attributes_of_a_zarr_v2_group_lose_nothing(tmp_path)
     _run([(writers.attribute_writer, (root, "", w, rounds)) for w in range(n)])
     want = {"keep": True, **{f"w{w}-{i}": i for w in range(n) for i in range(rounds)}}
     assert dict(z3.open_group(root, mode="r").attrs) == want
+
+
+def test_an_append_through_a_handle_opened_before_another_append_goes_after_it():
+    """A long-lived handle appends after another process appended: its rows go after those
+    rows (it used to write from the shape it had read at open, over the other rows)."""
+    store = z3.MemoryStore()
+    z3.create_array(store, "a", shape=(2, 3), dtype="i4", chunks=(2, 3), fill_value=0)[...] = 1
+    old, other = z3.open_array(store, "a", mode="r+"), z3.open_array(store, "a", mode="r+")
+    other.append(np.full((2, 3), 2, dtype="i4"))
+    old.append(np.full((1, 3), 3, dtype="i4"))
+    stored = z3.open_array(store, "a")
+    assert stored.shape == (5, 3) and old.shape == (5, 3)
+    np.testing.assert_array_equal(stored[:, 0], [1, 1, 2, 2, 3])
+
+
+@pytest.mark.slow
+def test_an_append_after_a_writer_died_inside_its_append_commit_finishes_that_one_first(tmp_path):
+    """A handle opened before another process's append, which was killed inside its commit
+    (the array marked): this handle's append rolls the dead one forward, then goes after it."""
+    import test_fault_injection as fi
+
+    fi.make_old(tmp_path, "raw")
+    handle = z3.open_array(str(tmp_path), path="x", mode="r+")
+    assert fi.run_child(tmp_path, "append", "raw", env={"KILL_AT": "set_if:zarr.json:1"}) is None
+    mine = np.full((4, fi.SHAPE[1]), 7.0)
+    handle.append(mine)
+    old, new = fi.old_values(), fi.new_values()
+    want = np.concatenate([old, new[:30], mine])
+    np.testing.assert_array_equal(z3.open_array(str(tmp_path), path="x")[...], want)
+    assert not fi.leftovers(tmp_path)

@@ -22,7 +22,7 @@ from .attributes import Attributes
 from .commit import Transaction
 from .metadata import ArrayMetadata, parse_node, to_bytes
 from .metadata_v2 import V2_MARKER, v2_fill_value_is_null
-from .metadata_v2_store import update_node_metadata
+from .metadata_v2_store import stored_node_metadata, update_node_metadata
 from .metadata_v2_write import is_v2, node_documents
 from .paths import metadata_key, node_name
 from .pipeline import ChunkPipeline
@@ -378,6 +378,9 @@ class Array:
         """Grow along ``axis`` and write ``data`` into the new part: validated first, then the
         data, then ``zarr.json``."""
         data = np.asarray(data)
+        # from the shape as stored now: rows another writer appended since this handle read the
+        # array are kept (they were overwritten, then hidden by this handle's smaller shape)
+        self.metadata = stored_node_metadata(self.store, self.path, self.metadata)
         other = [n for i, n in enumerate(self.shape) if i != axis]
         if data.ndim != self.ndim or [n for i, n in enumerate(data.shape) if i != axis] != other:
             raise ShapeError(
