@@ -216,3 +216,19 @@ def test_an_append_after_a_writer_died_inside_its_append_commit_finishes_that_on
     want = np.concatenate([old, new[:30], mine])
     np.testing.assert_array_equal(z3.open_array(str(tmp_path), path="x")[...], want)
     assert not fi.leftovers(tmp_path)
+
+
+def test_a_shrink_through_a_handle_opened_before_another_growth_drops_the_grown_rows():
+    """A handle that never saw another writer grow the array shrinks it back: the rows outside
+    the new shape are erased (it judged the resize from its own shape, a no-op, and left them
+    stored, so a later growth brought the old values back instead of the fill value)."""
+    store = z3.MemoryStore()
+    z3.create_array(store, "a", shape=(4, 3), dtype="i4", chunks=(2, 3), fill_value=0)[...] = 1
+    stale, other = z3.open_array(store, "a", mode="r+"), z3.open_array(store, "a", mode="r+")
+    other.resize((8, 3))
+    other[4:] = 5
+    stale.resize((4, 3))
+    again = z3.open_array(store, "a", mode="r+")
+    assert again.shape == (4, 3)
+    again.resize((8, 3))
+    np.testing.assert_array_equal(again[...], np.concatenate([np.ones((4, 3)), np.zeros((4, 3))]))

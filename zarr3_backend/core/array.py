@@ -353,6 +353,9 @@ class Array:
             raise ShapeError(f"array {self.path or '/'!r}: new shape must be integers, got {raw!r}") from e
         if len(new_shape) != self.ndim or any(s < 0 for s in new_shape):
             raise ShapeError(f"array {self.path or '/'!r}: cannot resize shape {self.shape} to {new_shape}")
+        # judged from the shape as stored now, not this handle's: a shrink of what another writer
+        # grew erases the units outside the new shape (left stored, they came back on growth)
+        self.metadata = stored_node_metadata(self.store, self.path, self.metadata)
         grid = self.metadata.chunk_grid
         new_grid = grid.grid_shape(new_shape)
         old_grid = grid.grid_shape(self.shape)

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 from ..errors import NodeNotFoundError
 from ..stores.base import Store
-from .commit import repair, replace_document, update_document, wait_for_commits
-from .metadata import ArrayMetadata, GroupMetadata, parse_node, to_bytes
+from .commit import repair, replace_document, update_document, with_markers
+from .metadata import ArrayMetadata, GroupMetadata, load_json, parse_node, parse_node_json, to_bytes
 from .metadata_v2 import ATTRS_KEY
 from .metadata_v2_write import is_v2, metadata_from_documents, node_documents
 from .paths import join_path, metadata_key
@@ -96,13 +96,23 @@ def _update_v2_node(
 def stored_node_metadata(
     store: Store, path: str, current: ArrayMetadata | GroupMetadata
 ) -> ArrayMetadata | GroupMetadata:
-    """The node's metadata as stored now, or ``current`` when no document is there: what a
+    """The node's metadata as stored now (without the markers of writes in flight, which
+    document writes keep and never wait for), or ``current`` when no document is there: what a
     change relative to the stored state (an append, which goes after the rows other writers
-    added) starts from. Dead writers' commits are finished first (as a transaction starts) and
-    a live one's is waited for, so the state read is the one this write will build on."""
-    from .group import read_node_metadata  # group imports array, which imports this module
+    added) starts from. Dead writers' commits are finished first, as a transaction starts."""
+    from .group import read_v2_node_metadata  # group imports array, which imports this module
 
     if not store.commits_externally and not store.read_only:
         repair(store, only_dead=True)
-    found = wait_for_commits(store, lambda: read_node_metadata(store, path, use_consolidated=False))
+    if is_v2(current):
+        found = read_v2_node_metadata(store, path, use_consolidated=False)
+    else:
+        key = metadata_key(path)
+        raw = store.get(key)
+        doc = None if raw is None else load_json(raw, key)
+        found = (
+            None
+            if doc is None
+            else parse_node_json(with_markers(doc, {}) if isinstance(doc, dict) else doc, path)
+        )
     return current if found is None or type(found) is not type(current) else found
