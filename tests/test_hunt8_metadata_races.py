@@ -78,12 +78,13 @@ def test_processes_updating_attributes_and_growing_lose_nothing(tmp_path, path):
 
 class _InterleavingStore(z3.MemoryStore):
     """A MemoryStore that runs ``before_write`` once, just before the first write of
-    ``zarr.json`` (a concurrent writer getting in between a writer's read and its write)."""
+    ``hooked`` (a concurrent writer getting in between a writer's read and its write)."""
 
     before_write = None
+    hooked = "zarr.json"
 
     def _interleave(self, key):
-        if key == "zarr.json" and self.before_write is not None:
+        if key == self.hooked and self.before_write is not None:
             hook, self.before_write = self.before_write, None
             hook()
 
@@ -232,3 +233,40 @@ def test_a_shrink_through_a_handle_opened_before_another_growth_drops_the_grown_
     assert again.shape == (4, 3)
     again.resize((8, 3))
     np.testing.assert_array_equal(again[...], np.concatenate([np.ones((4, 3)), np.zeros((4, 3))]))
+
+
+@pytest.mark.slow
+def test_processes_updating_attributes_of_zarr_v2_arrays_keep_the_zmetadata_current(tmp_path):
+    """Zarr v2 with a consolidated .zmetadata: three processes set attributes of three arrays.
+    Each write patches .zmetadata too; a patch read before another's write and written after it
+    dropped that one, leaving .zmetadata (what a read-only open uses) stale for good."""
+    root = str(tmp_path / "v2.zarr")
+    g = z3.create_group(root, zarr_format=2)
+    n, rounds = 3, 20
+    for w in range(n):
+        g.create_array(f"a{w}", shape=(4,), dtype="i4", chunks=(2,), zarr_format=2)
+    z3.consolidate_metadata(root)
+    _run([(writers.attribute_writer, (root, f"a{w}", w, rounds)) for w in range(n)])
+    zmetadata = json.loads((tmp_path / "v2.zarr" / ".zmetadata").read_text())["metadata"]
+    for w in range(n):
+        want = {f"w{w}-{i}": i for i in range(rounds)}
+        assert json.loads((tmp_path / "v2.zarr" / f"a{w}" / ".zattrs").read_text()) == want
+        assert zmetadata[f"a{w}/.zattrs"] == want, w
+        assert dict(z3.open_group(root, mode="r")[f"a{w}"].attrs) == want
+
+
+def test_a_zarr_v2_attribute_write_keeps_the_zmetadata_patch_of_another_node_written_meanwhile():
+    """Two v2 arrays' attributes written at once: each write patches the root's .zmetadata;
+    the patch read before the other's write and written after it used to drop that one."""
+    store = _InterleavingStore()
+    g = z3.create_group(store, zarr_format=2)
+    for name in ("a", "b"):
+        g.create_array(name, shape=(4,), dtype="i4", chunks=(2,), zarr_format=2)
+    z3.consolidate_metadata(store)
+    a, b = z3.open_array(store, "a", mode="r+"), z3.open_array(store, "b", mode="r+")
+    store.hooked = ".zmetadata"
+    store.before_write = lambda: b.attrs.update(mine="b")
+    a.attrs["mine"] = "a"
+    zmetadata = json.loads(store.get(".zmetadata"))["metadata"]
+    assert zmetadata["a/.zattrs"] == {"mine": "a"}
+    assert zmetadata["b/.zattrs"] == {"mine": "b"}

@@ -667,6 +667,7 @@ def consolidate_metadata(store: Any, path: str = "", *, storage_options: dict | 
         return to_bytes(replace(stored, consolidated_metadata=meta.consolidated_metadata))
 
     written = update_document(store, metadata_key(path), with_members)
+    assert written is not None  # with_members always makes a document
     return Group(store, path, parse_node(written, path))
 
 

@@ -198,15 +198,16 @@ def replace_document(store: Store, key: str, doc: bytes) -> None:
     _write_final(store, key, doc, "")
 
 
-def update_document(store: Store, key: str, change: Callable[[bytes | None], bytes]) -> bytes:
+def update_document(store: Store, key: str, change: Callable[[bytes | None], bytes | None]) -> bytes | None:
     """Replace ``key`` by ``change(stored)`` as a compare-and-swap where the store offers one
     (``change`` runs again on the newer value when another writer got there first), keeping the
     markers of writes in flight on it; ``stored`` is the document without them (``None`` when
-    missing). Returns the document written, without the markers. How a change to part of a
-    document (its attributes, its shape) keeps every other writer's change to the rest."""
-    written: list[bytes] = []
+    missing), and ``change`` returning ``None`` leaves it. Returns the document written, without
+    the markers. How a change to part of a document (its attributes, its shape, one node's
+    entries in a ``.zmetadata``) keeps every other writer's change to the rest."""
+    written: list[bytes | None] = []
 
-    def apply(old: bytes | None) -> bytes:
+    def apply(old: bytes | None) -> bytes | None:
         writes: dict[str, Any] = {}
         if old is not None:
             doc = _parse_doc(old, key)
@@ -215,7 +216,7 @@ def update_document(store: Store, key: str, change: Callable[[bytes | None], byt
                 old = _dump_doc(with_markers(doc, {}))
         new = change(old)
         written[:] = [new]
-        return _dump_doc(with_markers(_parse_doc(new, key), writes)) if writes else new
+        return _dump_doc(with_markers(_parse_doc(new, key), writes)) if writes and new is not None else new
 
     _update(store, key, apply)
     return written[0]

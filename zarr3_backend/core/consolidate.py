@@ -12,6 +12,7 @@ reader of the consolidated copy sees what a reader of the member sees.
 from __future__ import annotations
 
 from ..stores import Store
+from .commit import update_document
 from .group import Group, read_v2_node_metadata
 from .metadata import WRITE_IN_PROGRESS_FIELD, GroupMetadata, load_json, to_bytes
 from .metadata_v2 import CONSOLIDATED_KEY, GROUP_KEY
@@ -99,6 +100,10 @@ def refresh_v2_consolidated(store: Store, docs: dict[str, bytes], *, rebuild: bo
         ordered, store.get_many([join_path(p, CONSOLIDATED_KEY) for p in ordered]), strict=True
     ):
         if raw is not None:
-            patched = patched_consolidated(raw, path, docs)
-            if patched is not None:
-                store.set(join_path(path, CONSOLIDATED_KEY), patched)
+            # patched as a compare-and-swap: another writer's patch of the same .zmetadata
+            # (its own node's documents) landing in between is kept, not overwritten
+            update_document(
+                store,
+                join_path(path, CONSOLIDATED_KEY),
+                lambda old, path=path: None if old is None else patched_consolidated(old, path, docs),
+            )

@@ -57,7 +57,9 @@ def update_node_metadata(
             raise NodeNotFoundError(f"{key!r}: the node is gone (erased by another writer)")
         return to_bytes(change(parse_node(old, path)))
 
-    return parse_node(update_document(store, key, rewrite), path)
+    written = update_document(store, key, rewrite)
+    assert written is not None  # rewrite always makes a document
+    return parse_node(written, path)
 
 
 def _update_v2_node(
