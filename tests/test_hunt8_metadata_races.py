@@ -270,3 +270,38 @@ def test_a_zarr_v2_attribute_write_keeps_the_zmetadata_patch_of_another_node_wri
     zmetadata = json.loads(store.get(".zmetadata"))["metadata"]
     assert zmetadata["a/.zattrs"] == {"mine": "a"}
     assert zmetadata["b/.zattrs"] == {"mine": "b"}
+
+
+class _ListingStore(z3.MemoryStore):
+    """Runs ``during_listing`` once, at the first listing after a transaction's manifest is
+    written (the commit listing the members to consolidate the root)."""
+
+    during_listing = None
+    armed = False
+
+    def set(self, key, value):
+        super().set(key, value)
+        self.armed = self.armed or key.endswith("manifest.json")
+
+    def list_dir(self, prefix):
+        if self.armed and self.during_listing is not None:
+            hook, self.during_listing = self.during_listing, None
+            hook()
+        return super().list_dir(prefix)
+
+
+def test_a_consolidating_to_zarr_keeps_a_root_attribute_set_while_it_listed_the_members():
+    """to_zarr(group=..., consolidated=True) rebuilds the root's consolidated metadata at its
+    commit by listing the members, then wrote the root as it had read it before the listing: a
+    root attribute another writer set meanwhile was dropped."""
+    xr = pytest.importorskip("xarray")
+    store = _ListingStore()
+    z3.open_group(store, mode="w", attributes={"title": "t"})
+    z3.to_zarr(xr.Dataset({"v": ("x", np.arange(4.0))}), store, group="sub", mode="w", consolidated=True)
+    other = z3.open_group(store, mode="r+")
+    store.armed, store.during_listing = False, lambda: other.attrs.update(late=1)
+    z3.to_zarr(xr.Dataset({"w": ("x", np.arange(4.0))}), store, group="sub", mode="a", consolidated=True)
+    assert store.during_listing is None  # the hook ran
+    root = z3.open_group(store, mode="r")
+    assert dict(root.attrs) == {"title": "t", "late": 1}
+    assert set(root.metadata.consolidated_metadata["metadata"]) == {"sub", "sub/v", "sub/w"}

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -33,7 +32,7 @@ from .chunk_key_encoding import DefaultChunkKeyEncoding, parse_chunk_key_encodin
 from .codec_specs import build_codecs, coerce_codec
 from .commit import Transaction, update_document, wait_for_commits
 from .commit import repair as repair_writes
-from .consolidate import consolidated, consolidated_v2, refresh_v2_consolidated
+from .consolidate import consolidated, consolidated_v2, members_table_into, refresh_v2_consolidated
 from .dtypes import DataType, as_data_type, default_fill_value, parse_fill_value
 from .group import Group, node_from_metadata, open_existing_group, read_node_metadata, v2_ancestor
 from .metadata import ArrayMetadata, GroupMetadata, parse_node, to_bytes
@@ -658,13 +657,16 @@ def consolidate_metadata(store: Any, path: str = "", *, storage_options: dict | 
         store.set(join_path(path, CONSOLIDATED_KEY), zmetadata)
         return open_existing_group(store, path, read_only=False, use_consolidated=None)
 
+    put_members = members_table_into(to_bytes(meta), path)
+
     def with_members(old: bytes | None) -> bytes:
-        # the members' table on the root as stored now: an attribute another writer set on the
+        # the members' table on the group as stored now: an attribute another writer set on the
         # group while the members were read is kept
-        stored = parse_node(old, path) if old is not None else meta
-        if not isinstance(stored, GroupMetadata):
+        if old is None:
+            return to_bytes(meta)
+        if not isinstance(parse_node(old, path), GroupMetadata):
             raise GroupNotFoundError(f"{path or '/'!r} is no longer a group")
-        return to_bytes(replace(stored, consolidated_metadata=meta.consolidated_metadata))
+        return put_members(old)
 
     written = update_document(store, metadata_key(path), with_members)
     assert written is not None  # with_members always makes a document

@@ -574,12 +574,20 @@ def _apply(
         refresh_v2_consolidated(store, v2_docs, rebuild=manifest.get("consolidate") is not None)
     root_doc = docs.get(root)
     root_replaced = root_doc is None and "" in manifest["erase_prefixes"]  # e.g. by a v2 root
+    root_rebase = rebase.get(root)
     if manifest.get("consolidate") is not None and not root_replaced:
+        given = root_doc is not None
         root_doc = _consolidated_root(store, root_doc, txn_id)
+        if not given and root_doc is not None and root_rebase is None:
+            # made from the stored root as read before the members were listed: only its
+            # members' table goes in, so a root attribute set meanwhile is kept
+            from .consolidate import members_table_into
+
+            root_rebase = members_table_into(root_doc)
     if root_doc is None and root in guarded and "" in manifest["erase_prefixes"]:
         store.erase(root)
     else:
-        _write_final(store, root, root_doc, txn_id, rebase.get(root))
+        _write_final(store, root, root_doc, txn_id, root_rebase)
     store.erase(base + _MANIFEST)  # first: a run that starts after this one finds it finished
     store.erase_prefix(base)
     if lost:
