@@ -7,6 +7,8 @@ through ``zarr3_backend.dask.from_array`` in blocks that are exactly the destina
 so no two tasks touch one destination object and no lock is needed, on threads or a cluster.
 Resuming: a task whose destination unit already exists reads it back and compares it with the
 source block; equal units are skipped, missing, unreadable or different ones are (re)written.
+The documents of the nodes a copy creates are written after all the data (the root's last): an
+interrupted copy leaves no array that opens with holes where the source has values.
 """
 
 from __future__ import annotations
@@ -26,12 +28,22 @@ import numpy as np
 from ..codecs.chain import split_by_kind
 from ..codecs.fill import is_fill
 from ..codecs.registry import codec_from_json
-from ..core.api import create_array, create_group, open_array, open_node
+from ..core.api import (
+    create_array,
+    create_group,
+    missing_parent_documents,
+    open_array,
+    open_node,
+    write_node_documents,
+)
 from ..core.array import Array
-from ..core.group import Group
+from ..core.commit import Transaction, wait_for_commits
+from ..core.group import Group, read_node_metadata
 from ..core.info import array_info
+from ..core.metadata import ArrayMetadata, GroupMetadata
 from ..core.metadata_v2 import v2_fill_value_is_null
-from ..core.paths import join_path, normalize_path
+from ..core.metadata_v2_store import store_node_metadata
+from ..core.paths import join_path, join_prefix, normalize_path
 from ..dask import compute_with_progress, from_array
 from ..errors import ArgumentError, CodecError, NodeExistsError, Zarr3Error
 from ..xarray.encoding import decode_fill_value_attr
@@ -159,11 +171,23 @@ def _v2_fill_value(src: Array, attrs: dict) -> Any:
     return None
 
 
+@dataclass
+class Destination:
+    """One destination array: ``fresh`` when no unit is stored under it (none is looked for),
+    ``pending`` when its documents are still to be written (after its data)."""
+
+    array: Array
+    fresh: bool
+    pending: bool
+
+
 def prepare_destination(
     src: Array, dst_store: Any, path: str, layout: Layout, overwrite: bool
-) -> tuple[Array, bool]:
-    """The destination array and whether it is new (no unit stored yet): created, or opened
-    when a resumed copy made it with this layout."""
+) -> Destination:
+    """The destination array: opened when an earlier copy finished it with this layout, else
+    made in memory, its documents written by ``publish`` once its data is in place (an
+    interrupted copy never leaves an array that reads as whole with holes where the source has
+    values; units a killed copy stored are compared, not rewritten, when it is run again)."""
     v2 = layout.zarr_format == 2
     dims = src.dimension_names
     if v2 and dims is not None and any(d is None for d in dims):
@@ -189,23 +213,40 @@ def prepare_destination(
     if v2:
         kwargs.update(zarr_format=2, order=layout.order)
         del kwargs["shards"]
+    wanted = create_array({}, "x", **kwargs).metadata  # the document, made (and checked) in memory
+    found = _stored_node(dst_store, path)
+    if isinstance(found, ArrayMetadata) and found.to_json() == wanted.to_json():
+        return Destination(open_array(dst_store, path, mode="r+"), fresh=False, pending=False)
+    if found is not None:
+        if not overwrite:
+            raise NodeExistsError(
+                f"destination {path or '/'!r} exists and is not this array with this layout and "
+                "attributes (pass --overwrite to replace it)"
+            )
+        with Transaction(dst_store, guard=(path,), erase_prefixes=[join_prefix(path)]) as txn:
+            txn.commit()  # the old node and its data erased at once
+    missing_parent_documents(dst_store, path, layout.zarr_format)  # refuses a bad place before any write
+    fresh = next(iter(dst_store.list_prefix(join_prefix(path))), None) is None
+    return Destination(Array(dst_store, path, wanted), fresh=fresh, pending=True)
+
+
+def _stored_node(store: Any, path: str) -> ArrayMetadata | GroupMetadata | bool | None:
+    """The metadata of the node stored at ``path``, ``None`` when there is none, ``True`` when
+    its documents cannot be read (something is there)."""
     try:
-        return create_array(dst_store, path, **kwargs), True
-    except NodeExistsError:
-        pass
-    wanted = create_array({}, "x", **kwargs)  # the same document, made in memory to compare
-    try:
-        existing = open_array(dst_store, path, mode="r+")
-    except Zarr3Error:  # a group there, or unreadable metadata
-        existing = None
-    if existing is not None and existing.metadata.to_json() == wanted.metadata.to_json():
-        return existing, False  # a resumed copy: keep what is written
-    if not overwrite:
-        raise NodeExistsError(
-            f"destination {path or '/'!r} exists and is not this array with this layout and "
-            "attributes (pass --overwrite to replace it)"
-        )
-    return create_array(dst_store, path, overwrite=True, **kwargs), True
+        return wait_for_commits(store, lambda: read_node_metadata(store, path, use_consolidated=False))
+    except Zarr3Error:
+        return True
+
+
+def publish(store: Any, root: str, nodes: dict[str, ArrayMetadata | GroupMetadata]) -> None:
+    """Write the documents of the copied nodes (paths below ``root``, and ``root``) once all
+    their data is in place: the nodes below first, nearest the root first, ``root`` last (with
+    any missing parent groups), so the destination is found only when it is whole."""
+    for path in sorted((p for p in nodes if p != root), key=lambda p: (p.count("/"), p)):
+        store_node_metadata(store, path, nodes[path])
+    if root in nodes:
+        write_node_documents(store, root, nodes[root])
 
 
 def _copy_unit(block: np.ndarray, dst: Array, fresh: bool, block_info: dict | None = None) -> np.ndarray:
@@ -285,17 +326,19 @@ def copy_hierarchy(
     dst_root = normalize_path(path)
     # every layout is checked before anything is written
     layouts = {rel: destination_layout(a, chunks, shards, codecs, zarr_format) for rel, a in arrays.items()}
-    for rel, g in groups.items():  # groups first: their attributes
-        try:
-            create_group(
-                dst_store, join_path(dst_root, rel), attributes=_attributes(g), zarr_format=zarr_format
-            )
-        except NodeExistsError:
-            pass
+    documents: dict[str, ArrayMetadata | GroupMetadata] = {}  # written after all the data
+    for rel, g in groups.items():  # a group already there (a resumed copy) is kept
+        where = join_path(dst_root, rel)
+        if _stored_node(dst_store, where) is None:
+            documents[where] = create_group(
+                {}, "x", attributes=_attributes(g), zarr_format=zarr_format
+            ).metadata
     plans = []
     for rel, a in arrays.items():
-        dst, fresh = prepare_destination(a, dst_store, join_path(dst_root, rel), layouts[rel], overwrite)
-        plans.append((rel, a, dst, fresh))
+        d = prepare_destination(a, dst_store, join_path(dst_root, rel), layouts[rel], overwrite)
+        plans.append((rel, a, d.array, d.fresh))
+        if d.pending:
+            documents[d.array.path] = d.array.metadata
     graphs = []
     for _rel, a, dst, fresh in plans:
         if a.ndim == 0:
@@ -314,6 +357,7 @@ def copy_hierarchy(
         kwargs["scheduler"] = scheduler
     with client_cm:
         statuses = list(compute_with_progress(*lazy, progress=progress, **kwargs)) if lazy else []
+    publish(dst_store, dst_root, documents)
     results = []
     for (rel, _src, dst, _fresh), g in zip(plans, graphs, strict=True):
         if g is None:
@@ -383,10 +427,11 @@ def copy(
     otherwise. One dask task per destination shard (chunk when unsharded), on local threads
     or a distributed scheduler.
 
-    Resumable: rerun the same command after an interruption. The destination arrays are
-    reused when their layout matches; every destination unit that already exists is read
-    back and compared with the source, and only missing, unreadable or different units are
-    written ("skipped" counts the rest; "empty" counts units holding only the fill value,
+    Resumable: rerun the same command after an interruption. A node's metadata is written
+    only once all the data is copied, so an interrupted copy is not found as a store (or shows
+    only whole arrays). The destination arrays are reused when their layout matches; every
+    destination unit that already exists is read back and compared with the source, and only
+    missing, unreadable or different units are written ("skipped" counts the rest; "empty" counts units holding only the fill value,
     which are not stored).
     """
     try:

@@ -187,9 +187,11 @@ def plan_migration(store: Store, root: str = "") -> Plan:
         next_level: list[str] = []
         for i, path in enumerate(level):
             raw = dict(zip(names, found[i * len(names) : (i + 1) * len(names)], strict=True))
-            docs = {n: load_json(raw[n], join_path(path, n)) for n in V2_DOCS if raw[n] is not None}
-            doc = node_document(docs, path)
-            if doc is None and raw["zarr.json"] is not None:  # already v3 (an earlier run)
+            if raw["zarr.json"] is not None:
+                # already v3: an earlier run wrote it from the complete v2 documents before it
+                # removed any, so what v2 documents are left (perhaps a .zarray without its
+                # .zattrs, the crash having come part-way through their removal) are leftovers,
+                # never translated again (v3 wins, as zarr-python reads a node holding both)
                 v3 = load_json(raw["zarr.json"], metadata_key(path))
                 done.append(path)
                 leftovers.extend(join_path(path, n) for n in V2_DOCS if raw[n] is not None)
@@ -198,6 +200,8 @@ def plan_migration(store: Store, root: str = "") -> Plan:
                 if isinstance(v3, Mapping) and v3.get("node_type") == "group":
                     next_level.append(path)
                 continue
+            docs = {n: load_json(raw[n], join_path(path, n)) for n in V2_DOCS if raw[n] is not None}
+            doc = node_document(docs, path)
             if doc is None:
                 if first:
                     raise MigrationError(f"no Zarr v2 node at {root or '/'!r} (no .zarray or .zgroup)")
@@ -208,8 +212,7 @@ def plan_migration(store: Store, root: str = "") -> Plan:
             nodes.append(NodePlan(path, v3_document(doc, path), remove))
             if doc["node_type"] == "group":
                 next_level.append(path)
-                if raw["zarr.json"] is None:
-                    new_groups.add(path)
+                new_groups.add(path)
         if first:
             consolidated = consolidated or store.exists(join_path(root, CONSOLIDATED_KEY))
             first = False

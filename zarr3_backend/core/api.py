@@ -30,9 +30,9 @@ from .array import Array
 from .chunk_grid import RegularChunkGrid, rectilinear_from_arg
 from .chunk_key_encoding import DefaultChunkKeyEncoding, parse_chunk_key_encoding
 from .codec_specs import build_codecs, coerce_codec
-from .commit import Transaction, replace_document, wait_for_commits
+from .commit import Transaction, update_document, wait_for_commits
 from .commit import repair as repair_writes
-from .consolidate import consolidated, consolidated_v2, refresh_v2_consolidated
+from .consolidate import consolidated, consolidated_v2, members_table_into, refresh_v2_consolidated
 from .dtypes import DataType, as_data_type, default_fill_value, parse_fill_value
 from .group import Group, node_from_metadata, open_existing_group, read_node_metadata, v2_ancestor
 from .metadata import ArrayMetadata, GroupMetadata, parse_node, to_bytes
@@ -164,6 +164,23 @@ def _write_new_node(store: Store, path: str, meta: ArrayMetadata | GroupMetadata
         ) as txn:
             txn.commit()
         return
+    _write_documents(store, parents, docs, zarr_format)
+
+
+def write_node_documents(store: Store, path: str, meta: ArrayMetadata | GroupMetadata) -> None:
+    """Write the documents of a node at ``path`` where there is none yet, and of its missing
+    parent groups, without looking below ``path``: how a node whose data is already in place
+    (a copy's, written first so that it is never seen with holes) is made visible."""
+    store.check_writable()
+    zarr_format = 2 if is_v2(meta) else 3
+    _write_documents(
+        store, missing_parent_documents(store, path, zarr_format), node_documents(path, meta), zarr_format
+    )
+
+
+def _write_documents(
+    store: Store, parents: dict[str, bytes], docs: dict[str, bytes], zarr_format: int
+) -> None:
     if parents:
         store.set_many(parents)
     for key, doc in docs.items():  # in order: a v2 node's .zattrs before its .zarray/.zgroup
@@ -639,8 +656,21 @@ def consolidate_metadata(store: Any, path: str = "", *, storage_options: dict | 
         assert zmetadata is not None
         store.set(join_path(path, CONSOLIDATED_KEY), zmetadata)
         return open_existing_group(store, path, read_only=False, use_consolidated=None)
-    replace_document(store, metadata_key(path), to_bytes(meta))
-    return Group(store, path, meta)
+
+    put_members = members_table_into(to_bytes(meta), path)
+
+    def with_members(old: bytes | None) -> bytes:
+        # the members' table on the group as stored now: an attribute another writer set on the
+        # group while the members were read is kept
+        if old is None:
+            return to_bytes(meta)
+        if not isinstance(parse_node(old, path), GroupMetadata):
+            raise GroupNotFoundError(f"{path or '/'!r} is no longer a group")
+        return put_members(old)
+
+    written = update_document(store, metadata_key(path), with_members)
+    assert written is not None  # with_members always makes a document
+    return Group(store, path, parse_node(written, path))
 
 
 __all__ = [

@@ -9,22 +9,22 @@ every change of shape, are one transaction (``core/commit.py``): all of it or no
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from .. import indexing
-from ..errors import ReadOnlyError, ShapeError
+from ..errors import ReadOnlyError, ShapeError, Zarr3Error
 from ..stores.base import Store
 from . import rectilinear
 from .attributes import Attributes
 from .commit import Transaction
-from .metadata import ArrayMetadata
+from .metadata import ArrayMetadata, parse_node, to_bytes
 from .metadata_v2 import V2_MARKER, v2_fill_value_is_null
-from .metadata_v2_store import store_node_metadata
-from .metadata_v2_write import node_documents
-from .paths import node_name
+from .metadata_v2_store import stored_node_metadata, update_node_metadata
+from .metadata_v2_write import is_v2, node_documents
+from .paths import metadata_key, node_name
 from .pipeline import ChunkPipeline
 from .read_outputs import output
 from .selection import OIndex, VIndex, fancy_kind, flatten_nd
@@ -44,6 +44,25 @@ def _region_key(region: Any, shape: tuple[int, ...]) -> tuple:
         (s.start, s.stop, s.step) if isinstance(s, slice) else s
         for s in indexing.normalize_selection(tuple(region), shape)
     )
+
+
+def _new_shape_only(path: str, meta: ArrayMetadata) -> dict[str, Callable[[bytes], bytes]]:
+    """How a commit that changes an array's shape to ``meta``'s writes its ``zarr.json``: the
+    stored document with the new shape (the attributes another writer set since this handle
+    read the array are kept). A v2 ``.zarray`` is written as given (``{}``)."""
+    if is_v2(meta):
+        return {}
+
+    def rebase(stored: bytes) -> bytes:
+        try:
+            found = parse_node(stored, path)
+        except Zarr3Error:
+            found = None
+        if not isinstance(found, ArrayMetadata):
+            return to_bytes(meta)  # not an array document now: this write's document, as before
+        return to_bytes(found.evolve(shape=meta.shape))
+
+    return {metadata_key(path): rebase}
 
 
 class Array:
@@ -271,7 +290,7 @@ class Array:
             def redo(key: str) -> None:  # another writer changed a shared unit meanwhile
                 target._write_units(OneUnit(indexer, key, target._chunk_key), value)
 
-            txn.commit(redo=redo)
+            txn.commit(redo=redo, rebase=_new_shape_only(self.path, meta) if documents else None)
         self.metadata = meta
         self._pipeline.forget()
 
@@ -309,14 +328,15 @@ class Array:
         self._write(indexing.basic_indexer(tuple(region), self.shape, self.storage_chunks), value)
 
     # ---- metadata changes ------------------------------------------------------------------
-    def _write_metadata(self, metadata: ArrayMetadata) -> None:
-        self.metadata = store_node_metadata(self.store, self.path, metadata)  # keeps others' marks
-
-    def _set_attributes(self, attrs: dict) -> None:
+    def _change_attributes(self, change: Callable[[dict], dict]) -> None:
+        """Replace the stored attributes ``a`` by ``change(a)``, keeping every other part of the
+        stored document (another writer's shape or attributes)."""
         self._check_writable()
         # validated (e.g. NaN in attributes) before anything is written; kept in memory exactly
         # as a reader of the stored documents will see it
-        self.metadata = store_node_metadata(self.store, self.path, self.metadata.evolve(attributes=attrs))
+        self.metadata = update_node_metadata(
+            self.store, self.path, lambda m: m.evolve(attributes=change(dict(m.attributes))), self.metadata
+        )
 
     def invalidate_cache(self) -> None:
         """Forget cached shard indexes and decoded chunks of this array, e.g. after other
@@ -333,21 +353,27 @@ class Array:
             raise ShapeError(f"array {self.path or '/'!r}: new shape must be integers, got {raw!r}") from e
         if len(new_shape) != self.ndim or any(s < 0 for s in new_shape):
             raise ShapeError(f"array {self.path or '/'!r}: cannot resize shape {self.shape} to {new_shape}")
+        # judged from the shape as stored now, not this handle's: a shrink of what another writer
+        # grew erases the units outside the new shape (left stored, they came back on growth)
+        self.metadata = stored_node_metadata(self.store, self.path, self.metadata)
         grid = self.metadata.chunk_grid
         new_grid = grid.grid_shape(new_shape)
         old_grid = grid.grid_shape(self.shape)
         new_meta = self.metadata.evolve(shape=new_shape)
         shrinks = any(n < o for n, o in zip(new_grid, old_grid, strict=True))
         doomed = self._pipeline.stored_units_outside(new_grid) if shrinks else []
-        if not doomed:  # one document: already atomic
-            self._write_metadata(new_meta)
+        if not doomed:  # one document: already atomic; only its shape changes (not the
+            # attributes another writer may have set since this handle read it)
+            self.metadata = update_node_metadata(
+                self.store, self.path, lambda m: m.evolve(shape=new_shape), self.metadata
+            )
             return
         # the new shape and the erases in one transaction: a crash never shows the new shape
         # over chunks it should have dropped (a later growth would bring them back)
         documents = node_documents(self.path, new_meta)
         with Transaction(self.store, guard=(self.path,), documents=documents) as txn:
             txn.staging.erase_many(doomed)
-            txn.commit()
+            txn.commit(rebase=_new_shape_only(self.path, new_meta))
         self.metadata = new_meta
         self._pipeline.forget(doomed)
 
@@ -355,6 +381,9 @@ class Array:
         """Grow along ``axis`` and write ``data`` into the new part: validated first, then the
         data, then ``zarr.json``."""
         data = np.asarray(data)
+        # from the shape as stored now: rows another writer appended since this handle read the
+        # array are kept (they were overwritten, then hidden by this handle's smaller shape)
+        self.metadata = stored_node_metadata(self.store, self.path, self.metadata)
         other = [n for i, n in enumerate(self.shape) if i != axis]
         if data.ndim != self.ndim or [n for i, n in enumerate(data.shape) if i != axis] != other:
             raise ShapeError(

@@ -7,7 +7,8 @@ from typing import Any
 
 
 class Attributes(MutableMapping):
-    """The ``attributes`` of a node; every change is written to its ``zarr.json`` at once."""
+    """The ``attributes`` of a node; every change is written to its ``zarr.json`` at once, to
+    the keys it names only (another writer's changes to other keys are kept)."""
 
     def __init__(self, node: Any) -> None:
         self._node = node
@@ -27,19 +28,21 @@ class Attributes(MutableMapping):
     def __setitem__(self, key: str, value: Any) -> None:
         self.update({key: value})
 
+    # Each change is applied to the attributes as stored when it is written (not to this copy,
+    # which another writer may have changed since): it changes only the keys it names.
     def __delitem__(self, key: str) -> None:
-        attrs = dict(self._get())
-        del attrs[key]
-        self._node._set_attributes(attrs)
+        if key not in self._get():
+            raise KeyError(key)
+        self._node._change_attributes(lambda attrs: {k: v for k, v in attrs.items() if k != key})
 
     def update(self, other: Any = (), /, **kwargs: Any) -> None:  # one write for many keys
-        attrs = dict(self._get())
-        attrs.update(other, **kwargs)
-        self._node._set_attributes(attrs)
+        changes = dict(other, **kwargs)
+        self._node._change_attributes(lambda attrs: {**attrs, **changes})
 
     def put(self, attrs: dict) -> None:
         """Replace all attributes with ``attrs`` (one write)."""
-        self._node._set_attributes(dict(attrs))
+        new = dict(attrs)
+        self._node._change_attributes(lambda _stored: dict(new))
 
     def asdict(self) -> dict:
         return dict(self._get())

@@ -148,11 +148,29 @@ def _mark(store: Store, key: str, txn_id: str, owner: Mapping[str, Any]) -> None
     _update(store, key, add)
 
 
-def _write_final(store: Store, key: str, new_doc: bytes | None, txn_id: str) -> None:
+def _write_final(
+    store: Store,
+    key: str,
+    new_doc: bytes | None,
+    txn_id: str,
+    rebase: Callable[[bytes], bytes] | None = None,
+) -> None:
     """Write ``new_doc`` (or, when ``None``, the stored document) without ``txn_id``'s marker,
-    keeping the markers of other writes still in flight."""
+    keeping the markers of other writes still in flight. ``rebase(stored)``, when given and a
+    document is stored, makes the document to write from the stored one (without markers)
+    instead, within the compare-and-swap."""
 
     def finish(old: bytes | None) -> bytes | None:
+        if rebase is not None and new_doc is not None and old is not None:
+            try:
+                stored = _dump_doc(with_markers(_parse_doc(old, key), {}))
+            except MetadataError:
+                stored = None  # not a document: ``new_doc`` replaces it
+            if stored is not None:
+                return finished(old, rebase(stored))
+        return finished(old, new_doc)
+
+    def finished(old: bytes | None, new_doc: bytes | None) -> bytes | None:
         others = {}
         if old is not None:
             try:
@@ -178,6 +196,30 @@ def replace_document(store: Store, key: str, doc: bytes) -> None:
     """Write ``doc`` as ``key``, keeping the markers of writes in flight on it (conditionally
     where the store can), so that a document written outside a transaction never unmarks one."""
     _write_final(store, key, doc, "")
+
+
+def update_document(store: Store, key: str, change: Callable[[bytes | None], bytes | None]) -> bytes | None:
+    """Replace ``key`` by ``change(stored)`` as a compare-and-swap where the store offers one
+    (``change`` runs again on the newer value when another writer got there first), keeping the
+    markers of writes in flight on it; ``stored`` is the document without them (``None`` when
+    missing), and ``change`` returning ``None`` leaves it. Returns the document written, without
+    the markers. How a change to part of a document (its attributes, its shape, one node's
+    entries in a ``.zmetadata``) keeps every other writer's change to the rest."""
+    written: list[bytes | None] = []
+
+    def apply(old: bytes | None) -> bytes | None:
+        writes: dict[str, Any] = {}
+        if old is not None:
+            doc = _parse_doc(old, key)
+            writes = markers(doc)
+            if writes:
+                old = _dump_doc(with_markers(doc, {}))
+        new = change(old)
+        written[:] = [new]
+        return _dump_doc(with_markers(_parse_doc(new, key), writes)) if writes and new is not None else new
+
+    _update(store, key, apply)
+    return written[0]
 
 
 # ---- staging -------------------------------------------------------------------------------------
@@ -372,12 +414,17 @@ class Transaction:
         *,
         redo: Callable[[str], None] | None = None,
         consolidate: bool = False,
+        rebase: Mapping[str, Callable[[bytes], bytes]] | None = None,
     ) -> None:
         """Make the staged values and the documents (those given here are added to those given
         at the start) visible, after erasing ``erase_prefixes``. ``redo(key)`` rewrites a
         read-modify-written unit whose stored version changed since it was read (a concurrent
         writer); without it the commit raises WriteConflictError. ``consolidate`` rebuilds the
-        root's consolidated metadata from the documents as they are once all else is in place."""
+        root's consolidated metadata from the documents as they are once all else is in place.
+        ``rebase[key](stored)`` makes the document written at ``key`` from the one stored then
+        (compare-and-swap), for a write that changes part of a document (an array's shape) and
+        must keep other writers' changes to the rest; a roll-forward by ``repair`` writes the
+        document given."""
         if self._done:
             raise RuntimeError(f"transaction {self.id} is already finished")
         self._done = True
@@ -401,7 +448,7 @@ class Transaction:
             "consolidate": "" if consolidate else None,
         }
         self.store.set(txn_prefix(self.id) + _MANIFEST, json.dumps(manifest).encode())
-        _apply(self.store, manifest, self.staging.expected, redo)
+        _apply(self.store, manifest, self.staging.expected, redo, rebase or {})
 
 
 def root_is_consolidated(store: Store) -> bool:
@@ -446,6 +493,7 @@ def _apply(
     manifest: Mapping[str, Any],
     expected: Mapping[str, Any],
     redo: Callable[[str], None] | None,
+    rebase: Mapping[str, Callable[[bytes], bytes]],
 ) -> None:
     """Steps 3 and 4 of the protocol; idempotent, so a dead writer's commit can be run again."""
     txn_id = manifest["id"]
@@ -513,7 +561,7 @@ def _apply(
     store.erase_many([k for k in docs_gone if k not in staged_set])  # nodes the write removes
     for key in guarded:
         if key != root and key not in docs_gone:
-            _write_final(store, key, docs.pop(key, None), txn_id)
+            _write_final(store, key, docs.pop(key, None), txn_id, rebase.get(key))
     v2_docs = {k: v for k, v in docs.items() if is_v2_document_key(k)}
     for key, doc in docs.items():  # documents of nodes that did not exist yet
         if key != root and key not in v2_docs:
@@ -526,12 +574,20 @@ def _apply(
         refresh_v2_consolidated(store, v2_docs, rebuild=manifest.get("consolidate") is not None)
     root_doc = docs.get(root)
     root_replaced = root_doc is None and "" in manifest["erase_prefixes"]  # e.g. by a v2 root
+    root_rebase = rebase.get(root)
     if manifest.get("consolidate") is not None and not root_replaced:
+        given = root_doc is not None
         root_doc = _consolidated_root(store, root_doc, txn_id)
+        if not given and root_doc is not None and root_rebase is None:
+            # made from the stored root as read before the members were listed: only its
+            # members' table goes in, so a root attribute set meanwhile is kept
+            from .consolidate import members_table_into
+
+            root_rebase = members_table_into(root_doc)
     if root_doc is None and root in guarded and "" in manifest["erase_prefixes"]:
         store.erase(root)
     else:
-        _write_final(store, root, root_doc, txn_id)
+        _write_final(store, root, root_doc, txn_id, root_rebase)
     store.erase(base + _MANIFEST)  # first: a run that starts after this one finds it finished
     store.erase_prefix(base)
     if lost:
@@ -631,7 +687,7 @@ def repair(store: Store, *, only_dead: bool = True) -> list[str]:
                 manifest = json.loads(raw)
             except ValueError as e:
                 raise InterruptedWriteError(f"write {txn_id!r}: its manifest is unreadable: {e}") from e
-            _apply(store, manifest, {}, None)
+            _apply(store, manifest, {}, None, {})
         done.append(txn_id)
     return done
 
@@ -646,6 +702,7 @@ __all__ = [
     "repair",
     "replace_document",
     "root_is_consolidated",
+    "update_document",
     "wait_for_commits",
     "with_markers",
 ]

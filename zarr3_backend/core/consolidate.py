@@ -11,9 +11,14 @@ reader of the consolidated copy sees what a reader of the member sees.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+
+from ..errors import Zarr3Error
 from ..stores import Store
+from .commit import update_document
 from .group import Group, read_v2_node_metadata
-from .metadata import WRITE_IN_PROGRESS_FIELD, GroupMetadata, load_json, to_bytes
+from .metadata import WRITE_IN_PROGRESS_FIELD, GroupMetadata, load_json, parse_node, to_bytes
 from .metadata_v2 import CONSOLIDATED_KEY, GROUP_KEY
 from .metadata_v2_write import consolidated_document, node_documents, patched_consolidated
 from .paths import ancestor_paths, join_path, metadata_key
@@ -46,6 +51,26 @@ def _root_group_metadata(store: Store, root_doc: bytes | None) -> GroupMetadata 
     doc.pop(WRITE_IN_PROGRESS_FIELD, None)
     doc.pop("consolidated_metadata", None)  # members are listed from the store, not the old copy
     return GroupMetadata.from_json(doc, "")
+
+
+def members_table_into(source: bytes, path: str = "") -> Callable[[bytes], bytes]:
+    """A change of the stored document of the group at ``path`` that puts in ``source``'s
+    consolidated metadata (or its absence) and keeps the rest as stored: how a consolidation,
+    made from a read of the group before its members were listed, keeps an attribute another
+    writer set on the group meanwhile. A stored document that is no group is left as it is."""
+    table = parse_node(source, path)
+    members = table.consolidated_metadata if isinstance(table, GroupMetadata) else None
+
+    def change(stored: bytes) -> bytes:
+        try:
+            meta = parse_node(stored, path)
+        except Zarr3Error:
+            return source  # not a readable document: replaced, as a whole write would
+        if not isinstance(meta, GroupMetadata):
+            return stored
+        return to_bytes(replace(meta, consolidated_metadata=members))
+
+    return change
 
 
 def consolidated_root_document(store: Store, root_doc: bytes | None) -> bytes | None:
@@ -99,6 +124,10 @@ def refresh_v2_consolidated(store: Store, docs: dict[str, bytes], *, rebuild: bo
         ordered, store.get_many([join_path(p, CONSOLIDATED_KEY) for p in ordered]), strict=True
     ):
         if raw is not None:
-            patched = patched_consolidated(raw, path, docs)
-            if patched is not None:
-                store.set(join_path(path, CONSOLIDATED_KEY), patched)
+            # patched as a compare-and-swap: another writer's patch of the same .zmetadata
+            # (its own node's documents) landing in between is kept, not overwritten
+            update_document(
+                store,
+                join_path(path, CONSOLIDATED_KEY),
+                lambda old, path=path: None if old is None else patched_consolidated(old, path, docs),
+            )

@@ -242,20 +242,28 @@ class Group:
         if self.read_only:
             raise ReadOnlyError(f"group {self.path or '/'!r} is read-only")
 
-    def _set_attributes(self, attrs: dict) -> None:
-        from .metadata_v2_store import store_node_metadata  # it reaches the commit protocol
+    def _change_attributes(self, change: Callable[[dict], dict]) -> None:
+        """Replace the stored attributes ``a`` by ``change(a)``, keeping every other part of the
+        stored document (another writer's attributes, the consolidated metadata as stored)."""
+        from .metadata_v2_store import update_node_metadata  # it reaches the commit protocol
 
         self._check_writable()
-        new = GroupMetadata(
-            attributes=attrs,
-            consolidated_metadata=self.metadata.consolidated_metadata,
-            extra_fields=self.metadata.extra_fields,
-        )
-        seen = store_node_metadata(self.store, self.path, new)  # keeps writers' in-flight marks
+
+        def changed(stored: Any) -> GroupMetadata:
+            return GroupMetadata(
+                attributes=change(dict(stored.attributes)),
+                consolidated_metadata=stored.consolidated_metadata,
+                extra_fields=stored.extra_fields,
+            )
+
+        seen = update_node_metadata(self.store, self.path, changed, self.metadata)  # keeps in-flight marks
         self.metadata = GroupMetadata(
             attributes=seen.attributes,
-            consolidated_metadata=new.consolidated_metadata,
-            extra_fields=new.extra_fields,
+            # a v2 group's .zmetadata is no part of its documents: this handle's copy stays
+            consolidated_metadata=self.metadata.consolidated_metadata
+            if self.zarr_format == 2
+            else seen.consolidated_metadata,
+            extra_fields=seen.extra_fields,
         )
 
     # ---- consolidated metadata -------------------------------------------------------------
