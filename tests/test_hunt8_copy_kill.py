@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from dying_child import KILL_AFTER_STEP
 
 import zarr3_backend as z3
 from zarr3_backend.cli.copy import copy_hierarchy
@@ -123,23 +124,9 @@ def test_a_copy_that_fails_part_way_leaves_no_array_with_holes(tmp_path):
 
 # The child copies, and kills itself with SIGKILL right after its K-th file-system change (a
 # rename, replace or unlink: the store's atomic steps), or runs to the end printing the count.
-CHILD = textwrap.dedent(
+CHILD = KILL_AFTER_STEP + textwrap.dedent(
     """
-    import os, shutil, signal, sys
-    kill_at, src, dst = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-    count = [0]
-
-    def dying(fn):
-        def call(*args, **kwargs):
-            out = fn(*args, **kwargs)
-            count[0] += 1
-            if count[0] >= kill_at:
-                os.kill(os.getpid(), signal.SIGKILL)
-            return out
-        return call
-
-    os.rename, os.replace, os.unlink = dying(os.rename), dying(os.replace), dying(os.unlink)
-    shutil.rmtree = dying(shutil.rmtree)
+    src, dst = sys.argv[2], sys.argv[3]
     from zarr3_backend.cli.copy import copy_hierarchy
     copy_hierarchy(src, dst, scheduler="threads")
     print(count[0])

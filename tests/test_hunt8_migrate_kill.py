@@ -21,6 +21,7 @@ import numcodecs
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from dying_child import KILL_AFTER_STEP
 
 import zarr3_backend as z3
 from zarr3_backend.cli import main
@@ -116,23 +117,9 @@ def test_rerun_keeps_attributes_when_a_crash_left_the_node_document_without_its_
 
 # The child runs the migration and kills itself with SIGKILL right after its K-th file-system
 # change (a rename, replace or unlink, the store's atomic steps): every instant between them.
-CHILD = textwrap.dedent(
+CHILD = KILL_AFTER_STEP + textwrap.dedent(
     """
-    import os, shutil, signal, sys
-    kill_at, root = int(sys.argv[1]), sys.argv[2]
-    count = [0]
-
-    def dying(fn):
-        def call(*args, **kwargs):
-            out = fn(*args, **kwargs)
-            count[0] += 1
-            if count[0] >= kill_at:
-                os.kill(os.getpid(), signal.SIGKILL)
-            return out
-        return call
-
-    os.rename, os.replace, os.unlink = dying(os.rename), dying(os.replace), dying(os.unlink)
-    shutil.rmtree = dying(shutil.rmtree)
+    root = sys.argv[2]
     from zarr3_backend.cli.migrate import apply_migration, plan_migration
     from zarr3_backend.stores import LocalStore
     store = LocalStore(root)
