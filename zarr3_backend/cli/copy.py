@@ -431,8 +431,8 @@ def copy(
     only once all the data is copied, so an interrupted copy is not found as a store (or shows
     only whole arrays). The destination arrays are reused when their layout matches; every
     destination unit that already exists is read back and compared with the source, and only
-    missing, unreadable or different units are written ("skipped" counts the rest; "empty" counts units holding only the fill value,
-    which are not stored).
+    missing, unreadable or different units are written ("skipped" counts the rest; "empty"
+    counts units holding only the fill value, which are not stored).
     """
     try:
         chain = None if codecs is None else json.loads(codecs)
