@@ -1,5 +1,5 @@
-"""The chunk pipeline: streamed reads with a bounded window, one batched request for regions in
-many shards, and the opt-in decoded-chunk cache."""
+"""The chunk pipeline: streamed reads with a bounded window, one stream for the shard indexes and
+the inner chunks of regions in many shards, and the opt-in decoded-chunk cache."""
 
 from __future__ import annotations
 
@@ -147,32 +147,73 @@ def test_regions_of_one_shard_share_requests_closer_than_the_coalescing_gap():
             np.testing.assert_array_equal(g, data[r])
 
 
-def test_merge_key_ranges_answers_each_range_from_its_request():
+def test_merge_shard_ranges_answers_each_range_from_its_request():
     from zarr3_backend.byte_range import ByteRange
-    from zarr3_backend.core.shard_reads import merge_key_ranges
+    from zarr3_backend.core.shard_reads import merge_shard_ranges
 
-    key_ranges = [
-        ("a", ByteRange(100, 10)),
-        ("b", ByteRange(0, 5)),
-        ("a", ByteRange(0, 10)),
-        ("a", ByteRange(15, 10)),  # 5 bytes after the one before: merged by a gap of 5
-        ("a", ByteRange(5, 3)),  # inside another range
-        ("a", ByteRange.suffix(4)),  # open-ended: a request of its own
+    ranges = [
+        ByteRange(100, 10),
+        ByteRange(0, 10),
+        ByteRange(15, 10),  # 5 bytes after the one before: merged by a gap of 5
+        ByteRange(5, 3),  # inside another range
+        ByteRange(190, 20),  # runs past the end of the value: a short piece
     ]
-    requests, pieces = merge_key_ranges(key_ranges, 5)
-    values = {"a": bytes(range(200)), "b": b"0123456789"}
+    requests, pieces = merge_shard_ranges("a", ranges, 5)
+    value = bytes(range(200))
     answered = {}
     for (key, r), ps in zip(requests, pieces, strict=True):
-        value = memoryview(r.apply(values[key]))
+        assert key == "a"
+        got = memoryview(r.apply(value))
         for pos, start, length in ps:
-            answered[pos] = bytes(value[start : None if length < 0 else start + length])
-    assert answered == {i: r.apply(values[k]) for i, (k, r) in enumerate(key_ranges)}
-    assert sorted((k, r.offset, r.length) for k, r in requests) == [
-        ("a", -4, None),
-        ("a", 0, 25),
-        ("a", 100, 10),
-        ("b", 0, 5),
-    ]
+            answered[pos] = bytes(got[start : start + length])
+    assert answered == {i: r.apply(value) for i, r in enumerate(ranges)}
+    assert sorted((r.offset, r.length) for _, r in requests) == [(0, 25), (100, 10), (190, 20)]
+
+
+class _ReadsOnceStore(StreamingStore):
+    """A store written to the old contract: it reads the requests it is given once."""
+
+    def stream_partial_values(self, key_ranges, *, in_flight=None):
+        return super().stream_partial_values(list(key_ranges), in_flight=in_flight)
+
+
+def test_a_store_that_reads_the_feed_once_is_an_error_not_unread_regions():
+    store = _ReadsOnceStore()
+    _array(store, chunks=(4, 4), shards=(16, 16), compressors=[{"name": "zstd"}])
+    reopened = z3.open_array(store, mode="r+")
+    regions = [(slice(i * 16, i * 16 + 4), slice(0, 4)) for i in range(4)]
+    with pytest.raises(RuntimeError, match=r"_ReadsOnceStore\.stream_partial_values ended before"):
+        reopened.get_regions(regions)
+
+
+class _ClosableStore(StreamingStore):
+    """Streams in order and records how many values it handed out when the stream was closed."""
+
+    closed_after: int | None = None
+
+    def stream_partial_values(self, key_ranges, *, in_flight=None):
+        handed = 0
+        try:
+            for i, (key, r) in enumerate(key_ranges):
+                handed += 1
+                yield i, MemoryStore.get(self, key, r)
+        finally:
+            self.closed_after = handed
+
+
+def test_a_corrupt_index_mid_stream_names_its_shard_and_closes_the_stream():
+    store = _ClosableStore()
+    _array(store, chunks=(4, 4), shards=(16, 16), compressors=[{"name": "zstd"}])
+    raw = bytearray(store.get("c/1/0"))
+    raw[-3] ^= 0xFF  # the index's checksum no longer matches
+    store.set("c/1/0", bytes(raw))
+    reopened = z3.open_array(store, mode="r+")
+    regions = [(slice(i * 16, i * 16 + 4), slice(0, 4)) for i in range(4)]
+    with pytest.raises(z3.errors.CorruptionError, match="c/1/0"):
+        reopened.get_regions(regions)
+    # the second index was the last value taken: the stream (and what it had outstanding)
+    # was closed then, not drained
+    assert store.closed_after == 2
 
 
 class _DecodeWatchingStore(StreamingStore):

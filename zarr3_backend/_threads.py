@@ -135,8 +135,12 @@ def map_bounded(
     running calls finished. Runs inline when called from a thread of the same pool."""
     size = pool_size(kind)
     if getattr(_local, "kind", None) == kind or size <= 1:
-        for item in items:
-            fn(item)
+        try:
+            for item in items:
+                fn(item)
+        finally:
+            if isinstance(items, Generator):
+                items.close()  # a producer of landing values: its outstanding requests stop
         return
     # finished calls are queued by their done-callbacks: the intake settles exactly those, so
     # its bookkeeping per item does not grow with the number of calls running

@@ -149,7 +149,7 @@ def _stream_regions(
     """Read the regions ``parts`` (inside the shards ``keys``) in one store stream: the shard
     indexes not cached are requested first, and the byte ranges of a shard's regions
     (``ShardView.plan``) go out as soon as its index has landed (stored in ``indexes``), merged
-    across regions by ``gap`` (``merge_key_ranges``); each region is handed to ``read_part`` on
+    across regions by ``gap`` (``merge_shard_ranges``); each region is handed to ``read_part`` on
     a pool worker once its last range has landed (at most the decode window of landed bytes
     waiting). Returns the regions left to read one by one (nested reads, bad indexes)."""
     layout = _layout(pipe)
@@ -176,7 +176,7 @@ def _stream_regions(
     def plan_shard(key: str) -> None:
         """Plan the regions of shard ``key`` (its index known) and add their requests."""
         index = indexes[key]
-        ranges_of_shard: list[tuple[str, ByteRange]] = []
+        ranges_of_shard: list[ByteRange] = []
         for i in regions_of[key]:
             try:
                 ranges = None if index is None else views[key].plan(parts[i][1].chunk_selection, index)
@@ -189,8 +189,8 @@ def _stream_regions(
             else:
                 first[i], count[i] = len(owner), len(ranges)
                 owner.extend([i] * len(ranges))
-                ranges_of_shard.extend((key, r) for r in ranges)
-        requests, answers = merge_key_ranges(ranges_of_shard, gap)
+                ranges_of_shard.extend(ranges)
+        requests, answers = merge_shard_ranges(key, ranges_of_shard, gap)
         base = len(owner) - len(ranges_of_shard)  # the positions in owner of these ranges
         feed.extend(requests)
         pieces.extend([(base + pos, start, length) for pos, start, length in a] for a in answers)
@@ -224,12 +224,15 @@ def _stream_regions(
                 for at, start, length in pieces[pos]:
                     i = owner[at]
                     values = held.setdefault(i, [None] * count[i])
-                    values[at - first[i]] = (
-                        None if view is None else view[start : None if length < 0 else start + length]
-                    )
+                    values[at - first[i]] = None if view is None else view[start : start + length]
                     count[i] -= 1
                     if count[i] == 0:
                         yield i, held.pop(i)
+        if waiting or any(count.values()):  # a store that read the feed once, as a plain list
+            raise RuntimeError(
+                f"{type(pipe.store).__name__}.stream_partial_values ended before answering the "
+                "requests added to its RequestFeed"
+            )
 
     def weight(region: tuple[int, list[Any]]) -> int:
         return sum(len(v) for v in region[1] if v is not None)
@@ -241,33 +244,21 @@ def _stream_regions(
     return left
 
 
-#: (position of a range, where it starts in its request's value, its length or -1: to the end)
+#: (position of a range, where it starts in its request's value, its length)
 Piece = tuple[int, int, int]
 
 
-def merge_key_ranges(
-    key_ranges: list[tuple[str, ByteRange]], gap: int
+def merge_shard_ranges(
+    key: str, ranges: list[ByteRange], gap: int
 ) -> tuple[list[tuple[str, ByteRange]], list[list[Piece]]]:
-    """One request for each run of bounded ranges of one key closer than ``gap`` bytes (the
-    store's ``coalesce_gap``: a request costs more than the bytes between), and for each
-    request the ranges it answers (open-ended ranges are requests of their own). Ranges from
-    different regions of one shard share a request this way; a short answer (the value ends
-    early) gives short pieces, as the ranges would get alone."""
-    requests: list[tuple[str, ByteRange]] = []
-    pieces: list[list[Piece]] = []
-    by_key: dict[str, list[int]] = {}
-    for pos, (key, r) in enumerate(key_ranges):
-        if r.length is None or r.is_suffix:
-            requests.append((key, r))
-            pieces.append([(pos, 0, -1)])
-        else:
-            by_key.setdefault(key, []).append(pos)
-    for key, positions in by_key.items():
-        bounded = [(key_ranges[p][1].offset, key_ranges[p][1].length) for p in positions]
-        spans, placement = merge_ranges(bounded, gap)  # type: ignore[arg-type]
-        base = len(requests)
-        requests.extend((key, ByteRange(off, n)) for off, n in spans)
-        pieces.extend([] for _ in spans)
-        for p, (_, n), (span, start) in zip(positions, bounded, placement, strict=True):
-            pieces[base + span].append((p, start, n))  # type: ignore[arg-type]
-    return requests, pieces
+    """One request for each run of the bounded ``ranges`` of shard ``key`` closer than ``gap``
+    bytes (the store's ``coalesce_gap``: a request costs more than the bytes between), and for
+    each request the ranges it answers. Ranges of different regions of one shard share a
+    request this way; a short answer (the value ends early) gives short pieces, as the ranges
+    would get alone."""
+    bounded = [(r.offset, r.length) for r in ranges]
+    spans, placement = merge_ranges(bounded, gap)  # type: ignore[arg-type]
+    pieces: list[list[Piece]] = [[] for _ in spans]
+    for pos, ((_, n), (span, start)) in enumerate(zip(bounded, placement, strict=True)):
+        pieces[span].append((pos, start, n))  # type: ignore[arg-type]
+    return [(key, ByteRange(off, n)) for off, n in spans], pieces

@@ -87,6 +87,12 @@ class ByteGate:
         self.held += nbytes
         self._by_call[call] = self._by_call.get(call, 0) + nbytes
 
+    def holds(self, call: int) -> bool:
+        """Whether call ``call``'s body bytes are counted (it read its body through the gate).
+        Safe from the consumer's thread for a call whose result it took: the call entered (or
+        never will) before its result landed, and only ``leave`` (after the take) removes it."""
+        return call in self._by_call
+
     def leave(self, call: int) -> None:
         """Call ``call``'s body was taken by the consumer, or failed: let others through."""
         self.held -= self._by_call.pop(call, 0)
@@ -163,11 +169,11 @@ class _Stream:
         are let go and one more request may start, by a wake-up of the loop unless one is
         already on its way or there is nothing to do."""
         self.taken += 1
-        if self.gate is not None:
+        if self.gate is not None and self.gate.holds(i):
             with self._lock:
                 self._gated.append(i)
         elif self.next >= len(self.requests):
-            return  # every request known so far has started
+            return  # every request known so far has started, and no bytes are to let go
         self.wake()
 
     def wake(self) -> None:

@@ -203,12 +203,13 @@ class Store(ABC):
         landed but not yet taken: the consumer's pace bounds the memory held. Values are as
         ``get_partial_values`` gives them. ``key_ranges`` may be a ``RequestFeed`` the consumer
         extends while it takes values (requests that depend on earlier answers, such as a
-        shard's inner chunks on its index). Default: ``get_partial_values`` in batches, in
-        order; stores with an event loop override it to hand each value over as it lands."""
+        shard's inner chunks on its index): an override must read its length as it goes, not
+        once. Default: ``get_partial_values`` in batches, in order; stores with an event loop
+        override it to hand each value over as it lands."""
         n = max(1, in_flight or self.settings.requests_in_flight)
         start = 0
         while start < len(key_ranges):
-            batch = list(key_ranges[start : start + n])
+            batch = key_ranges[start : start + n]  # a plain list, also of a RequestFeed
             if all(r is None for _, r in batch):  # whole values: the store's own batched call
                 values = self.get_many([k for k, _ in batch])
             else:

@@ -501,7 +501,8 @@ class FsspecStore(Store):
         limit = max(1, in_flight or self.settings.requests_in_flight)
         fs = self.fs
         http = _protocol(fs) in HTTP_PROTOCOLS
-        self._requests(key_ranges)  # keys checked now (those a RequestFeed gains: when sent)
+        for key, _ in key_ranges:  # keys checked now (those a RequestFeed gains: when sent)
+            self._path(key)
 
         def request(i: int) -> tuple[tuple[str, int | None, int | None], tuple[str, int | None, int | None]]:
             """(the request for position ``i``, what is sent for it): pure, so each thread
