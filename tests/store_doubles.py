@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
 from zarr3_backend.stores import MemoryStore
 
 
@@ -27,3 +30,30 @@ class RecordingStore(MemoryStore):
     def set_if(self, key, value, expected):
         self.writes.append(key)
         return super().set_if(key, value, expected)
+
+
+class ChunkWriteFailingStore(MemoryStore):
+    """A MemoryStore whose ``fail_at``-th write of a chunk or shard (staged or in place; counted
+    while ``armed``) raises ``error(key)``, as a full disk or a store outage would."""
+
+    def __init__(
+        self, fail_at: int, error: Callable[[str], BaseException], *args, armed: bool = True, **kwargs
+    ):
+        super().__init__(*args, **kwargs)
+        self.fail_at, self.error, self.armed = fail_at, error, armed
+        self.chunk_writes = 0
+
+    def _count(self, keys):
+        for key in keys:
+            if self.armed and re.search(r"(^|/)c(/|$)", key):
+                self.chunk_writes += 1
+                if self.chunk_writes == self.fail_at:
+                    raise self.error(key)
+
+    def set(self, key, value):
+        self._count([key])
+        super().set(key, value)
+
+    def set_many(self, items):
+        self._count(list(items))
+        super().set_many(items)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 import time
 from typing import ClassVar
 
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
-from store_doubles import RecordingStore
+from store_doubles import ChunkWriteFailingStore, RecordingStore
 
 import zarr3_backend as z3
 import zarr3_backend.dask.tree as tree_module
@@ -511,36 +510,12 @@ def test_store_into_a_rectilinear_array(tmp_path):
     np.testing.assert_array_equal(z3.open_array(tmp_path / "b.zarr")[...], expected)
 
 
-class _FailsOnSecondChunk(MemoryStore):
-    """A MemoryStore whose second chunk write (staged or not) fails, as a full disk would."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.armed = False
-        self.chunk_writes = 0
-
-    def _count(self, keys):
-        for key in keys:
-            if self.armed and re.search(r"(^|/)c/\d", key):
-                self.chunk_writes += 1
-                if self.chunk_writes == 2:
-                    raise OSError(f"disk full writing {key!r}")
-
-    def set(self, key, value):
-        self._count([key])
-        super().set(key, value)
-
-    def set_many(self, items):
-        self._count(list(items))
-        super().set_many(items)
-
-
 def test_a_failed_numpy_write_into_a_rectilinear_array_writes_nothing():
     """``store(numpy, region=)`` into a rectilinear array is one transaction, as on regular
     grids: failing after one of its units was written leaves the old values. (dask writes are
     one transaction per task, and a task writes one unit here.)"""
     old = np.arange(70, dtype="i4").reshape(10, 7)
-    s = _FailsOnSecondChunk()
+    s = ChunkWriteFailingStore(2, lambda key: OSError(f"disk full writing {key!r}"), armed=False)
     a = z3.create_array(s, shape=(10, 7), dtype="i4", chunks=[[2, 3, 5], [4, 3]])
     a[...] = old
     s.armed = True

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from dying_child import KILL_AFTER_STEP
+from store_doubles import ChunkWriteFailingStore
 
 import zarr3_backend as z3
 from zarr3_backend.cli.copy import copy_hierarchy
@@ -82,35 +83,12 @@ def assert_complete(src: str, dst) -> None:
     assert dict(d["sub"].attrs) == dict(s["sub"].attrs)
 
 
-class _FailingStore(z3.MemoryStore):
-    """Fails (a store error) on the ``fail_at``-th write of a chunk or shard."""
-
-    def __init__(self, fail_at: int):
-        super().__init__()
-        self.fail_at, self.writes = fail_at, 0
-
-    def _count(self, keys):
-        for key in keys:
-            if "/c/" in key or key.split("/")[-1].startswith("c"):
-                self.writes += 1
-                if self.writes == self.fail_at:
-                    raise StoreError(f"{key!r}: injected failure")
-
-    def set(self, key, value):
-        self._count([key])
-        super().set(key, value)
-
-    def set_many(self, items):
-        self._count(list(items))
-        super().set_many(items)
-
-
 def test_a_copy_that_fails_part_way_leaves_no_array_with_holes(tmp_path):
     """The third unit write fails: the copy raises, and the destination shows no array (the
     documents come after the data); the rerun finishes it and keeps the units already there."""
     src = str(tmp_path / "src.zarr")
     make_source(src)
-    dst = _FailingStore(fail_at=3)
+    dst = ChunkWriteFailingStore(3, lambda key: StoreError(f"{key!r}: injected failure"))
     with pytest.raises(StoreError):
         copy_hierarchy(src, dst, scheduler="synchronous")
     assert assert_whole_where_present(src, dst) == "refused"
