@@ -21,7 +21,7 @@ from typing import Any
 
 import fsspec.asyn
 
-from .base import is_open_feed
+from .base import refuse_open_feed
 
 #: Seconds a closed stream waits for its cancelled requests to wind down on the loop.
 CANCEL_WAIT = 10.0
@@ -230,8 +230,7 @@ def stream_bounded(
     try:
         while True:
             if stream.taken == len(requests):
-                if is_open_feed(requests):
-                    raise RuntimeError("a RequestFeed left open with every request answered")
+                refuse_open_feed(requests)
                 return
             if stream.next < len(requests) and stream.next - stream.taken < stream.limit:
                 stream.wake()  # the first requests, or ones the consumer added

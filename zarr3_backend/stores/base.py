@@ -123,6 +123,13 @@ def is_open_feed(requests: Sequence[object]) -> bool:
     return isinstance(requests, RequestFeed) and not requests.closed
 
 
+def refuse_open_feed(requests: Sequence[object]) -> None:
+    """Raise when a stream has answered every request of a feed still open: nobody would add
+    more, and the stream would wait for ever (a consumer that forgot to ``close`` it)."""
+    if is_open_feed(requests):
+        raise RuntimeError("a RequestFeed left open with every request answered")
+
+
 class Store(ABC):
     """Abstract key/value store. Subclasses implement the ``_``-less abstract methods.
 
@@ -216,8 +223,7 @@ class Store(ABC):
                 values = self.get_partial_values(batch)
             yield from enumerate(values, start)
             start += len(batch)
-        if is_open_feed(key_ranges):
-            raise RuntimeError("a RequestFeed left open with every request answered")
+        refuse_open_feed(key_ranges)
 
     # ---- settings --------------------------------------------------------------------------
     #: This store's own setting overrides (names of ``zarr3_backend.settings.Settings``), from
