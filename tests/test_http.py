@@ -114,7 +114,8 @@ def test_whole_chunks_are_one_get_and_missing_ones_one_404(server):
 def test_sharded_reads_use_a_suffix_request_then_a_range(server):
     a = z3.open_array(f"{server.url}/data.zarr", "s")
     server.log.clear()
-    assert a[1, 2] == S[1, 2]
+    with z3.settings.using(round_trip_bytes=0):  # never the whole shard
+        assert a[1, 2] == S[1, 2]
     first, second = server.log.snapshot()
     assert first.range.startswith("bytes=-") and first.status == 206  # the index, at the end
     assert parse_range(second.range, 10**6) is not None and not second.range.startswith("bytes=-")
@@ -122,6 +123,20 @@ def test_sharded_reads_use_a_suffix_request_then_a_range(server):
     assert a[6, 7] == S[6, 7]  # same shard: the index is cached
     assert [r.status for r in server.log.snapshot()] == [206]
     np.testing.assert_array_equal(a[3:13, 5:11], S[3:13, 5:11])
+
+
+def test_a_read_inside_a_small_shard_fetches_it_whole_in_one_request(server):
+    """A shard within ``round_trip_bytes`` whose index is not cached is one request, not a suffix
+    request for its index and then a range; its index is cached from it."""
+    a = z3.open_array(f"{server.url}/data.zarr", "s")
+    server.log.clear()
+    assert a[1, 2] == S[1, 2]
+    (only,) = server.log.snapshot()
+    assert only.method == "GET" and only.range in (None, "bytes=0-")  # fsspec asks from byte 0 on
+    server.log.clear()
+    assert a[6, 7] == S[6, 7]  # same shard: the index is cached, one ranged read
+    (ranged,) = server.log.snapshot()
+    assert ranged.status == 206 and not ranged.range.startswith("bytes=-")
 
 
 def test_xarray_open_dataset_over_http(served, server):

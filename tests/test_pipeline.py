@@ -24,6 +24,7 @@ class StreamingStore(MemoryStore):
         super().__init__(*args, **kwargs)
         self.calls: list[tuple[str, int]] = []
         self.streamed: list[str] = []
+        self.requested: list[tuple[str, object]] = []  # (key, byte range) of every streamed request
         self.lock = threading.Lock()
 
     def get_many(self, keys):
@@ -39,6 +40,7 @@ class StreamingStore(MemoryStore):
         self.lengths = []  # the requests known when each value was handed out
         for i, (key, r) in enumerate(key_ranges):  # a RequestFeed grows while it is iterated
             self.streamed.append(key)
+            self.requested.append((key, r))
             self.lengths.append(len(key_ranges))
             yield i, MemoryStore.get(self, key, r)
 
@@ -118,7 +120,8 @@ def test_regions_in_many_shards_stream_their_inner_chunks_as_each_index_lands():
     regions = [
         (slice(i * 16 + 1, i * 16 + 3), slice(j * 16 + 5, j * 16 + 7)) for i in range(4) for j in range(4)
     ]
-    got = reopened.get_regions(regions)
+    with settings.using(round_trip_bytes=0):  # index first, never the whole shard
+        got = reopened.get_regions(regions)
     for g, r in zip(got, regions, strict=True):
         np.testing.assert_array_equal(g, data[r])
     # one stream: the 16 shard indexes, then each shard's inner chunks as soon as its index
@@ -182,7 +185,10 @@ def test_a_store_that_reads_the_feed_once_is_an_error_not_unread_regions():
     _array(store, chunks=(4, 4), shards=(16, 16), compressors=[{"name": "zstd"}])
     reopened = z3.open_array(store, mode="r+")
     regions = [(slice(i * 16, i * 16 + 4), slice(0, 4)) for i in range(4)]
-    with pytest.raises(RuntimeError, match=r"_ReadsOnceStore\.stream_partial_values ended before"):
+    with (
+        settings.using(round_trip_bytes=0),
+        pytest.raises(RuntimeError, match=r"_ReadsOnceStore\.stream_partial_values ended before"),
+    ):
         reopened.get_regions(regions)
 
 
@@ -201,7 +207,8 @@ class _ClosableStore(StreamingStore):
             self.closed_after = handed
 
 
-def test_a_corrupt_index_mid_stream_names_its_shard_and_closes_the_stream():
+@pytest.mark.parametrize("round_trip", [0, 1 << 20], ids=["index-first", "whole-shard"])
+def test_a_corrupt_index_mid_stream_names_its_shard_and_closes_the_stream(round_trip):
     store = _ClosableStore()
     _array(store, chunks=(4, 4), shards=(16, 16), compressors=[{"name": "zstd"}])
     raw = bytearray(store.get("c/1/0"))
@@ -209,11 +216,72 @@ def test_a_corrupt_index_mid_stream_names_its_shard_and_closes_the_stream():
     store.set("c/1/0", bytes(raw))
     reopened = z3.open_array(store, mode="r+")
     regions = [(slice(i * 16, i * 16 + 4), slice(0, 4)) for i in range(4)]
-    with pytest.raises(z3.errors.CorruptionError, match="c/1/0"):
+    with settings.using(round_trip_bytes=round_trip), pytest.raises(z3.errors.CorruptionError, match="c/1/0"):
         reopened.get_regions(regions)
     # the second index was the last value taken: the stream (and what it had outstanding)
     # was closed then, not drained
     assert store.closed_after == 2
+
+
+def test_regions_in_small_shards_read_each_shard_whole_in_one_round_trip():
+    """Shards small enough (``round_trip_bytes``) whose index is not cached are read whole, one
+    request each and no index request first; the regions are cut from them, their indexes are
+    cached, and later reads of those shards ask only for the inner chunks' ranges."""
+    store = StreamingStore()
+    _, data = _array(store, chunks=(4, 4), shards=(16, 16), compressors=[{"name": "zstd"}])
+    store.erase("c/3/3")  # a missing shard read whole is fill
+    data[48:, 48:] = 0
+    reopened = z3.open_array(store, mode="r+")
+    regions = [
+        (slice(i * 16 + 1, i * 16 + 6), slice(j * 16 + 5, j * 16 + 7)) for i in range(4) for j in range(4)
+    ]
+    store.calls.clear()
+    got = reopened.get_regions(regions)
+    for g, r in zip(got, regions, strict=True):
+        np.testing.assert_array_equal(g, data[r])
+    assert store.calls == [("stream", 16)]
+    assert store.lengths == [16] * 16  # nothing added: every region's bytes were in its shard
+    assert all(r is None for _, r in store.requested)
+    # the second read: each stored shard's index is cached, its two inner chunks come in one
+    # bounded range; the missing shard (no index to cache) is asked for again
+    store.calls.clear()
+    store.requested.clear()
+    got = reopened.get_regions(regions)
+    for g, r in zip(got, regions, strict=True):
+        np.testing.assert_array_equal(g, data[r])
+    assert store.calls == [("stream", 16)]
+    by_key = dict(store.requested)
+    assert by_key.pop("c/3/3") is None
+    assert len(by_key) == 15 and all(r is not None and r.length is not None for r in by_key.values())
+
+
+def test_a_truncated_shard_read_whole_is_a_corruption_error_naming_it():
+    store = StreamingStore()
+    _array(store, chunks=(4, 4), shards=(16, 16), compressors=[{"name": "zstd"}])
+    store.set("c/2/1", store.get("c/2/1")[:-40])
+    reopened = z3.open_array(store, mode="r+")
+    with pytest.raises(z3.errors.CorruptionError, match="c/2/1"):
+        reopened.get_regions([(slice(32, 36), slice(16, 20)), (slice(0, 4), slice(0, 4))])
+
+
+def test_reads_shard_whole_weighs_the_bytes_of_untouched_inner_chunks():
+    """The whole shard when it is small, or when the inner chunks the regions do not touch
+    would hold at most ``round_trip_bytes``; never for a zero budget."""
+    from zarr3_backend.core.shard_reads import _layout, reads_shard_whole
+
+    store = MemoryStore()
+    a = z3.create_array(store, shape=(64, 64), chunks=(4, 4), shards=(16, 16), dtype="f8", compressors=None)
+    layout = _layout(a._pipeline)
+    inner = layout.max_inner_nbytes
+    assert inner == 128 and layout.max_shard_nbytes == 16 * 128 + layout.index_size
+    one = [(slice(0, 4), slice(0, 4))]  # touches 1 of the 16 inner chunks
+    half = [(slice(0, 8), slice(0, 16))]  # touches 8 of them
+    assert reads_shard_whole(layout, one, layout.max_shard_nbytes)
+    assert not reads_shard_whole(layout, one, 14 * inner)
+    assert reads_shard_whole(layout, one, 15 * inner)
+    assert not reads_shard_whole(layout, half, 8 * inner - 1)
+    assert reads_shard_whole(layout, half + one, 8 * inner)
+    assert not reads_shard_whole(layout, half, 0)
 
 
 class _DecodeWatchingStore(StreamingStore):
@@ -250,7 +318,8 @@ def test_regions_inside_shards_decode_as_their_bytes_land(monkeypatch):
     _, data = _array(store, chunks=(4, 4), shards=(16, 16), compressors=[{"name": "zstd"}])
     reopened = z3.open_array(store, mode="r+")  # "r" would read through a read-only copy of the store
     regions = [(slice(i * 16, i * 16 + 4), slice(0, 4)) for i in range(4)]  # an inner chunk each
-    got = reopened.get_regions(regions)
+    with settings.using(round_trip_bytes=0):
+        got = reopened.get_regions(regions)
     assert store.decoded_before_last is True
     for g, r in zip(got, regions, strict=True):
         np.testing.assert_array_equal(g, data[r])

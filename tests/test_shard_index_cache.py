@@ -6,6 +6,7 @@ from __future__ import annotations
 import pickle
 
 import numpy as np
+import pytest
 
 import zarr3_backend as z3
 from zarr3_backend.core.shard_index_cache import ShardIndexCache
@@ -39,14 +40,16 @@ def _external_rewrite(store, data):
     b[...] = data
 
 
-def test_second_read_of_a_shard_costs_one_request():
+@pytest.mark.parametrize("round_trip", [0, 1 << 20], ids=["index-first", "whole-shard"])
+def test_second_read_of_a_shard_costs_one_request(round_trip):
     store = RemoteLikeStore()
     a, data = make(store)
     store.ranged = 0
-    assert a[0, 0] == data[0, 0]
-    assert store.ranged == 2  # index + inner chunk
+    with z3.settings.using(round_trip_bytes=round_trip):
+        assert a[0, 0] == data[0, 0]
+    assert store.ranged == (2 if round_trip == 0 else 0)  # index + inner chunk; or the whole shard, not ranged
     store.ranged = 0
-    assert a[5, 6] == data[5, 6]  # another inner chunk of the same shard
+    assert a[5, 6] == data[5, 6]  # another inner chunk of the same shard: its index is cached
     assert store.ranged == 1
 
 

@@ -860,7 +860,8 @@ def test_one_inner_chunk_read_is_one_index_read_plus_one_ranged_read():
     data = sample((16, 16))
     a[...] = data
     store.reads.clear()
-    np.testing.assert_array_equal(a[9:11, 5:7], data[9:11, 5:7])  # inner chunk (0, 1) of shard (1, 0)
+    with z3.settings.using(round_trip_bytes=0):  # the index first, not the whole (small) shard
+        np.testing.assert_array_equal(a[9:11, 5:7], data[9:11, 5:7])  # inner chunk (0, 1) of shard (1, 0)
     reads = store.chunk_reads()
     assert [m for m, _ in reads] == ["get_partial_values", "get_partial_values"]
     assert reads[0][1] == [("a/c/1/0", ByteRange.suffix(4 * 16 + 4))]
@@ -876,7 +877,8 @@ def test_read_of_adjacent_inner_chunks_is_one_merged_range():
     data = sample((16, 16))
     a[...] = data
     store.reads.clear()
-    np.testing.assert_array_equal(a[0:3, 0:7], data[0:3, 0:7])  # inner chunks (0,0), (0,1) of shard (0,0)
+    with z3.settings.using(round_trip_bytes=0):  # the index first, not the whole (small) shard
+        np.testing.assert_array_equal(a[0:3, 0:7], data[0:3, 0:7])  # inner chunks (0,0), (0,1) of shard (0,0)
     reads = store.chunk_reads()
     assert len(reads) == 2
     assert reads[1][1] == [("a/c/0/0", ByteRange(0, 2 * 16 * 8 + 68))]
@@ -1042,7 +1044,8 @@ def test_fancy_and_stepped_reads_in_one_big_shard_fetch_only_the_touched_inner_c
     assert 32 * 32 * 8 > MERGE_GAP  # inner chunks are too big for their gaps to be merged
     read, ref, touched = FANCY_READS[how]
     store.reads.clear()
-    np.testing.assert_array_equal(read(a), data[ref])
+    with z3.settings.using(round_trip_bytes=0):  # the index first, not the whole (small) shard
+        np.testing.assert_array_equal(read(a), data[ref])
     index = raw_index(store.inner.get("a/c/0/0"), 16, "end", crc=True)
     expected = [ByteRange(int(index[i * 4 + j][0]), int(index[i * 4 + j][1])) for i, j in sorted(touched)]
     index_size = 16 * 16 + 4

@@ -44,6 +44,11 @@ class Settings:
     #: store's own default (``Store.coalesce_gap``: small on local disk, about 1 MiB on object
     #: stores).
     coalesce_gap: int | None = None
+    #: Bytes an object store delivers in about one round trip (bandwidth x latency): regions
+    #: inside a shard whose index is not cached read the whole shard in one request, not its
+    #: index and then the inner chunks, when at most this many of the bytes it may hold are
+    #: not needed. 0: always the index first.
+    round_trip_bytes: int = 4 * _MiB
     #: Decoded shard indexes kept per array on stores with costly requests.
     shard_index_cache_bytes: int = 16 * _MiB
     #: Decoded chunks kept per store in a least-recently-used cache (0: no cache).
@@ -70,6 +75,7 @@ ENVIRONMENT: Mapping[str, str] = types.MappingProxyType(
         "requests_in_flight": "ZARR3_REQUESTS_IN_FLIGHT",
         "window_bytes": "ZARR3_WINDOW_BYTES",
         "coalesce_gap": "ZARR3_COALESCE_GAP",
+        "round_trip_bytes": "ZARR3_ROUND_TRIP_BYTES",
         "shard_index_cache_bytes": "ZARR3_SHARD_INDEX_CACHE_BYTES",
         "chunk_cache_bytes": "ZARR3_CHUNK_CACHE_BYTES",
         "commit_wait": "ZARR3_COMMIT_WAIT",

@@ -10,6 +10,7 @@ of inner chunks needs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -88,6 +89,14 @@ class ShardLayout:
         """The index size when the index sits at the end, else 0: a read of the highest inner
         chunk extended by this many bytes must get them all, or that chunk overlaps the index."""
         return self.index_size if self.index_location == "end" else 0
+
+    @property
+    def max_shard_nbytes(self) -> int | None:
+        """The most bytes a stored shard can take: every inner chunk at its largest, plus the
+        index (``None`` when the inner codecs declare no bound)."""
+        if self.max_inner_nbytes is None:
+            return None
+        return math.prod(self.grid) * self.max_inner_nbytes + self.index_size
 
     @cached_property  # asked for on every small read; the layout is immutable
     def raw_inner_dtype(self) -> np.dtype | None:

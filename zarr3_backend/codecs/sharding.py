@@ -312,10 +312,7 @@ class ShardingCodec(ArrayBytesCodec):
     def max_encoded_size(self, spec: ChunkSpec) -> int | None:
         """Every inner chunk at its largest, plus the index (``None`` when the inner codecs
         declare no bound): what an outer shard index may claim for a nested shard."""
-        layout = self.layout(spec)
-        if layout.max_inner_nbytes is None:
-            return None
-        return math.prod(layout.grid) * layout.max_inner_nbytes + layout.index_size
+        return self.layout(spec).max_shard_nbytes
 
     def raw_inner_dtype(self, spec: ChunkSpec) -> np.dtype | None:
         """The stored element type when inner chunks are plain C-order elements (inner chain

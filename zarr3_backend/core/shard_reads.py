@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from .._threads import map_bounded, pool_size, thread_map
 from ..byte_range import ByteRange
 from ..codecs.base import as_bytes_view
 from ..codecs.shard_index import ShardLayout, merge_ranges
+from ..codecs.shard_selection import inner_indexer
 from ..errors import CodecError, CorruptionError
 from ..stores.base import RequestFeed
 from .shard_view import ShardView, read_indexes, settle_index
@@ -158,34 +160,44 @@ def _stream_regions(
     regions_of: dict[str, list[int]] = {}
     for i, key in enumerate(keys):
         regions_of.setdefault(key, []).append(i)
-    fetching = []  # shards whose index is requested: positions 0.. of the feed
+    round_trip = pipe.settings.round_trip_bytes
+    fetching = []  # shards whose index (or whole value) is requested: positions 0.. of the feed
+    whole: set[str] = set()  # of those, the shards read whole (``reads_shard_whole``)
     for key in regions_of:
         index = cache.get(key) if cache is not None else None
         if index is None:
             fetching.append(key)
+            if reads_shard_whole(layout, [parts[i][1].chunk_selection for i in regions_of[key]], round_trip):
+                whole.add(key)
         else:
             indexes[key] = index
-    feed = RequestFeed((key, layout.index_range()) for key in fetching)
+    feed = RequestFeed((key, None if key in whole else layout.index_range()) for key in fetching)
     pieces: list[list[Piece]] = [[] for _ in fetching]  # the ranges each request answers
     owner: list[int] = []  # the region of each range
     first: dict[int, int] = {}  # a region's first position in owner
     count: dict[int, int] = {}  # ranges a region still waits for
     left: list[int] = []
-    ready: list[int] = []  # regions with nothing to fetch (a missing shard, empty inner chunks)
+    # regions whose bytes are all in: nothing to fetch (a missing shard, empty inner chunks), or
+    # cut from a shard read whole (with their share of its bytes, for the decode window)
+    ready: list[Region] = []
 
-    def plan_shard(key: str) -> None:
-        """Plan the regions of shard ``key`` (its index known) and add their requests."""
+    def plan_shard(key: str, value: memoryview | None = None) -> None:
+        """Plan the regions of shard ``key`` (its index known) and add their requests; or, with
+        the shard's whole ``value``, cut their bytes from it."""
         index = indexes[key]
         ranges_of_shard: list[ByteRange] = []
+        share = 0 if value is None else len(value) // len(regions_of[key])
         for i in regions_of[key]:
             try:
                 ranges = None if index is None else views[key].plan(parts[i][1].chunk_selection, index)
             except CorruptionError:
                 ranges = None  # read_part meets it again and reports it (or re-reads a stale cached index)
             if index is None or ranges == []:
-                ready.append(i)
+                ready.append((i, [], 0))
             elif ranges is None:
                 left.append(i)
+            elif value is not None:
+                ready.append((i, [value[r.offset : r.offset + r.length] for r in ranges], share))
             else:
                 first[i], count[i] = len(owner), len(ranges)
                 owner.extend([i] * len(ranges))
@@ -201,24 +213,29 @@ def _stream_regions(
     if not fetching:
         feed.close()
 
-    def regions() -> Iterator[tuple[int, list[Any]]]:
+    def regions() -> Iterator[Region]:
         held: dict[int, list[Any]] = {}
         waiting = len(fetching)  # indexes not yet landed
         while ready:
-            yield ready.pop(), []
+            yield ready.pop()
         with contextlib.closing(pipe.store.stream_partial_values(feed)) as landed:
             for pos, value in landed:
                 if pos < len(fetching):  # a shard index: its regions' ranges go out now
                     key = fetching[pos]
+                    # the whole shard holds its regions' bytes; its index is checked as a
+                    # fetched one (as far as the read goes), so an entry no region touches
+                    # fails no read, as with ranged reads
+                    shard = None if value is None or key not in whole else as_bytes_view(value)
+                    raw = value if shard is None else layout.index_range().apply(shard)
                     indexes[key] = settle_index(
-                        key, value, layout, cache=cache, memo=memo, generation=generation
+                        key, raw, layout, cache=cache, memo=memo, generation=generation
                     )
-                    plan_shard(key)
+                    plan_shard(key, shard)
                     waiting -= 1
                     if waiting == 0:
                         feed.close()
                     while ready:
-                        yield ready.pop(), []
+                        yield ready.pop()
                     continue
                 view = None if value is None else as_bytes_view(value)
                 for at, start, length in pieces[pos]:
@@ -227,21 +244,43 @@ def _stream_regions(
                     values[at - first[i]] = None if view is None else view[start : start + length]
                     count[i] -= 1
                     if count[i] == 0:
-                        yield i, held.pop(i)
+                        values = held.pop(i)
+                        yield i, values, sum(len(v) for v in values if v is not None)
         if waiting or any(count.values()):  # a store that read the feed once, as a plain list
             raise RuntimeError(
                 f"{type(pipe.store).__name__}.stream_partial_values ended before answering the "
                 "requests added to its RequestFeed"
             )
 
-    def weight(region: tuple[int, list[Any]]) -> int:
-        return sum(len(v) for v in region[1] if v is not None)
-
     # a region per CPU worker, its inner chunks decoded there one by one; fewer regions than
     # workers are decoded from I/O threads, each spreading its inner chunks over the CPU pool
     kind = "cpu" if len(parts) >= pool_size("cpu") else "io"
-    map_bounded(lambda region: read_part(*region), regions(), weight, pipe.decode_window(), kind=kind)
+    map_bounded(lambda r: read_part(r[0], r[1]), regions(), lambda r: r[2], pipe.decode_window(), kind=kind)
     return left
+
+
+#: A region ready to decode: its position, the values of its ranges, the landed bytes it holds.
+Region = tuple[int, list[Any], int]
+
+
+def reads_shard_whole(layout: ShardLayout, selections: list[Any], round_trip_bytes: int) -> bool:
+    """Whether regions ``selections`` of one shard whose index is not known are read with the
+    whole shard in one request: one round trip instead of two (the index, then the inner
+    chunks), worth it when the bytes of inner chunks they do not touch, at most, are within
+    ``round_trip_bytes`` (``Settings.round_trip_bytes``). Not for shards of unbounded size, nor
+    nested shards (read in steps)."""
+    bound = layout.max_shard_nbytes
+    if bound is None or layout.nested is not None or round_trip_bytes <= 0:
+        return False
+    if bound <= round_trip_bytes:
+        return True
+    touched: set[tuple[int, ...]] = set()
+    for selection in selections:
+        touched.update(
+            q.chunk_coords for q in inner_indexer(selection, layout.shard_shape, layout.chunk_shape)
+        )
+    untouched = math.prod(layout.grid) - len(touched)
+    return untouched * layout.max_inner_nbytes <= round_trip_bytes  # type: ignore[operator]
 
 
 #: (position of a range, where it starts in its request's value, its length)
