@@ -47,7 +47,9 @@ def test_second_read_of_a_shard_costs_one_request(round_trip):
     store.ranged = 0
     with z3.settings.using(round_trip_bytes=round_trip):
         assert a[0, 0] == data[0, 0]
-    assert store.ranged == (2 if round_trip == 0 else 0)  # index + inner chunk; or the whole shard, not ranged
+    assert store.ranged == (
+        2 if round_trip == 0 else 0
+    )  # index + inner chunk; or the whole shard, not ranged
     store.ranged = 0
     assert a[5, 6] == data[5, 6]  # another inner chunk of the same shard: its index is cached
     assert store.ranged == 1
