@@ -223,12 +223,19 @@ def test_a_corrupt_index_mid_stream_names_its_shard_and_closes_the_stream(round_
     assert store.closed_after == 2
 
 
-def test_regions_in_small_shards_read_each_shard_whole_in_one_round_trip():
+@pytest.mark.parametrize("location", ["end", "start"])
+def test_regions_in_small_shards_read_each_shard_whole_in_one_round_trip(location):
     """Shards small enough (``round_trip_bytes``) whose index is not cached are read whole, one
     request each and no index request first; the regions are cut from them, their indexes are
     cached, and later reads of those shards ask only for the inner chunks' ranges."""
     store = StreamingStore()
-    _, data = _array(store, chunks=(4, 4), shards=(16, 16), compressors=[{"name": "zstd"}])
+    _, data = _array(
+        store,
+        chunks=(4, 4),
+        shards=(16, 16),
+        compressors=[{"name": "zstd"}],
+        shard_index={"index_location": location},
+    )
     store.erase("c/3/3")  # a missing shard read whole is fill
     data[48:, 48:] = 0
     reopened = z3.open_array(store, mode="r+")
