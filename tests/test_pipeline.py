@@ -23,9 +23,12 @@ class StreamingStore(MemoryStore):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.calls: list[tuple[str, int]] = []
-        self.streamed: list[str] = []
         self.requested: list[tuple[str, object]] = []  # (key, byte range) of every streamed request
         self.lock = threading.Lock()
+
+    @property
+    def streamed(self) -> list[str]:
+        return [key for key, _ in self.requested]
 
     def get_many(self, keys):
         self.calls.append(("get_many", len(keys)))
@@ -39,7 +42,6 @@ class StreamingStore(MemoryStore):
         self.calls.append(("stream", len(key_ranges)))
         self.lengths = []  # the requests known when each value was handed out
         for i, (key, r) in enumerate(key_ranges):  # a RequestFeed grows while it is iterated
-            self.streamed.append(key)
             self.requested.append((key, r))
             self.lengths.append(len(key_ranges))
             yield i, MemoryStore.get(self, key, r)
@@ -262,19 +264,81 @@ def test_regions_in_small_shards_read_each_shard_whole_in_one_round_trip(locatio
     assert len(by_key) == 15 and all(r is not None and r.length is not None for r in by_key.values())
 
 
-def test_a_truncated_shard_read_whole_is_a_corruption_error_naming_it():
+@pytest.mark.parametrize("location", ["end", "start"])
+def test_a_truncated_shard_read_whole_is_a_corruption_error_naming_it(location):
     store = StreamingStore()
-    _array(store, chunks=(4, 4), shards=(16, 16), compressors=[{"name": "zstd"}])
+    _array(
+        store,
+        chunks=(4, 4),
+        shards=(16, 16),
+        compressors=[{"name": "zstd"}],
+        shard_index={"index_location": location},
+    )
     store.set("c/2/1", store.get("c/2/1")[:-40])
     reopened = z3.open_array(store, mode="r+")
-    with pytest.raises(z3.errors.CorruptionError, match="c/2/1"):
-        reopened.get_regions([(slice(32, 36), slice(16, 20)), (slice(0, 4), slice(0, 4))])
+    # the index at the end is cut into (its checksum fails); at the start it is whole, and the
+    # last inner chunk it names ends past the end of the value
+    message = "c/2/1" if location == "end" else r"c/2/1.*past the end"
+    with pytest.raises(z3.errors.CorruptionError, match=message):
+        reopened.get_regions([(slice(32, 48), slice(16, 32)), (slice(0, 4), slice(0, 4))])
+    assert store.requested and all(r is None for _, r in store.requested)  # read whole
 
 
-def test_reads_shard_whole_weighs_the_bytes_of_untouched_inner_chunks():
-    """The whole shard when it is small, or when the inner chunks the regions do not touch
-    would hold at most ``round_trip_bytes``; never for a zero budget."""
-    from zarr3_backend.core.shard_reads import _layout, reads_shard_whole
+def test_shards_are_read_whole_all_or_none_within_the_round_trip_budget():
+    """The inner chunks a read does not touch are summed over all its shards: within
+    ``round_trip_bytes`` every shard is read whole; past it every shard goes index first (one
+    shard by its index would make the call wait two round trips anyway)."""
+    from zarr3_backend.core.shard_reads import _layout
+
+    store = StreamingStore()
+    _, data = _array(store, chunks=(4, 4), shards=(16, 16), compressors=None)
+    most = _layout(z3.open_array(store, mode="r+")._pipeline).max_inner_nbytes
+    regions = [
+        (slice(0, 4), slice(0, 4)),
+        (slice(16, 20), slice(16, 20)),
+    ]  # 1 of 16 inner chunks, in 2 shards
+    for budget, whole in [(2 * 15 * most, True), (2 * 15 * most - 1, False)]:
+        store.requested.clear()
+        with settings.using(round_trip_bytes=budget):
+            got = z3.open_array(store, mode="r+").get_regions(regions)
+        for g, r in zip(got, regions, strict=True):
+            np.testing.assert_array_equal(g, data[r])
+        kinds = [r is None for _, r in store.requested]
+        assert kinds == ([True, True] if whole else [False, False, False, False]), budget
+
+
+def test_regions_cut_from_a_whole_shard_weigh_all_of_it_in_the_decode_window(monkeypatch):
+    """Each region cut from a shard read whole keeps the whole value alive: the regions that
+    were cut from it weigh its bytes between them, even when most of the shard's regions fall on
+    empty inner chunks (weight 0), so the decode window still bounds what is held."""
+    from zarr3_backend.core import shard_reads
+
+    weighed: list[int] = []
+    real = shard_reads.map_bounded
+
+    def watching(fn, items, weight, limit, kind="cpu"):
+        def counted():
+            for item in items:
+                weighed.append(weight(item))
+                yield item
+
+        real(fn, counted(), weight, limit, kind)
+
+    monkeypatch.setattr(shard_reads, "map_bounded", watching)
+    store = StreamingStore()
+    a = z3.create_array(store, shape=(64, 64), dtype="f8", chunks=(4, 4), shards=(64, 64), compressors=None)
+    a[0:4, 0:4] = 1.0  # one stored inner chunk of 256
+    regions = [(slice(i * 4, i * 4 + 2), slice(j * 4, j * 4 + 2)) for i in range(16) for j in range(16)]
+    got = z3.open_array(store, mode="r+").get_regions(regions)
+    assert got[0].tolist() == [[1.0, 1.0], [1.0, 1.0]] and not any(g.any() for g in got[1:])
+    assert [r is None for _, r in store.requested] == [True]
+    assert sum(weighed) >= len(store.get("c/0/0"))
+
+
+def test_reads_shards_whole_weighs_the_untouched_inner_chunks_of_every_shard():
+    """Whole when the inner chunks no selection touches, summed over the shards at their
+    largest, fit the budget; never for a zero budget."""
+    from zarr3_backend.core.shard_reads import _layout, reads_shards_whole
 
     store = MemoryStore()
     a = z3.create_array(store, shape=(64, 64), chunks=(4, 4), shards=(16, 16), dtype="f8", compressors=None)
@@ -283,12 +347,12 @@ def test_reads_shard_whole_weighs_the_bytes_of_untouched_inner_chunks():
     assert inner == 128 and layout.max_shard_nbytes == 16 * 128 + layout.index_size
     one = [(slice(0, 4), slice(0, 4))]  # touches 1 of the 16 inner chunks
     half = [(slice(0, 8), slice(0, 16))]  # touches 8 of them
-    assert reads_shard_whole(layout, one, layout.max_shard_nbytes)
-    assert not reads_shard_whole(layout, one, 14 * inner)
-    assert reads_shard_whole(layout, one, 15 * inner)
-    assert not reads_shard_whole(layout, half, 8 * inner - 1)
-    assert reads_shard_whole(layout, half + one, 8 * inner)
-    assert not reads_shard_whole(layout, half, 0)
+    assert reads_shards_whole(layout, [one], 15 * inner)
+    assert not reads_shards_whole(layout, [one], 15 * inner - 1)
+    assert reads_shards_whole(layout, [half + one], 8 * inner)
+    assert not reads_shards_whole(layout, [half, half], 16 * inner - 1)
+    assert reads_shards_whole(layout, [half, one], 23 * inner)
+    assert not reads_shards_whole(layout, [half], 0)
 
 
 class _DecodeWatchingStore(StreamingStore):
@@ -336,18 +400,18 @@ def test_chunk_cache_is_off_by_default_and_serves_repeated_reads_when_on():
     store = StreamingStore()
     _, data = _array(store, chunks=(8, 8), compressors=[{"name": "zstd"}])
     reopened = z3.open_array(store, mode="r+")
-    store.streamed.clear()
+    store.requested.clear()
     reopened[0:16, 0:16]
     reopened[0:16, 0:16]
     assert len(store.streamed) == 8  # no cache: every read fetches again
     with settings.using(chunk_cache_bytes=1 << 20):
-        store.streamed.clear()
+        store.requested.clear()
         np.testing.assert_array_equal(reopened[0:16, 0:16], data[0:16, 0:16])
         np.testing.assert_array_equal(reopened[8:24, 0:16], data[8:24, 0:16])  # a sliding window
         assert len(store.streamed) == 6  # 4, then only the 2 new chunks
         # another Array of the same store shares the cache
         other = z3.open_array(store, mode="r+")
-        store.streamed.clear()
+        store.requested.clear()
         np.testing.assert_array_equal(other[0:16, 0:16], data[0:16, 0:16])
         assert store.streamed == []
 
@@ -392,7 +456,7 @@ def test_forgetting_one_array_keeps_what_a_sibling_with_a_longer_name_cached():
     with settings.using(chunk_cache_bytes=1 << 20):
         ab = z3.open_array(store, path="ab", mode="r+")
         ab[...]
-        store.streamed.clear()
+        store.requested.clear()
         z3.open_array(store, path="a", mode="r+")[...] = 0  # a transaction: forgets all of "a"
         np.testing.assert_array_equal(ab[...], data)
         assert store.streamed == []  # "ab" still served from the cache

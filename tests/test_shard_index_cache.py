@@ -21,10 +21,15 @@ class RemoteLikeStore(z3.MemoryStore):
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         self.ranged = 0
+        self.whole = 0  # values read whole
 
     def get_partial_values(self, key_ranges):
         self.ranged += len(key_ranges)
         return super().get_partial_values(key_ranges)
+
+    def get_many(self, keys):
+        self.whole += len(keys)
+        return super().get_many(keys)
 
 
 def make(store, **kw):
@@ -44,15 +49,14 @@ def _external_rewrite(store, data):
 def test_second_read_of_a_shard_costs_one_request(round_trip):
     store = RemoteLikeStore()
     a, data = make(store)
-    store.ranged = 0
+    store.ranged = store.whole = 0
     with z3.settings.using(round_trip_bytes=round_trip):
         assert a[0, 0] == data[0, 0]
-    assert store.ranged == (
-        2 if round_trip == 0 else 0
-    )  # index + inner chunk; or the whole shard, not ranged
-    store.ranged = 0
+    # the index, then the inner chunk; or the whole shard
+    assert (store.ranged, store.whole) == ((2, 0) if round_trip == 0 else (0, 1))
+    store.ranged = store.whole = 0
     assert a[5, 6] == data[5, 6]  # another inner chunk of the same shard: its index is cached
-    assert store.ranged == 1
+    assert (store.ranged, store.whole) == (1, 0)
 
 
 def test_own_writes_invalidate():

@@ -44,11 +44,12 @@ class Settings:
     #: store's own default (``Store.coalesce_gap``: small on local disk, about 1 MiB on object
     #: stores).
     coalesce_gap: int | None = None
-    #: Bytes an object store delivers in about one round trip (bandwidth x latency): regions
-    #: inside a shard whose index is not cached read the whole shard in one request, not its
-    #: index and then the inner chunks, when at most this many of the bytes it may hold are
-    #: not needed. 0: always the index first.
-    round_trip_bytes: int = 4 * _MiB
+    #: Bytes a store with costly requests delivers in about one round trip, over all its
+    #: connections (bandwidth x latency): regions inside shards whose indexes are not cached
+    #: read those shards whole, one request each, instead of each index and then the inner
+    #: chunks, when the inner chunks the read does not touch hold at most this many bytes (at
+    #: their largest) over all of them. 0: always the indexes first.
+    round_trip_bytes: int = 16 * _MiB
     #: Decoded shard indexes kept per array on stores with costly requests.
     shard_index_cache_bytes: int = 16 * _MiB
     #: Decoded chunks kept per store in a least-recently-used cache (0: no cache).

@@ -92,8 +92,9 @@ class ShardLayout:
 
     @property
     def max_shard_nbytes(self) -> int | None:
-        """The most bytes a stored shard can take: every inner chunk at its largest, plus the
-        index (``None`` when the inner codecs declare no bound)."""
+        """The most bytes a shard written compactly takes (as this library writes them): every
+        inner chunk at its largest, plus the index (``None`` when the inner codecs declare no
+        bound). The format allows unused bytes between inner chunks: other writers' may be larger."""
         if self.max_inner_nbytes is None:
             return None
         return math.prod(self.grid) * self.max_inner_nbytes + self.index_size

@@ -160,18 +160,22 @@ def _stream_regions(
     regions_of: dict[str, list[int]] = {}
     for i, key in enumerate(keys):
         regions_of.setdefault(key, []).append(i)
-    round_trip = pipe.settings.round_trip_bytes
     fetching = []  # shards whose index (or whole value) is requested: positions 0.. of the feed
-    whole: set[str] = set()  # of those, the shards read whole (``reads_shard_whole``)
     for key in regions_of:
         index = cache.get(key) if cache is not None else None
         if index is None:
             fetching.append(key)
-            if reads_shard_whole(layout, [parts[i][1].chunk_selection for i in regions_of[key]], round_trip):
-                whole.add(key)
         else:
             indexes[key] = index
-    feed = RequestFeed((key, None if key in whole else layout.index_range()) for key in fetching)
+    # the uncached shards read whole, or all by their index first (``reads_shards_whole``);
+    # only where indexes are cached (stores with costly requests): elsewhere every read would
+    # fetch whole shards again
+    whole = cache is not None and reads_shards_whole(
+        layout,
+        [[parts[i][1].chunk_selection for i in regions_of[key]] for key in fetching],
+        pipe.settings.round_trip_bytes,
+    )
+    feed = RequestFeed((key, None if whole else layout.index_range()) for key in fetching)
     pieces: list[list[Piece]] = [[] for _ in fetching]  # the ranges each request answers
     owner: list[int] = []  # the region of each range
     first: dict[int, int] = {}  # a region's first position in owner
@@ -186,7 +190,7 @@ def _stream_regions(
         the shard's whole ``value``, cut their bytes from it."""
         index = indexes[key]
         ranges_of_shard: list[ByteRange] = []
-        share = 0 if value is None else len(value) // len(regions_of[key])
+        cut: list[tuple[int, list[Any]]] = []  # regions cut from the whole value
         for i in regions_of[key]:
             try:
                 ranges = None if index is None else views[key].plan(parts[i][1].chunk_selection, index)
@@ -197,11 +201,14 @@ def _stream_regions(
             elif ranges is None:
                 left.append(i)
             elif value is not None:
-                ready.append((i, [value[r.offset : r.offset + r.length] for r in ranges], share))
+                cut.append((i, [value[r.offset : r.offset + r.length] for r in ranges]))
             else:
                 first[i], count[i] = len(owner), len(ranges)
                 owner.extend([i] * len(ranges))
                 ranges_of_shard.extend(ranges)
+        if cut:  # each slice keeps the whole value alive: the cut regions weigh all of it
+            share = -(-len(value) // len(cut))  # type: ignore[arg-type]
+            ready.extend((i, values, share) for i, values in cut)
         requests, answers = merge_shard_ranges(key, ranges_of_shard, gap)
         base = len(owner) - len(ranges_of_shard)  # the positions in owner of these ranges
         feed.extend(requests)
@@ -225,7 +232,7 @@ def _stream_regions(
                     # the whole shard holds its regions' bytes; its index is checked as a
                     # fetched one (as far as the read goes), so an entry no region touches
                     # fails no read, as with ranged reads
-                    shard = None if value is None or key not in whole else as_bytes_view(value)
+                    shard = None if value is None or not whole else as_bytes_view(value)
                     raw = value if shard is None else layout.index_range().apply(shard)
                     indexes[key] = settle_index(
                         key, raw, layout, cache=cache, memo=memo, generation=generation
@@ -263,24 +270,29 @@ def _stream_regions(
 Region = tuple[int, list[Any], int]
 
 
-def reads_shard_whole(layout: ShardLayout, selections: list[Any], round_trip_bytes: int) -> bool:
-    """Whether regions ``selections`` of one shard whose index is not known are read with the
-    whole shard in one request: one round trip instead of two (the index, then the inner
-    chunks), worth it when the bytes of inner chunks they do not touch, at most, are within
-    ``round_trip_bytes`` (``Settings.round_trip_bytes``). Not for shards of unbounded size, nor
-    nested shards (read in steps)."""
-    bound = layout.max_shard_nbytes
-    if bound is None or layout.nested is not None or round_trip_bytes <= 0:
+def reads_shards_whole(layout: ShardLayout, selections: list[list[Any]], round_trip_bytes: int) -> bool:
+    """Whether shards whose indexes are not known, ``selections`` of each, are all read whole
+    (one request each) rather than all by their index first, then their inner chunks: one
+    round trip less for the call, worth it when the inner chunks no selection touches hold at
+    most ``round_trip_bytes`` (``Settings.round_trip_bytes``) over all the shards, at their
+    largest encoded size. All or none: one shard read by its index first makes the call wait
+    the two round trips anyway. Not for inner codecs of unbounded size, nor nested shards
+    (read in steps). A shard written by another library may hold unused bytes as well: they
+    are fetched, not read."""
+    most = layout.max_inner_nbytes
+    if most is None or layout.nested is not None or round_trip_bytes <= 0:
         return False
-    if bound <= round_trip_bytes:
-        return True
-    touched: set[tuple[int, ...]] = set()
-    for selection in selections:
-        touched.update(
-            q.chunk_coords for q in inner_indexer(selection, layout.shard_shape, layout.chunk_shape)
-        )
-    untouched = math.prod(layout.grid) - len(touched)
-    return untouched * layout.max_inner_nbytes <= round_trip_bytes  # type: ignore[operator]
+    per_shard = math.prod(layout.grid)
+    untouched_bytes = 0
+    for shard_selections in selections:
+        touched: set[tuple[int, ...]] = set()
+        for selection in shard_selections:
+            indexer = inner_indexer(selection, layout.shard_shape, layout.chunk_shape)
+            touched.update(q.chunk_coords for q in indexer)
+        untouched_bytes += (per_shard - len(touched)) * most
+        if untouched_bytes > round_trip_bytes:
+            return False
+    return True
 
 
 #: (position of a range, where it starts in its request's value, its length)
