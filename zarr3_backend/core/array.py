@@ -15,16 +15,15 @@ from typing import Any
 import numpy as np
 
 from .. import indexing
-from ..errors import ReadOnlyError, ShapeError, Zarr3Error
+from ..errors import ReadOnlyError, ShapeError
 from ..stores.base import Store
 from . import rectilinear
 from .attributes import Attributes
 from .commit import Transaction, retry_shape_change
-from .metadata import ArrayMetadata, parse_node, to_bytes
+from .metadata import ArrayMetadata
 from .metadata_v2 import V2_MARKER, v2_fill_value_is_null
 from .metadata_v2_store import shape_documents, stored_node_metadata, update_node_metadata
-from .metadata_v2_write import is_v2
-from .paths import metadata_key, node_name
+from .paths import node_name
 from .pipeline import ChunkPipeline
 from .read_outputs import output
 from .selection import OIndex, VIndex, fancy_kind, flatten_nd
@@ -44,25 +43,6 @@ def _region_key(region: Any, shape: tuple[int, ...]) -> tuple:
         (s.start, s.stop, s.step) if isinstance(s, slice) else s
         for s in indexing.normalize_selection(tuple(region), shape)
     )
-
-
-def _new_shape_only(path: str, meta: ArrayMetadata) -> dict[str, Callable[[bytes], bytes]]:
-    """How a commit that changes an array's shape to ``meta``'s writes its ``zarr.json``: the
-    stored document with the new shape (the attributes another writer set since this handle
-    read the array are kept). A v2 ``.zarray`` is written as given (``{}``)."""
-    if is_v2(meta):
-        return {}
-
-    def rebase(stored: bytes) -> bytes:
-        try:
-            found = parse_node(stored, path)
-        except Zarr3Error:
-            found = None
-        if not isinstance(found, ArrayMetadata):
-            return to_bytes(meta)  # not an array document now: this write's document, as before
-        return to_bytes(found.evolve(shape=meta.shape))
-
-    return {metadata_key(path): rebase}
 
 
 class Array:
@@ -293,7 +273,7 @@ class Array:
             def redo(key: str) -> None:  # another writer changed a shared unit meanwhile
                 target._write_units(OneUnit(indexer, key, target._chunk_key), value)
 
-            txn.commit(redo=redo, rebase=_new_shape_only(self.path, meta) if documents else None)
+            txn.commit(redo=redo)
         self.metadata = meta
         self._pipeline.forget()
 
@@ -379,7 +359,7 @@ class Array:
         with Transaction(self.store, guard=(self.path,), documents=documents, shape_from=shape_from) as txn:
             if doomed:
                 txn.staging.erase_many(doomed)
-            txn.commit(rebase=_new_shape_only(self.path, new_meta))
+            txn.commit()
         self.metadata = new_meta
         self._pipeline.forget(doomed)
 

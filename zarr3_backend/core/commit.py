@@ -329,6 +329,24 @@ def _claim_shapes(store: Store, txn_id: str, shape_from: Mapping[str, Sequence[i
     return True
 
 
+def _shape_only(key: str, new_doc: bytes) -> Callable[[bytes], bytes]:
+    """How a shape change writes the array document ``key``: the stored document with
+    ``new_doc``'s shape (attributes another writer set meanwhile are kept); ``new_doc`` itself
+    when what is stored is no longer an array document."""
+    shape = _parse_doc(new_doc, key).get("shape")
+
+    def rebase(stored: bytes) -> bytes:
+        try:
+            doc = _parse_doc(stored, key)
+        except MetadataError:
+            return new_doc
+        if doc.get("node_type") != "array" or not isinstance(doc.get("shape"), list):
+            return new_doc
+        return _dump_doc({**doc, "shape": shape})
+
+    return rebase
+
+
 def _moved(shape_from: Mapping[str, Sequence[int]]) -> ShapeMovedError:
     return ShapeMovedError(
         f"{sorted(shape_from)}: another writer changed the array's shape while this write was "
@@ -543,17 +561,15 @@ class Transaction:
         *,
         redo: Callable[[str], None] | None = None,
         consolidate: bool = False,
-        rebase: Mapping[str, Callable[[bytes], bytes]] | None = None,
     ) -> None:
         """Make the staged values and the documents (those given here are added to those given
         at the start) visible, after erasing ``erase_prefixes``. ``redo(key)`` rewrites a
         read-modify-written unit whose stored version changed since it was read (a concurrent
         writer); without it the commit raises WriteConflictError. ``consolidate`` rebuilds the
         root's consolidated metadata from the documents as they are once all else is in place.
-        ``rebase[key](stored)`` makes the document written at ``key`` from the one stored then
-        (compare-and-swap), for a write that changes part of a document (an array's shape) and
-        must keep other writers' changes to the rest; a roll-forward by ``repair`` writes the
-        document given."""
+        The ``zarr.json`` of an array whose shape the write changes (``shape_from``) is written
+        as the document stored then with the new shape (compare-and-swap, here and in a
+        roll-forward by ``repair``): other writers' changes to the rest are kept."""
         if self._done:
             raise RuntimeError(f"transaction {self.id} is already finished")
         self._done = True
@@ -578,7 +594,7 @@ class Transaction:
             "shape_from": self.shape_from,
         }
         self.store.set(txn_prefix(self.id) + _MANIFEST, json.dumps(manifest).encode())
-        _apply(self.store, manifest, self.staging.expected, redo, rebase or {})
+        _apply(self.store, manifest, self.staging.expected, redo)
 
 
 def root_is_consolidated(store: Store) -> bool:
@@ -623,7 +639,6 @@ def _apply(
     manifest: Mapping[str, Any],
     expected: Mapping[str, Any],
     redo: Callable[[str], None] | None,
-    rebase: Mapping[str, Callable[[bytes], bytes]],
 ) -> None:
     """Steps 3 and 4 of the protocol; idempotent, so a dead writer's commit can be run again."""
     txn_id = manifest["id"]
@@ -701,6 +716,7 @@ def _apply(
                 lost.append(key)  # as in place(): the other writer's value stays, the commit goes on
 
     docs = {k: v.encode() for k, v in manifest["documents"].items()}
+    rebase = {k: _shape_only(k, docs[k]) for k in shape_from if k in docs and not is_v2_document_key(k)}
     root = metadata_key("")
     store.erase_many([k for k in docs_gone if k not in staged_set])  # nodes the write removes
     for key in guarded:
@@ -833,7 +849,7 @@ def repair(store: Store, *, only_dead: bool = True) -> list[str]:
             except ValueError as e:
                 raise InterruptedWriteError(f"write {txn_id!r}: its manifest is unreadable: {e}") from e
             try:
-                _apply(store, manifest, {}, None, {})
+                _apply(store, manifest, {}, None)
             except WriteConflictError:
                 if store.get(base + _MANIFEST) is not None:
                     raise
