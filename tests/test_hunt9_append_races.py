@@ -131,18 +131,21 @@ class _HookedStore(z3.MemoryStore):
         super().set(key, value)
 
 
-def _array(store, rows: int, value: int = 1):
-    a = z3.create_array(store, "a", shape=(rows, COLS), dtype="i4", chunks=(2, COLS), fill_value=0)
+def _array(store, rows: int, value: int = 1, zarr_format: int = 3):
+    a = z3.create_array(
+        store, "a", shape=(rows, COLS), dtype="i4", chunks=(2, COLS), fill_value=0, zarr_format=zarr_format
+    )
     a[...] = value
     return a
 
 
-def test_an_append_goes_after_a_growth_committed_while_it_was_staged():
+@pytest.mark.parametrize("zarr_format", [3, 2])
+def test_an_append_goes_after_a_growth_committed_while_it_was_staged(zarr_format):
     """Another handle grows the array while an append's rows are staged: the append moves its
     rows after the grown part and keeps the growth (it used to write its rows at the old end
     and set the shape back to old end + its rows)."""
     store = _HookedStore()
-    _array(store, 3)
+    _array(store, 3, zarr_format=zarr_format)
     mine, other = z3.open_array(store, "a", mode="r+"), z3.open_array(store, "a", mode="r+")
     store.hook = lambda: other.resize((6, COLS))
     mine.append(np.full((2, COLS), 9, dtype="i4"))
@@ -152,22 +155,24 @@ def test_an_append_goes_after_a_growth_committed_while_it_was_staged():
     np.testing.assert_array_equal(got[:, 0], [1, 1, 1, 0, 0, 0, 9, 9])
 
 
-def test_an_append_goes_after_another_append_committed_while_it_was_staged():
+@pytest.mark.parametrize("zarr_format", [3, 2])
+def test_an_append_goes_after_another_append_committed_while_it_was_staged(zarr_format):
     """Another handle appends while this append's rows are staged: both sets of rows stay."""
     store = _HookedStore()
-    _array(store, 3)
+    _array(store, 3, zarr_format=zarr_format)
     mine, other = z3.open_array(store, "a", mode="r+"), z3.open_array(store, "a", mode="r+")
     store.hook = lambda: other.append(np.full((1, COLS), 5, dtype="i4"))
     mine.append(np.full((2, COLS), 9, dtype="i4"))
     np.testing.assert_array_equal(z3.open_array(store, "a")[:, 0], [1, 1, 1, 5, 9, 9])
 
 
-def test_a_shrink_erases_rows_appended_while_it_was_staged():
+@pytest.mark.parametrize("zarr_format", [3, 2])
+def test_a_shrink_erases_rows_appended_while_it_was_staged(zarr_format):
     """A shrink chose the units to erase from the shape it read; rows another handle appended
     before its commit were left stored outside the new shape, and came back on a later growth
     instead of the fill value."""
     store = _HookedStore()
-    _array(store, 6)
+    _array(store, 6, zarr_format=zarr_format)
     mine, other = z3.open_array(store, "a", mode="r+"), z3.open_array(store, "a", mode="r+")
     store.hook = lambda: other.append(np.full((4, COLS), 5, dtype="i4"))
     mine.resize((2, COLS))
