@@ -315,3 +315,28 @@ def test_an_append_waits_for_a_live_shape_change_then_refuses_naming_the_array()
     assert not [k for k in store.list() if k.startswith(".z3-txn")]
     mine.append(np.full((1, COLS), 9, dtype="i4"))
     np.testing.assert_array_equal(z3.open_array(store, "a")[:, 0], [1, 1, 1, 5, 5, 9])
+
+
+def _dead_writer_id() -> str:
+    """A write id of a process of this host that has ended."""
+    from zarr3_backend._owner import host_tag
+
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    return f"1-{int(child.stdout)}-x-x-{host_tag()}-0"
+
+
+@pytest.mark.parametrize("holder", ["dead", "garbage"])
+def test_an_append_takes_over_a_claim_left_without_a_write(tmp_path, holder):
+    """A shape claim whose holder left no records (it died between dropping its write and
+    giving the claim up), or that names no write at all, does not block the next append."""
+    from zarr3_backend.core.commit import _claim_key
+    from zarr3_backend.stores import LocalStore
+
+    store = LocalStore(str(tmp_path), settings={"commit_wait": 5})
+    _array(store, 3)
+    store.set(_claim_key("a/zarr.json"), (_dead_writer_id() if holder == "dead" else "../x").encode())
+    z3.open_array(store, "a", mode="r+").append(np.full((1, COLS), 9, dtype="i4"))
+    np.testing.assert_array_equal(z3.open_array(store, "a")[:, 0], [1, 1, 1, 9])
+    assert not [k for k in store.list() if k.startswith(".z3-txn")]

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import secrets
 import time
 import warnings
@@ -65,6 +66,7 @@ _DOC_RETRIES = 64
 #: Where a write that changes an array's shape holds its claim on that array (one key per array).
 _CLAIMS = f"{TXN_DIR}/shape-claims/"
 _SHAPE_RETRIES = 64
+_TXN_ID = re.compile(r"[0-9a-f]+-[0-9]+-[0-9x]+-[0-9a-fx]+-[0-9a-f]+-[0-9a-f]+")  # as new_txn_id makes them
 
 
 # ---- names -------------------------------------------------------------------------------------
@@ -277,6 +279,10 @@ def _take_claim(store: Store, doc_key: str, txn_id: str) -> bool:
         if holder is None:
             continue  # released meanwhile
         holder_id = holder.decode(errors="replace")
+        if not _TXN_ID.fullmatch(holder_id):
+            if store.set_if(key, me, version):  # not a write's id: nothing holds the claim
+                return True
+            continue
         if holder_id == txn_id:
             return False  # taken by an earlier run of this commit, which checked the shape
         if writer_is_dead(holder_id):
@@ -317,10 +323,9 @@ def _claim_shapes(store: Store, txn_id: str, shape_from: Mapping[str, Sequence[i
     key -> the shape the write started from), in key order (two writers never wait on each
     other); False, with every claim given up, when a stored shape is no longer the one the
     write started from."""
-    if not shape_from or not store.supports_conditional_writes:
-        return True  # without conditional writes there is no claim to take: the check alone
+    exclusive = store.supports_conditional_writes  # else no claim can be taken: the check alone
     for doc_key in sorted(shape_from):
-        if not _take_claim(store, doc_key, txn_id):
+        if exclusive and not _take_claim(store, doc_key, txn_id):
             continue
         stored = _stored_shape(store, doc_key)
         if stored is not None and stored != list(shape_from[doc_key]):
