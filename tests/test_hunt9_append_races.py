@@ -294,10 +294,11 @@ class _StallingStore(z3.MemoryStore):
         return super().set_if(key, value, expected)
 
 
-def test_an_append_waits_for_a_live_shape_change_then_refuses_naming_the_array():
-    """While a live writer holds the array's shape change past ``commit_wait``, an append raises
-    WriteConflictError naming the array and writes nothing; once that writer is done, the same
-    append goes after its rows."""
+@pytest.mark.parametrize("change", ["append", "grow"])
+def test_a_shape_change_waits_for_a_live_one_then_refuses_naming_the_array(change):
+    """While a live writer holds the array's shape change past ``commit_wait``, an append (or a
+    growing resize, which writes the document alone) raises WriteConflictError naming the array
+    and writes nothing; once that writer is done, the same change goes after its rows."""
     store = _StallingStore(settings={"commit_wait": 0.3})
     _array(store, 3)
     mine = z3.open_array(store, "a", mode="r+")
@@ -307,14 +308,22 @@ def test_an_append_waits_for_a_live_shape_change_then_refuses_naming_the_array()
     )
     stuck.start()
     assert store.stalling.wait(timeout=60)
+
+    def mine_changes():
+        if change == "append":
+            mine.append(np.full((1, COLS), 9, dtype="i4"))
+        else:
+            mine.resize((7, COLS))
+
     with pytest.raises(WriteConflictError, match=r"'a/zarr\.json'.*changing this array's shape"):
-        mine.append(np.full((1, COLS), 9, dtype="i4"))
+        mine_changes()
     store.go.set()
     stuck.join(timeout=60)
     np.testing.assert_array_equal(z3.open_array(store, "a")[:, 0], [1, 1, 1, 5, 5])
     assert not [k for k in store.list() if k.startswith(".z3-txn")]
-    mine.append(np.full((1, COLS), 9, dtype="i4"))
-    np.testing.assert_array_equal(z3.open_array(store, "a")[:, 0], [1, 1, 1, 5, 5, 9])
+    mine_changes()
+    want = [1, 1, 1, 5, 5, 9] if change == "append" else [1, 1, 1, 5, 5, 0, 0]
+    np.testing.assert_array_equal(z3.open_array(store, "a")[:, 0], want)
 
 
 def _dead_writer_id() -> str:

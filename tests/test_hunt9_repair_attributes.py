@@ -37,7 +37,7 @@ class _DyingStore(z3.MemoryStore):
         return super().set_if(key, value, expected)
 
 
-@pytest.mark.parametrize("change", ["append", "shrink", "grow"])
+@pytest.mark.parametrize("change", ["append", "shrink"])
 def test_a_rolled_forward_shape_change_keeps_an_attribute_set_while_it_was_marked(change):
     """The writer dies just before writing the array's new document; meanwhile another handle
     set an attribute (attribute writes keep other writers' markers, and do not wait for them).
@@ -53,17 +53,13 @@ def test_a_rolled_forward_shape_change_keeps_an_attribute_set_while_it_was_marke
         if change == "append":
             mine.append(np.full((2, 3), 9, dtype="i4"))
         else:
-            mine.resize((2, 3) if change == "shrink" else (8, 3))
+            mine.resize((2, 3))  # erases units: a transaction (a growth writes one document)
     assert pending_writes(store)  # the write is left for repair
     repair(store, only_dead=False)
     assert not pending_writes(store)
     got = z3.open_array(store, "a")
     assert dict(got.attrs) == {"keep": 0, "late": 1}
-    want = {
-        "append": [1, 1, 1, 1, 9, 9],
-        "shrink": [1, 1],
-        "grow": [1, 1, 1, 1, 0, 0, 0, 0],
-    }[change]
+    want = {"append": [1, 1, 1, 1, 9, 9], "shrink": [1, 1]}[change]
     np.testing.assert_array_equal(got[:, 0], want)
 
 

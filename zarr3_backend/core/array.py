@@ -19,7 +19,7 @@ from ..errors import ReadOnlyError, ShapeError
 from ..stores.base import Store
 from . import rectilinear
 from .attributes import Attributes
-from .commit import Transaction, retry_shape_change
+from .commit import Transaction, claimed_shape_change, retry_shape_change
 from .metadata import ArrayMetadata
 from .metadata_v2 import V2_MARKER, v2_fill_value_is_null
 from .metadata_v2_store import shape_documents, stored_node_metadata, update_node_metadata
@@ -341,7 +341,8 @@ class Array:
     def _resize_once(self, new_shape: tuple[int, ...]) -> None:
         """One try of ``resize``: judged from the shape as stored now, not this handle's (a
         shrink of what another writer grew erases the units outside the new shape; left stored,
-        they came back on growth), committed with the erases as one claimed shape change."""
+        they came back on growth), as a claimed shape change: the document alone when no stored
+        unit falls outside, else with the erases in one transaction."""
         self.metadata = stored_node_metadata(self.store, self.path, self.metadata)
         if new_shape == self.shape:
             return
@@ -351,14 +352,24 @@ class Array:
         new_meta = self.metadata.evolve(shape=new_shape)
         shrinks = any(n < o for n, o in zip(new_grid, old_grid, strict=True))
         doomed = self._pipeline.stored_units_outside(new_grid) if shrinks else []
-        # the new shape and the erases in one transaction: a crash never shows the new shape
-        # over chunks it should have dropped (a later growth would bring them back); only the
-        # shape changes (not the attributes another writer may have set since)
         documents = shape_documents(self.path, new_meta)
         shape_from = {key: self.shape for key in documents}
+        if not doomed:  # one document: atomic by itself; only its shape changes (not the
+            # attributes another writer may have set since this handle read it)
+            (key,) = documents
+            self.metadata = claimed_shape_change(
+                self.store,
+                key,
+                self.shape,
+                lambda: update_node_metadata(
+                    self.store, self.path, lambda m: m.evolve(shape=new_shape), self.metadata
+                ),
+            )
+            return
+        # the new shape and the erases in one transaction: a crash never shows the new shape
+        # over chunks it should have dropped (a later growth would bring them back)
         with Transaction(self.store, guard=(self.path,), documents=documents, shape_from=shape_from) as txn:
-            if doomed:
-                txn.staging.erase_many(doomed)
+            txn.staging.erase_many(doomed)
             txn.commit()
         self.metadata = new_meta
         self._pipeline.forget(doomed)

@@ -359,6 +359,38 @@ def _moved(shape_from: Mapping[str, Sequence[int]]) -> ShapeMovedError:
     )
 
 
+def claimed_shape_change(
+    store: Store, doc_key: str, shape_from: Sequence[int], write: Callable[[], Any]
+) -> Any:
+    """``write()``, a change of the shape of the array whose document is ``doc_key`` made in that
+    document alone (atomic by itself: no values staged, nothing marked), run under the array's
+    shape claim once the stored shape is checked to be ``shape_from`` (else ShapeMovedError,
+    nothing written). A manifest without documents stands for the write while it holds the
+    claim, so a crash leaves what ``repair`` clears."""
+    if store.commits_externally:
+        return write()
+    txn_id = new_txn_id()
+    base = txn_prefix(txn_id)
+    manifest = {
+        "id": txn_id,
+        "owner": current_owner().to_json(),
+        "documents": {},
+        "erase_prefixes": [],
+        "guard": [],
+        "consolidate": None,
+        "shape_from": {doc_key: [int(n) for n in shape_from]},
+    }
+    store.set(base + _MANIFEST, json.dumps(manifest).encode())
+    try:
+        if not _claim_shapes(store, txn_id, manifest["shape_from"]):
+            raise _moved(manifest["shape_from"])
+        return write()
+    finally:
+        store.erase(base + _MANIFEST)  # first: a repairer then has nothing to run again
+        _release_claims(store, manifest["shape_from"], txn_id)
+        store.erase_prefix(base)
+
+
 def retry_shape_change(write: Callable[[], Any]) -> Any:
     """``write()``, made again (it reads the stored shape afresh) while another writer's shape
     change gets in first; raises ShapeMovedError when that happens ``_SHAPE_RETRIES`` times."""
@@ -867,6 +899,7 @@ def repair(store: Store, *, only_dead: bool = True) -> list[str]:
 __all__ = [
     "TXN_DIR",
     "ShapeMovedError",
+    "claimed_shape_change",
     "StagingStore",
     "Transaction",
     "is_reserved_key",
