@@ -90,7 +90,7 @@ def _check_blocks(stored: np.ndarray, writers: int, rounds: int, seed: int, *, f
 
 @pytest.mark.slow
 @pytest.mark.parametrize("zarr_format", [3, 2])
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_processes_appending_at_once_keep_every_row(tmp_path, seed, zarr_format):
     """Four processes append one to three rows each, released together, for several rounds:
     every row of every writer is there exactly once and the shape is the sum of the appends."""
