@@ -386,8 +386,8 @@ def claimed_shape_change(
             raise _moved(manifest["shape_from"])
         return write()
     finally:
-        store.erase(base + _MANIFEST)  # first: a repairer then has nothing to run again
-        _release_claims(store, manifest["shape_from"], txn_id)
+        _release_claims(store, manifest["shape_from"], txn_id)  # before the manifest, as _apply
+        store.erase(base + _MANIFEST)
         store.erase_prefix(base)
 
 
