@@ -15,16 +15,15 @@ from typing import Any
 import numpy as np
 
 from .. import indexing
-from ..errors import ReadOnlyError, ShapeError, Zarr3Error
+from ..errors import ReadOnlyError, ShapeError
 from ..stores.base import Store
 from . import rectilinear
 from .attributes import Attributes
-from .commit import Transaction
-from .metadata import ArrayMetadata, parse_node, to_bytes
+from .commit import Transaction, claimed_shape_change, retry_shape_change
+from .metadata import ArrayMetadata
 from .metadata_v2 import V2_MARKER, v2_fill_value_is_null
-from .metadata_v2_store import stored_node_metadata, update_node_metadata
-from .metadata_v2_write import is_v2, node_documents
-from .paths import metadata_key, node_name
+from .metadata_v2_store import shape_documents, stored_node_metadata, update_node_metadata
+from .paths import node_name
 from .pipeline import ChunkPipeline
 from .read_outputs import output
 from .selection import OIndex, VIndex, fancy_kind, flatten_nd
@@ -44,25 +43,6 @@ def _region_key(region: Any, shape: tuple[int, ...]) -> tuple:
         (s.start, s.stop, s.step) if isinstance(s, slice) else s
         for s in indexing.normalize_selection(tuple(region), shape)
     )
-
-
-def _new_shape_only(path: str, meta: ArrayMetadata) -> dict[str, Callable[[bytes], bytes]]:
-    """How a commit that changes an array's shape to ``meta``'s writes its ``zarr.json``: the
-    stored document with the new shape (the attributes another writer set since this handle
-    read the array are kept). A v2 ``.zarray`` is written as given (``{}``)."""
-    if is_v2(meta):
-        return {}
-
-    def rebase(stored: bytes) -> bytes:
-        try:
-            found = parse_node(stored, path)
-        except Zarr3Error:
-            found = None
-        if not isinstance(found, ArrayMetadata):
-            return to_bytes(meta)  # not an array document now: this write's document, as before
-        return to_bytes(found.evolve(shape=meta.shape))
-
-    return {metadata_key(path): rebase}
 
 
 class Array:
@@ -281,16 +261,19 @@ class Array:
 
     def _commit_write(self, meta: ArrayMetadata, indexer: Any, value: np.ndarray) -> None:
         """Write ``value`` into ``indexer``'s units of the array described by ``meta`` in one
-        transaction; ``meta`` becomes the stored document if it differs from today's."""
-        documents = {} if meta == self.metadata else node_documents(self.path, meta)
+        transaction; ``meta`` becomes the stored document if it differs from today's (a change
+        of shape from today's, which the commit claims: ShapeMovedError when another writer
+        changed the shape first)."""
+        documents = {} if meta == self.metadata else shape_documents(self.path, meta)
+        shape_from = {key: self.shape for key in documents}
         target = Array(self.store, self.path, meta, write_empty_chunks=self.write_empty_chunks)
-        with Transaction(self.store, guard=(self.path,), documents=documents) as txn:
+        with Transaction(self.store, guard=(self.path,), documents=documents, shape_from=shape_from) as txn:
             target._with_store(txn.staging)._write_units(indexer, value)
 
             def redo(key: str) -> None:  # another writer changed a shared unit meanwhile
                 target._write_units(OneUnit(indexer, key, target._chunk_key), value)
 
-            txn.commit(redo=redo, rebase=_new_shape_only(self.path, meta) if documents else None)
+            txn.commit(redo=redo)
         self.metadata = meta
         self._pipeline.forget()
 
@@ -353,36 +336,54 @@ class Array:
             raise ShapeError(f"array {self.path or '/'!r}: new shape must be integers, got {raw!r}") from e
         if len(new_shape) != self.ndim or any(s < 0 for s in new_shape):
             raise ShapeError(f"array {self.path or '/'!r}: cannot resize shape {self.shape} to {new_shape}")
-        # judged from the shape as stored now, not this handle's: a shrink of what another writer
-        # grew erases the units outside the new shape (left stored, they came back on growth)
+        retry_shape_change(lambda: self._resize_once(new_shape))
+
+    def _resize_once(self, new_shape: tuple[int, ...]) -> None:
+        """One try of ``resize``: judged from the shape as stored now, not this handle's (a
+        shrink of what another writer grew erases the units outside the new shape; left stored,
+        they came back on growth), as a claimed shape change: the document alone when no stored
+        unit falls outside, else with the erases in one transaction."""
         self.metadata = stored_node_metadata(self.store, self.path, self.metadata)
+        if new_shape == self.shape:
+            return
         grid = self.metadata.chunk_grid
         new_grid = grid.grid_shape(new_shape)
         old_grid = grid.grid_shape(self.shape)
         new_meta = self.metadata.evolve(shape=new_shape)
         shrinks = any(n < o for n, o in zip(new_grid, old_grid, strict=True))
         doomed = self._pipeline.stored_units_outside(new_grid) if shrinks else []
-        if not doomed:  # one document: already atomic; only its shape changes (not the
+        documents = shape_documents(self.path, new_meta)
+        shape_from = {key: self.shape for key in documents}
+        if not doomed:  # one document: atomic by itself; only its shape changes (not the
             # attributes another writer may have set since this handle read it)
-            self.metadata = update_node_metadata(
-                self.store, self.path, lambda m: m.evolve(shape=new_shape), self.metadata
+            (key,) = documents
+            self.metadata = claimed_shape_change(
+                self.store,
+                key,
+                self.shape,
+                lambda: update_node_metadata(
+                    self.store, self.path, lambda m: m.evolve(shape=new_shape), self.metadata
+                ),
             )
             return
         # the new shape and the erases in one transaction: a crash never shows the new shape
         # over chunks it should have dropped (a later growth would bring them back)
-        documents = node_documents(self.path, new_meta)
-        with Transaction(self.store, guard=(self.path,), documents=documents) as txn:
+        with Transaction(self.store, guard=(self.path,), documents=documents, shape_from=shape_from) as txn:
             txn.staging.erase_many(doomed)
-            txn.commit(rebase=_new_shape_only(self.path, new_meta))
+            txn.commit()
         self.metadata = new_meta
         self._pipeline.forget(doomed)
 
     def append(self, data: Any, axis: int = 0) -> None:
         """Grow along ``axis`` and write ``data`` into the new part: validated first, then the
-        data, then ``zarr.json``."""
+        data, then ``zarr.json``; made again after the rows of a writer that got in first."""
         data = np.asarray(data)
-        # from the shape as stored now: rows another writer appended since this handle read the
-        # array are kept (they were overwritten, then hidden by this handle's smaller shape)
+        retry_shape_change(lambda: self._append_once(data, axis))
+
+    def _append_once(self, data: np.ndarray, axis: int) -> None:
+        """One try of ``append``, from the shape as stored now."""
+        # rows another writer appended since this handle read the array are kept (they were
+        # overwritten, then hidden by this handle's smaller shape)
         self.metadata = stored_node_metadata(self.store, self.path, self.metadata)
         other = [n for i, n in enumerate(self.shape) if i != axis]
         if data.ndim != self.ndim or [n for i, n in enumerate(data.shape) if i != axis] != other:

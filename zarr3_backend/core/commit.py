@@ -23,6 +23,14 @@ next write or :func:`repair`) a v2 reader may see new chunks under the old ``.za
 append's new values past the old shape are not yet visible; a region write may show some of
 its chunks and not others) and a stale ``.zmetadata``.
 
+A write that changes an array's shape (an append, a resize) builds on the shape it read: before
+step 3 its commit takes the array's shape claim (one key per array under
+``.z3-txn/shape-claims/``, naming the write; taken by a conditional write, waited for while a
+live write holds it, freed by finishing a dead holder's write) and checks that the stored shape
+is still the one it started from. When it is not, the write is dropped, none of its values having
+moved, and made again from the new shape (``retry_shape_change``); two appends never put their
+rows at one offset. The claim is given up once the new documents are written.
+
 Markers of several writers share the field (one entry per write), and are added and removed
 with conditional writes where the store offers them. A write whose process is gone is finished
 by the next write; a live writer's records are never touched (see ``_owner``).
@@ -30,7 +38,9 @@ by the next write; a live writer's records are never touched (see ``_owner``).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import secrets
 import time
 import warnings
@@ -53,6 +63,10 @@ TXN_DIR = ".z3-txn"
 _MANIFEST = "manifest.json"
 _ERASED = "erased"  # written once the erases of the commit are done
 _DOC_RETRIES = 64
+#: Where a write that changes an array's shape holds its claim on that array (one key per array).
+_CLAIMS = f"{TXN_DIR}/shape-claims/"
+_SHAPE_RETRIES = 64
+_TXN_ID = re.compile(r"[0-9a-f]+-[0-9]+-[0-9x]+-[0-9a-fx]+-[0-9a-f]+-[0-9a-f]+")  # as new_txn_id makes them
 
 
 # ---- names -------------------------------------------------------------------------------------
@@ -222,6 +236,172 @@ def update_document(store: Store, key: str, change: Callable[[bytes | None], byt
     return written[0]
 
 
+# ---- shape claims --------------------------------------------------------------------------------
+# Two writes that change one array's shape (appends, resizes) must not both build on the shape
+# they read: the second would put its rows where the first one's went. A commit that changes a
+# shape holds the array's claim (a key under ``_CLAIMS`` naming the write, created by a
+# conditional write) from before its first value moves until its documents are written, and
+# checks under the claim that the stored shape is still the one it started from; when it is not,
+# the write is dropped (nothing of it was visible) and made again from the new shape.
+class ShapeMovedError(WriteConflictError):
+    """A shape-changing write found its array's stored shape changed since it read it: nothing
+    of it was written (``retry_shape_change`` makes it again from the new shape)."""
+
+
+def _claim_key(doc_key: str) -> str:
+    return _CLAIMS + hashlib.blake2b(doc_key.encode(), digest_size=12).hexdigest()
+
+
+def _stored_shape(store: Store, doc_key: str) -> list[int] | None:
+    """The ``shape`` of the array document at ``doc_key`` (v3 ``zarr.json`` or v2 ``.zarray``)."""
+    raw = store.get(doc_key)
+    if raw is None:
+        return None
+    try:
+        shape = _parse_doc(raw, doc_key).get("shape")
+    except MetadataError:
+        return None
+    return list(shape) if isinstance(shape, list) else None
+
+
+def _take_claim(store: Store, doc_key: str, txn_id: str) -> bool:
+    """Hold ``doc_key``'s shape claim for ``txn_id``: waits while a live write holds it (up to
+    the store's ``commit_wait``), finishes a dead holder's write first, takes over a stale one.
+    False when ``txn_id`` held it already (an earlier, interrupted run of its commit)."""
+    key = _claim_key(doc_key)
+    me = txn_id.encode()
+    deadline = time.monotonic() + store.settings.commit_wait
+    delay = 0.002
+    while True:
+        if store.set_if(key, me, None):
+            return True
+        holder, version = store.get_versioned(key)
+        if holder is None:
+            continue  # released meanwhile
+        holder_id = holder.decode(errors="replace")
+        if not _TXN_ID.fullmatch(holder_id):
+            if store.set_if(key, me, version):  # not a write's id: nothing holds the claim
+                return True
+            continue
+        if holder_id == txn_id:
+            return False  # taken by an earlier run of this commit, which checked the shape
+        if writer_is_dead(holder_id):
+            repair(store, only_dead=True)  # its write finished (or dropped): the claim is freed
+            holder, version = store.get_versioned(key)
+            if holder is None or holder.decode(errors="replace") != holder_id:
+                continue
+        if store.get(txn_prefix(holder_id) + _MANIFEST) is None:
+            # a holder keeps its manifest while it holds the claim (it gives the claim up
+            # first): with the manifest gone the claim is left over; the version check makes
+            # the take-over lose to any writer that took the claim since it was read
+            if store.set_if(key, me, version):
+                return True
+            continue
+        # a live holder, or a dead one's write another repairer is finishing: wait for it
+        if time.monotonic() > deadline:
+            raise WriteConflictError(
+                f"{doc_key!r}: another write ({holder_id}) is changing this array's shape and did not "
+                f"finish within commit_wait ({store.settings.commit_wait} s); nothing of this write was written"
+            )
+        time.sleep(delay * (0.5 + secrets.randbelow(1000) / 1000))
+        delay = min(delay * 2, 0.1)
+
+
+def _release_claims(store: Store, doc_keys: Iterable[str], txn_id: str) -> None:
+    """Give up ``txn_id``'s shape claims on ``doc_keys`` (those another write holds stay)."""
+    if not store.supports_conditional_writes:
+        return  # none was taken
+    for doc_key in doc_keys:
+        key = _claim_key(doc_key)
+        holder, version = store.get_versioned(key)
+        if holder is not None and holder.decode(errors="replace") == txn_id:
+            store.erase_if(key, version)
+
+
+def _claim_shapes(store: Store, txn_id: str, shape_from: Mapping[str, Sequence[int]]) -> bool:
+    """Take the claims of a commit that changes the shapes of ``shape_from``'s arrays (document
+    key -> the shape the write started from), in key order (two writers never wait on each
+    other); False, with every claim given up, when a stored shape is no longer the one the
+    write started from."""
+    exclusive = store.supports_conditional_writes  # else no claim can be taken: the check alone
+    for doc_key in sorted(shape_from):
+        if exclusive and not _take_claim(store, doc_key, txn_id):
+            continue
+        stored = _stored_shape(store, doc_key)
+        if stored is not None and stored != list(shape_from[doc_key]):
+            _release_claims(store, shape_from, txn_id)
+            return False
+    return True
+
+
+def _shape_only(key: str, new_doc: bytes) -> Callable[[bytes], bytes]:
+    """How a shape change writes the array document ``key``: the stored document with
+    ``new_doc``'s shape (attributes another writer set meanwhile are kept); ``new_doc`` itself
+    when what is stored is no longer an array document."""
+    shape = _parse_doc(new_doc, key).get("shape")
+
+    def rebase(stored: bytes) -> bytes:
+        try:
+            doc = _parse_doc(stored, key)
+        except MetadataError:
+            return new_doc
+        if doc.get("node_type") != "array" or not isinstance(doc.get("shape"), list):
+            return new_doc
+        return _dump_doc({**doc, "shape": shape})
+
+    return rebase
+
+
+def _moved(shape_from: Mapping[str, Sequence[int]]) -> ShapeMovedError:
+    return ShapeMovedError(
+        f"{sorted(shape_from)}: another writer changed the array's shape while this write was "
+        "prepared; nothing of it was written"
+    )
+
+
+def claimed_shape_change(
+    store: Store, doc_key: str, shape_from: Sequence[int], write: Callable[[], Any]
+) -> Any:
+    """``write()``, a change of the shape of the array whose document is ``doc_key`` made in that
+    document alone (atomic by itself: no values staged, nothing marked), run under the array's
+    shape claim once the stored shape is checked to be ``shape_from`` (else ShapeMovedError,
+    nothing written). A manifest without documents stands for the write while it holds the
+    claim, so a crash leaves what ``repair`` clears."""
+    if store.commits_externally:
+        return write()
+    txn_id = new_txn_id()
+    base = txn_prefix(txn_id)
+    manifest = {
+        "id": txn_id,
+        "owner": current_owner().to_json(),
+        "documents": {},
+        "erase_prefixes": [],
+        "guard": [],
+        "consolidate": None,
+        "shape_from": {doc_key: [int(n) for n in shape_from]},
+    }
+    store.set(base + _MANIFEST, json.dumps(manifest).encode())
+    try:
+        if not _claim_shapes(store, txn_id, manifest["shape_from"]):
+            raise _moved(manifest["shape_from"])
+        return write()
+    finally:
+        _release_claims(store, manifest["shape_from"], txn_id)  # before the manifest, as _apply
+        store.erase(base + _MANIFEST)
+        store.erase_prefix(base)
+
+
+def retry_shape_change(write: Callable[[], Any]) -> Any:
+    """``write()``, made again (it reads the stored shape afresh) while another writer's shape
+    change gets in first; raises ShapeMovedError when that happens ``_SHAPE_RETRIES`` times."""
+    for _ in range(_SHAPE_RETRIES - 1):
+        try:
+            return write()
+        except ShapeMovedError:
+            continue
+    return write()
+
+
 # ---- staging -------------------------------------------------------------------------------------
 class StagingStore(Store):
     """A view of ``base`` whose writes land in one transaction's staging area.
@@ -365,7 +545,9 @@ class Transaction:
 
     ``documents`` (``{zarr.json key: bytes}``) and ``erase_prefixes`` say what the write changes
     besides its staged values; ``guard`` names further nodes (paths) whose ``zarr.json`` must
-    refuse readers while the commit runs. On a store that commits by itself (an Icechunk
+    refuse readers while the commit runs; ``shape_from`` (array document key -> the shape the
+    write started from) names the arrays whose shape it changes: the commit claims them, and
+    raises ShapeMovedError, having written nothing, when another writer changed one first. On a store that commits by itself (an Icechunk
     session: ``Store.commits_externally``) nothing is staged or marked: the erases and documents
     are written at once, the values straight to their keys, and the store's own commit makes
     them visible together."""
@@ -376,6 +558,7 @@ class Transaction:
         guard: Iterable[str] = (),
         documents: Mapping[str, bytes] | None = None,
         erase_prefixes: Sequence[str] = (),
+        shape_from: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
         store.check_writable()
         self.store = store
@@ -383,6 +566,7 @@ class Transaction:
         self.guard = [metadata_key(p) for p in guard]
         self.documents = dict(documents or {})
         self.erase_prefixes = list(erase_prefixes)
+        self.shape_from = {k: [int(n) for n in v] for k, v in (shape_from or {}).items()}
         self._done = False
         self.staging: Store
         if store.commits_externally:
@@ -414,17 +598,15 @@ class Transaction:
         *,
         redo: Callable[[str], None] | None = None,
         consolidate: bool = False,
-        rebase: Mapping[str, Callable[[bytes], bytes]] | None = None,
     ) -> None:
         """Make the staged values and the documents (those given here are added to those given
         at the start) visible, after erasing ``erase_prefixes``. ``redo(key)`` rewrites a
         read-modify-written unit whose stored version changed since it was read (a concurrent
         writer); without it the commit raises WriteConflictError. ``consolidate`` rebuilds the
         root's consolidated metadata from the documents as they are once all else is in place.
-        ``rebase[key](stored)`` makes the document written at ``key`` from the one stored then
-        (compare-and-swap), for a write that changes part of a document (an array's shape) and
-        must keep other writers' changes to the rest; a roll-forward by ``repair`` writes the
-        document given."""
+        The ``zarr.json`` of an array whose shape the write changes (``shape_from``) is written
+        as the document stored then with the new shape (compare-and-swap, here and in a
+        roll-forward by ``repair``): other writers' changes to the rest are kept."""
         if self._done:
             raise RuntimeError(f"transaction {self.id} is already finished")
         self._done = True
@@ -446,9 +628,10 @@ class Transaction:
             "erase_prefixes": self.erase_prefixes,
             "guard": self.guard,
             "consolidate": "" if consolidate else None,
+            "shape_from": self.shape_from,
         }
         self.store.set(txn_prefix(self.id) + _MANIFEST, json.dumps(manifest).encode())
-        _apply(self.store, manifest, self.staging.expected, redo, rebase or {})
+        _apply(self.store, manifest, self.staging.expected, redo)
 
 
 def root_is_consolidated(store: Store) -> bool:
@@ -493,11 +676,24 @@ def _apply(
     manifest: Mapping[str, Any],
     expected: Mapping[str, Any],
     redo: Callable[[str], None] | None,
-    rebase: Mapping[str, Callable[[bytes], bytes]],
 ) -> None:
     """Steps 3 and 4 of the protocol; idempotent, so a dead writer's commit can be run again."""
     txn_id = manifest["id"]
     base = txn_prefix(txn_id)
+    shape_from = manifest.get("shape_from") or {}
+    refusal: WriteConflictError | None = None
+    try:
+        if not _claim_shapes(store, txn_id, shape_from):
+            refusal = _moved(shape_from)  # made again from the new shape
+    except WriteConflictError as e:
+        refusal = e  # another write held a claim too long
+    if refusal is not None:
+        # nothing of this write moved yet: it is dropped (the manifest first: a repairer then
+        # has nothing to roll forward)
+        store.erase(base + _MANIFEST)
+        _release_claims(store, shape_from, txn_id)
+        store.erase_prefix(base)
+        raise refusal
     guarded = _guarded_keys(store, manifest)
     for key in reversed(guarded):  # the root first: a consolidated reader refuses at once
         _mark(store, key, txn_id, manifest["owner"])
@@ -557,6 +753,7 @@ def _apply(
                 lost.append(key)  # as in place(): the other writer's value stays, the commit goes on
 
     docs = {k: v.encode() for k, v in manifest["documents"].items()}
+    rebase = {k: _shape_only(k, docs[k]) for k in shape_from if k in docs and not is_v2_document_key(k)}
     root = metadata_key("")
     store.erase_many([k for k in docs_gone if k not in staged_set])  # nodes the write removes
     for key in guarded:
@@ -588,6 +785,7 @@ def _apply(
         store.erase(root)
     else:
         _write_final(store, root, root_doc, txn_id, root_rebase)
+    _release_claims(store, shape_from, txn_id)  # the new shapes are stored
     store.erase(base + _MANIFEST)  # first: a run that starts after this one finds it finished
     store.erase_prefix(base)
     if lost:
@@ -620,7 +818,7 @@ def _consolidated_root(store: Store, root_doc: bytes | None, txn_id: str) -> byt
 # ---- recovery ------------------------------------------------------------------------------------
 def pending_writes(store: Store) -> list[str]:
     """Ids of the transactions with records in ``store`` (running, or left by dead writers)."""
-    return sorted(store.list_dir(TXN_DIR + "/"))
+    return sorted(t for t in store.list_dir(TXN_DIR + "/") if t != _CLAIMS[len(TXN_DIR) + 1 : -1])
 
 
 def wait_for_commits(store: Store, call: Callable[[], Any], ignore: str | None = None) -> Any:
@@ -687,13 +885,21 @@ def repair(store: Store, *, only_dead: bool = True) -> list[str]:
                 manifest = json.loads(raw)
             except ValueError as e:
                 raise InterruptedWriteError(f"write {txn_id!r}: its manifest is unreadable: {e}") from e
-            _apply(store, manifest, {}, None, {})
+            try:
+                _apply(store, manifest, {}, None)
+            except WriteConflictError:
+                if store.get(base + _MANIFEST) is not None:
+                    raise
+                # dropped before any of its values moved: another writer changed the shape it
+                # grew from first, or held that array's shape claim past commit_wait
         done.append(txn_id)
     return done
 
 
 __all__ = [
     "TXN_DIR",
+    "ShapeMovedError",
+    "claimed_shape_change",
     "StagingStore",
     "Transaction",
     "is_reserved_key",
@@ -701,6 +907,7 @@ __all__ = [
     "pending_writes",
     "repair",
     "replace_document",
+    "retry_shape_change",
     "root_is_consolidated",
     "update_document",
     "wait_for_commits",

@@ -35,6 +35,13 @@ def store_node_metadata(
     return seen
 
 
+def shape_documents(path: str, meta: ArrayMetadata) -> dict[str, bytes]:
+    """The one document a change of the array's shape to ``meta``'s writes: its ``zarr.json``,
+    or for v2 its ``.zarray`` alone (the attributes in ``.zattrs`` are not the change's to
+    write: another writer's, set meanwhile, are kept)."""
+    return {k: v for k, v in node_documents(path, meta).items() if k.rpartition("/")[2] != ATTRS_KEY}
+
+
 def update_node_metadata(
     store: Store,
     path: str,

@@ -67,7 +67,9 @@ def execute(
     documents: dict[str, bytes] = {}
     guard: list[str] = []
     erase: list[str] = []
+    shape_from: dict[str, tuple[int, ...]] = {}
     for plan in plans:
+        shape_from.update(plan.shape_from())
         if plan.create_group:  # a new (or replaced) group, and any missing parents
             for key, doc in missing_parent_documents(store, plan.path, plan.zarr_format).items():
                 documents.setdefault(key, doc)  # never over a document another plan gives
@@ -77,7 +79,9 @@ def execute(
         guard += [plan.path, *(w.target.path for w in plan.writes)]
         erase += plan.erase_prefixes
     changes = any(plan.changes_metadata for plan in plans)
-    with Transaction(store, guard=guard, documents=documents, erase_prefixes=erase) as txn:
+    with Transaction(
+        store, guard=guard, documents=documents, erase_prefixes=erase, shape_from=shape_from
+    ) as txn:
         lazy = []
         for plan in plans:
             lazy += write_data(

@@ -20,6 +20,7 @@ from ..core.array import Array
 from ..core.group import Group
 from ..core.metadata import GroupMetadata, to_bytes
 from ..core.metadata_v2 import ARRAY_KEY, GROUP_KEY
+from ..core.metadata_v2_store import shape_documents
 from ..core.metadata_v2_write import node_documents, v2_group_metadata
 from ..core.paths import join_path, metadata_key, node_name
 from ..dask.alignment import check_deferred_edges, check_region_edges, storage_units
@@ -115,6 +116,9 @@ class VariableWrite:
     #: the documents committed after the data (new array or shape: its zarr.json, or a v2
     #: array's .zattrs and .zarray); empty when its metadata stays as stored
     documents: dict[str, bytes] = field(default_factory=dict)
+    #: an append's claim: the document holding the array's shape -> the shape it grows from
+    #: (the commit refuses to move the data when another writer changed it first)
+    shape_from: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -136,6 +140,10 @@ class WritePlan:
         if self.group_metadata is not None:
             docs.update(node_documents(self.path, self.group_metadata))
         return docs
+
+    def shape_from(self) -> dict[str, tuple[int, ...]]:
+        """The shapes the appends of this plan grow from, by the document holding each."""
+        return {k: v for w in self.writes for k, v in w.shape_from.items()}
 
     def new_group_documents(self) -> dict[str, bytes]:
         """The documents of the group as created empty (before ``documents`` adds its own)."""
@@ -463,16 +471,17 @@ def _plan_existing(
     encoded = _match_dims(name, encode_like_stored(var, stored, name), dims, a.shape, region, append_dim)
     wec = a.write_empty_chunks if write_empty_chunks is None else write_empty_chunks
     reg = _region_tuple(dims, region)
-    meta, documents = a.metadata, {}
+    meta, documents, shape_from = a.metadata, {}, {}
     if has_append:
         axis = dims.index(append_dim)
         old = a.shape[axis]
         shape = tuple(old + encoded.shape[axis] if i == axis else n for i, n in enumerate(a.shape))
         meta = a.metadata.evolve(shape=shape)
         documents = node_documents(a.path, meta)  # the new shape is stored after the data
+        shape_from = {key: a.shape for key in shape_documents(a.path, meta)}
         reg = tuple(slice(old, shape[axis]) if i == axis else s for i, s in enumerate(reg))
     target = Array(store, a.path, meta, write_empty_chunks=wec)
-    return VariableWrite(name, encoded, target, _concrete(reg, target.shape), documents)
+    return VariableWrite(name, encoded, target, _concrete(reg, target.shape), documents, shape_from)
 
 
 def _check_same_coordinate(

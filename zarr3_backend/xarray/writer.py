@@ -25,7 +25,7 @@ from typing import Any
 import xarray as xr
 from dask.delayed import Delayed
 
-from ..core.commit import root_is_consolidated
+from ..core.commit import retry_shape_change, root_is_consolidated
 from ..core.group import Group
 from ..core.paths import normalize_path
 from ..dask.progress import compute_with_progress
@@ -121,21 +121,26 @@ def to_zarr(
     options = WriteOptions(
         mode, append_dim, region, safe_chunks, align_chunks, write_empty_chunks, compute, zarr_format
     )
-    plan = prepare(ds, zstore, path, encoding, options)
     consolidate = (
         bool(consolidated) or (consolidated is None and mode != "r+") or root_is_consolidated(zstore)
     )
 
-    # ---- nothing has been written up to here ----
-    return execute(
-        [plan],
-        zstore,
-        path=path,
-        consolidate=consolidate,
-        compute=compute,
-        align_chunks=options.aligns,
-        run=runner(progress, chunkmanager_store_kwargs),
-    )
+    def write() -> Group | Delayed:
+        plan = prepare(ds, zstore, path, encoding, options)
+        # ---- nothing has been written up to here ----
+        return execute(
+            [plan],
+            zstore,
+            path=path,
+            consolidate=consolidate,
+            compute=compute,
+            align_chunks=options.aligns,
+            run=runner(progress, chunkmanager_store_kwargs),
+        )
+
+    # an append planned from a shape another writer's append changed before the commit is
+    # planned again from the new shape (the commit wrote nothing of it)
+    return retry_shape_change(write) if append_dim is not None else write()
 
 
 @dataclass(frozen=True)
