@@ -354,3 +354,23 @@ def test_an_append_takes_over_a_claim_left_without_a_write(tmp_path, holder):
     z3.open_array(store, "a", mode="r+").append(np.full((1, COLS), 9, dtype="i4"))
     np.testing.assert_array_equal(z3.open_array(store, "a")[:, 0], [1, 1, 1, 9])
     assert not [k for k in store.list() if k.startswith(".z3-txn")]
+
+
+def test_a_datatree_append_goes_after_another_append_committed_while_it_was_staged():
+    """``DataTree`` ``to_zarr(append_dim=...)`` whose commit finds the array grown by another
+    writer meanwhile is planned again from the new shape: both writers' steps stay (it raised
+    ShapeMovedError, nothing written)."""
+    xr = pytest.importorskip("xarray")
+    store = _HookedStore()
+    tree = xr.DataTree.from_dict(
+        {"/": xr.Dataset(), "/obs": xr.Dataset({"v": (("t", "x"), np.ones((3, COLS), "i4"))})}
+    )
+    z3.to_zarr(tree, store, mode="w", encoding={"/obs": {"v": {"chunks": (2, COLS), "fill_value": 0}}})
+    other = z3.open_array(store, "obs/v", mode="r+")
+    store.hook = lambda: other.append(np.full((1, COLS), 5, dtype="i4"))
+    more = xr.DataTree.from_dict(
+        {"/": xr.Dataset(), "/obs": xr.Dataset({"v": (("t", "x"), np.full((2, COLS), 9, "i4"))})}
+    )
+    z3.to_zarr(more, store, append_dim="t")
+    assert store.hook is None  # the other writer ran
+    np.testing.assert_array_equal(z3.open_array(store, "obs/v")[:, 0], [1, 1, 1, 5, 9, 9])

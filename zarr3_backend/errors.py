@@ -116,6 +116,12 @@ class WriteConflictError(Zarr3Error):
     a partial write was asked of a store that cannot make it safe against concurrent writers."""
 
 
+class ShapeMovedError(WriteConflictError):
+    """A write that changes an array's shape (an append, a resize) found the stored shape changed
+    by another writer since it read it: nothing of it was written, and it is made again from the
+    new shape (``core.commit.retry_shape_change``)."""
+
+
 class ResourceLimitError(CorruptionError):
     """Metadata or stored bytes ask for more than is sane or more than is stored (a huge chunk, an
     item count past the data, a byte range past the object); refused before allocating."""

@@ -50,7 +50,13 @@ from typing import Any
 from .._owner import current_owner, host_tag, token_is_dead
 from .._threads import thread_map
 from ..byte_range import ByteRange
-from ..errors import ConsolidationSkippedWarning, InterruptedWriteError, MetadataError, WriteConflictError
+from ..errors import (
+    ConsolidationSkippedWarning,
+    InterruptedWriteError,
+    MetadataError,
+    ShapeMovedError,
+    WriteConflictError,
+)
 from ..stores import Store
 from ..stores.base import BytesLike, PositionedReader
 from .metadata import WRITE_IN_PROGRESS_FIELD, load_json
@@ -243,11 +249,6 @@ def update_document(store: Store, key: str, change: Callable[[bytes | None], byt
 # conditional write) from before its first value moves until its documents are written, and
 # checks under the claim that the stored shape is still the one it started from; when it is not,
 # the write is dropped (nothing of it was visible) and made again from the new shape.
-class ShapeMovedError(WriteConflictError):
-    """A shape-changing write found its array's stored shape changed since it read it: nothing
-    of it was written (``retry_shape_change`` makes it again from the new shape)."""
-
-
 def _claim_key(doc_key: str) -> str:
     return _CLAIMS + hashlib.blake2b(doc_key.encode(), digest_size=12).hexdigest()
 

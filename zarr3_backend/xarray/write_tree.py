@@ -9,7 +9,7 @@ from typing import Any
 import xarray as xr
 from dask.delayed import Delayed
 
-from ..core.commit import root_is_consolidated
+from ..core.commit import retry_shape_change, root_is_consolidated
 from ..core.group import Group
 from ..core.paths import join_path, normalize_path
 from ..errors import Zarr3Error
@@ -55,38 +55,44 @@ def write_tree(
     zstore = make_store(store if store is not None else {}, mode="a", storage_options=storage_options)
     root = normalize_path(group)
 
-    plans = []
-    for rel, node in tree.subtree_with_keys:
-        at_root = node is tree
-        ds = node.to_dataset(inherit=write_inherited_coords or at_root)
-        grows = append_dim is not None and append_dim in ds.dims
-        options = WriteOptions(
-            "a" if append_dim is not None and not grows else mode,
-            append_dim if grows else None,
-            region,
-            safe_chunks,
-            align_chunks,
-            write_empty_chunks,
-            compute,
-            zarr_format,
-        )
-        path = root if at_root else join_path(root, normalize_path(rel))
-        try:
-            plan = prepare(ds, zstore, path, encoding.get(node.path), options, erased_path=root)
-        except Zarr3Error as e:
-            raise type(e)(f"DataTree node {node.path!r}: {e}") from e
-        plans.append(plan)
     consolidate = (
         bool(consolidated) or (consolidated is None and mode != "r+") or root_is_consolidated(zstore)
     )
 
-    # ---- nothing has been written up to here ----
-    return execute(  # one transaction for the whole tree; one computation for all its dask data
-        plans,
-        zstore,
-        path=root,
-        consolidate=consolidate,
-        compute=compute,
-        align_chunks=align_chunks or not safe_chunks,
-        run=runner(progress, chunkmanager_store_kwargs),
-    )
+    def write() -> Group | Delayed:
+        plans = []
+        for rel, node in tree.subtree_with_keys:
+            at_root = node is tree
+            ds = node.to_dataset(inherit=write_inherited_coords or at_root)
+            grows = append_dim is not None and append_dim in ds.dims
+            options = WriteOptions(
+                "a" if append_dim is not None and not grows else mode,
+                append_dim if grows else None,
+                region,
+                safe_chunks,
+                align_chunks,
+                write_empty_chunks,
+                compute,
+                zarr_format,
+            )
+            path = root if at_root else join_path(root, normalize_path(rel))
+            try:
+                plan = prepare(ds, zstore, path, encoding.get(node.path), options, erased_path=root)
+            except Zarr3Error as e:
+                raise type(e)(f"DataTree node {node.path!r}: {e}") from e
+            plans.append(plan)
+
+        # ---- nothing has been written up to here ----
+        return execute(  # one transaction for the whole tree; one computation for all its dask data
+            plans,
+            zstore,
+            path=root,
+            consolidate=consolidate,
+            compute=compute,
+            align_chunks=align_chunks or not safe_chunks,
+            run=runner(progress, chunkmanager_store_kwargs),
+        )
+
+    # an append planned from a shape another writer's append changed before the commit is
+    # planned again from the new shape (the commit wrote nothing of it)
+    return retry_shape_change(write) if append_dim is not None else write()
