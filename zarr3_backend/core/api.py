@@ -164,7 +164,7 @@ def _write_new_node(store: Store, path: str, meta: ArrayMetadata | GroupMetadata
         ) as txn:
             txn.commit()
         return
-    _write_documents(store, parents, docs, zarr_format)
+    _write_documents(store, parents, docs, zarr_format, new_at=path)
 
 
 def write_node_documents(store: Store, path: str, meta: ArrayMetadata | GroupMetadata) -> None:
@@ -179,11 +179,28 @@ def write_node_documents(store: Store, path: str, meta: ArrayMetadata | GroupMet
 
 
 def _write_documents(
-    store: Store, parents: dict[str, bytes], docs: dict[str, bytes], zarr_format: int
+    store: Store,
+    parents: dict[str, bytes],
+    docs: dict[str, bytes],
+    zarr_format: int,
+    new_at: str | None = None,
 ) -> None:
+    """Write ``parents`` then ``docs``; with ``new_at`` (the path of a node created without
+    overwrite), the node's first document only where none is stored, on stores with conditional
+    writes: of two writers creating one node at once, one gets NodeExistsError instead of both
+    going on (and writing their data into one array under the other's metadata)."""
     if parents:
         store.set_many(parents)
+    exclusive = new_at is not None and store.supports_conditional_writes
     for key, doc in docs.items():  # in order: a v2 node's .zattrs before its .zarray/.zgroup
+        if exclusive:
+            exclusive = False
+            if not store.set_if(key, doc, None):
+                raise NodeExistsError(
+                    f"a node already exists at {new_at or '/'!r} in {store!r}: another writer created "
+                    f"{key!r} meanwhile (use overwrite=True or mode='w')"
+                )
+            continue
         store.set(key, doc)
     if zarr_format == 2:
         refresh_v2_consolidated(store, {**parents, **docs}, rebuild=False)
