@@ -54,8 +54,10 @@ from ..errors import (
     ConsolidationSkippedWarning,
     InterruptedWriteError,
     MetadataError,
+    NodeExistsError,
     ShapeMovedError,
     WriteConflictError,
+    Zarr3Error,
 )
 from ..stores import Store
 from ..stores.base import BytesLike, PositionedReader
@@ -319,20 +321,34 @@ def _release_claims(store: Store, doc_keys: Iterable[str], txn_id: str) -> None:
             store.erase_if(key, version)
 
 
-def _claim_shapes(store: Store, txn_id: str, shape_from: Mapping[str, Sequence[int]]) -> bool:
+def _claim_nodes(
+    store: Store, txn_id: str, shape_from: Mapping[str, Sequence[int]], create: Sequence[str] = ()
+) -> Zarr3Error | None:
     """Take the claims of a commit that changes the shapes of ``shape_from``'s arrays (document
-    key -> the shape the write started from), in key order (two writers never wait on each
-    other); False, with every claim given up, when a stored shape is no longer the one the
-    write started from."""
+    key -> the shape the write started from) and creates the nodes whose documents are
+    ``create``, in key order (two writers never wait on each other). Returns the refusal, every
+    claim given up, when a stored shape is no longer the one the write started from
+    (ShapeMovedError) or a node it creates is stored now (NodeExistsError: another writer
+    created it first); None when the write may go on."""
     exclusive = store.supports_conditional_writes  # else no claim can be taken: the check alone
-    for doc_key in sorted(shape_from):
+    keys = sorted({*shape_from, *create})
+    for doc_key in keys:
         if exclusive and not _take_claim(store, doc_key, txn_id):
-            continue
-        stored = _stored_shape(store, doc_key)
-        if stored is not None and stored != list(shape_from[doc_key]):
-            _release_claims(store, shape_from, txn_id)
-            return False
-    return True
+            continue  # taken by an earlier run of this commit, which checked
+        refusal: Zarr3Error | None = None
+        if doc_key in shape_from:
+            stored = _stored_shape(store, doc_key)
+            if stored is not None and stored != list(shape_from[doc_key]):
+                refusal = _moved(shape_from)  # made again from the new shape
+        elif store.get(doc_key) is not None:
+            refusal = NodeExistsError(
+                f"{doc_key!r}: another writer created this node while this write was prepared "
+                "(mode='w-'); nothing of this write was written"
+            )
+        if refusal is not None:
+            _release_claims(store, keys, txn_id)
+            return refusal
+    return None
 
 
 def _shape_only(key: str, new_doc: bytes) -> Callable[[bytes], bytes]:
@@ -383,8 +399,9 @@ def claimed_shape_change(
     }
     store.set(base + _MANIFEST, json.dumps(manifest).encode())
     try:
-        if not _claim_shapes(store, txn_id, manifest["shape_from"]):
-            raise _moved(manifest["shape_from"])
+        refusal = _claim_nodes(store, txn_id, manifest["shape_from"])
+        if refusal is not None:
+            raise refusal
         return write()
     finally:
         _release_claims(store, manifest["shape_from"], txn_id)  # before the manifest, as _apply
@@ -547,8 +564,10 @@ class Transaction:
     ``documents`` (``{zarr.json key: bytes}``) and ``erase_prefixes`` say what the write changes
     besides its staged values; ``guard`` names further nodes (paths) whose ``zarr.json`` must
     refuse readers while the commit runs; ``shape_from`` (array document key -> the shape the
-    write started from) names the arrays whose shape it changes: the commit claims them, and
-    raises ShapeMovedError, having written nothing, when another writer changed one first. On a store that commits by itself (an Icechunk
+    write started from) names the arrays whose shape it changes, and ``create`` the documents of
+    nodes it creates that must not be stored (a ``mode="w-"`` write): the commit claims them,
+    and raises ShapeMovedError (NodeExistsError), having written nothing, when another writer
+    changed one first (created one first). On a store that commits by itself (an Icechunk
     session: ``Store.commits_externally``) nothing is staged or marked: the erases and documents
     are written at once, the values straight to their keys, and the store's own commit makes
     them visible together."""
@@ -560,6 +579,7 @@ class Transaction:
         documents: Mapping[str, bytes] | None = None,
         erase_prefixes: Sequence[str] = (),
         shape_from: Mapping[str, Sequence[int]] | None = None,
+        create: Iterable[str] = (),
     ) -> None:
         store.check_writable()
         self.store = store
@@ -568,6 +588,7 @@ class Transaction:
         self.documents = dict(documents or {})
         self.erase_prefixes = list(erase_prefixes)
         self.shape_from = {k: [int(n) for n in v] for k, v in (shape_from or {}).items()}
+        self.create = sorted(create)
         self._done = False
         self.staging: Store
         if store.commits_externally:
@@ -630,6 +651,7 @@ class Transaction:
             "guard": self.guard,
             "consolidate": "" if consolidate else None,
             "shape_from": self.shape_from,
+            "create": self.create,
         }
         self.store.set(txn_prefix(self.id) + _MANIFEST, json.dumps(manifest).encode())
         _apply(self.store, manifest, self.staging.expected, redo)
@@ -682,17 +704,17 @@ def _apply(
     txn_id = manifest["id"]
     base = txn_prefix(txn_id)
     shape_from = manifest.get("shape_from") or {}
-    refusal: WriteConflictError | None = None
+    claimed = sorted({*shape_from, *manifest.get("create", ())})
+    refusal: Zarr3Error | None
     try:
-        if not _claim_shapes(store, txn_id, shape_from):
-            refusal = _moved(shape_from)  # made again from the new shape
+        refusal = _claim_nodes(store, txn_id, shape_from, manifest.get("create", ()))
     except WriteConflictError as e:
         refusal = e  # another write held a claim too long
     if refusal is not None:
         # nothing of this write moved yet: it is dropped (the manifest first: a repairer then
         # has nothing to roll forward)
         store.erase(base + _MANIFEST)
-        _release_claims(store, shape_from, txn_id)
+        _release_claims(store, claimed, txn_id)
         store.erase_prefix(base)
         raise refusal
     guarded = _guarded_keys(store, manifest)
@@ -786,7 +808,7 @@ def _apply(
         store.erase(root)
     else:
         _write_final(store, root, root_doc, txn_id, root_rebase)
-    _release_claims(store, shape_from, txn_id)  # the new shapes are stored
+    _release_claims(store, claimed, txn_id)  # the new shapes and nodes are stored
     store.erase(base + _MANIFEST)  # first: a run that starts after this one finds it finished
     store.erase_prefix(base)
     if lost:
@@ -888,11 +910,12 @@ def repair(store: Store, *, only_dead: bool = True) -> list[str]:
                 raise InterruptedWriteError(f"write {txn_id!r}: its manifest is unreadable: {e}") from e
             try:
                 _apply(store, manifest, {}, None)
-            except WriteConflictError:
+            except (WriteConflictError, NodeExistsError):
                 if store.get(base + _MANIFEST) is not None:
                     raise
                 # dropped before any of its values moved: another writer changed the shape it
-                # grew from first, or held that array's shape claim past commit_wait
+                # grew from first, created the node it created, or held that claim past
+                # commit_wait
         done.append(txn_id)
     return done
 

@@ -68,8 +68,10 @@ def execute(
     guard: list[str] = []
     erase: list[str] = []
     shape_from: dict[str, tuple[int, ...]] = {}
+    missing: list[str] = []
     for plan in plans:
         shape_from.update(plan.shape_from())
+        missing += plan.must_be_missing()
         if plan.create_group:  # a new (or replaced) group, and any missing parents
             for key, doc in missing_parent_documents(store, plan.path, plan.zarr_format).items():
                 documents.setdefault(key, doc)  # never over a document another plan gives
@@ -80,7 +82,7 @@ def execute(
         erase += plan.erase_prefixes
     changes = any(plan.changes_metadata for plan in plans)
     with Transaction(
-        store, guard=guard, documents=documents, erase_prefixes=erase, shape_from=shape_from
+        store, guard=guard, documents=documents, erase_prefixes=erase, shape_from=shape_from, create=missing
     ) as txn:
         lazy = []
         for plan in plans:

@@ -132,6 +132,9 @@ class WritePlan:
     create_group: bool = False  # the group is new (or replaced): its documents are written
     group_metadata: GroupMetadata | None = None  # the group's metadata to store, if it changes
     zarr_format: int = 3  # of the group and every new array (``write_args.choose_zarr_format``)
+    #: mode="w-": the group must still be missing when the commit starts (another writer's
+    #: "w-" of the same group may have created it since the plan was made)
+    refuses_existing: bool = False
 
     def documents(self) -> dict[str, bytes]:
         """The metadata documents committed after the data: each grown or new array's
@@ -144,6 +147,13 @@ class WritePlan:
     def shape_from(self) -> dict[str, tuple[int, ...]]:
         """The shapes the appends of this plan grow from, by the document holding each."""
         return {k: v for w in self.writes for k, v in w.shape_from.items()}
+
+    def must_be_missing(self) -> list[str]:
+        """The documents the commit must find missing (``Transaction(create=...)``): the group's
+        own, for mode="w-"; of two such writes to one group, the second is refused."""
+        if not self.refuses_existing:
+            return []
+        return [metadata_key(self.path) if self.zarr_format == 3 else join_path(self.path, GROUP_KEY)]
 
     def new_group_documents(self) -> dict[str, bytes]:
         """The documents of the group as created empty (before ``documents`` adds its own)."""
@@ -237,6 +247,7 @@ def plan_write(
         erase_prefixes=[path] if mode == "w" and erases else [],
         create_group=mode == "w" or group is None,
         zarr_format=zarr_format,
+        refuses_existing=mode == "w-",
     )
     plan.group_metadata = _group_metadata(plan, None if mode == "w" else group)
     for name, var in variables.items():
