@@ -345,12 +345,12 @@ def _dead_writer_id() -> str:
 def test_an_append_takes_over_a_claim_left_without_a_write(tmp_path, holder):
     """A shape claim whose holder left no records (it died between dropping its write and
     giving the claim up), or that names no write at all, does not block the next append."""
-    from zarr3_backend.core.commit import _claim_key
+    from zarr3_backend.core.node_claims import claim_key
     from zarr3_backend.stores import LocalStore
 
     store = LocalStore(str(tmp_path), settings={"commit_wait": 5})
     _array(store, 3)
-    store.set(_claim_key("a/zarr.json"), (_dead_writer_id() if holder == "dead" else "../x").encode())
+    store.set(claim_key("a/zarr.json"), (_dead_writer_id() if holder == "dead" else "../x").encode())
     z3.open_array(store, "a", mode="r+").append(np.full((1, COLS), 9, dtype="i4"))
     np.testing.assert_array_equal(z3.open_array(store, "a")[:, 0], [1, 1, 1, 9])
     assert not [k for k in store.list() if k.startswith(".z3-txn")]

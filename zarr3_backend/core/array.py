@@ -19,10 +19,11 @@ from ..errors import ReadOnlyError, ShapeError
 from ..stores.base import Store
 from . import rectilinear
 from .attributes import Attributes
-from .commit import Transaction, claimed_shape_change, retry_shape_change
+from .commit import Transaction, claimed_shape_change
 from .metadata import ArrayMetadata
 from .metadata_v2 import V2_MARKER, v2_fill_value_is_null
 from .metadata_v2_store import shape_documents, stored_node_metadata, update_node_metadata
+from .node_claims import retry_shape_change
 from .paths import node_name
 from .pipeline import ChunkPipeline
 from .read_outputs import output

@@ -23,13 +23,12 @@ next write or :func:`repair`) a v2 reader may see new chunks under the old ``.za
 append's new values past the old shape are not yet visible; a region write may show some of
 its chunks and not others) and a stale ``.zmetadata``.
 
-A write that changes an array's shape (an append, a resize) builds on the shape it read: before
-step 3 its commit takes the array's shape claim (one key per array under
-``.z3-txn/shape-claims/``, naming the write; taken by a conditional write, waited for while a
-live write holds it, freed by finishing a dead holder's write) and checks that the stored shape
-is still the one it started from. When it is not, the write is dropped, none of its values having
-moved, and made again from the new shape (``retry_shape_change``); two appends never put their
-rows at one offset. The claim is given up once the new documents are written.
+A write that changes an array's shape (an append, a resize) builds on the shape it read, and a
+``mode="w-"`` write creates a node that must still be missing: before step 3 the commit claims
+those documents and checks them (``node_claims``). When one has changed, the write is dropped,
+none of its values having moved, and made again from the new shape (``retry_shape_change``), or
+refused (NodeExistsError); two appends never put their rows at one offset. The claims are given
+up once the new documents are written.
 
 Markers of several writers share the field (one entry per write), and are added and removed
 with conditional writes where the store offers them. A write whose process is gone is finished
@@ -38,16 +37,14 @@ by the next write; a live writer's records are never touched (see ``_owner``).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 import secrets
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from .._owner import current_owner, host_tag, token_is_dead
+from .._owner import current_owner, token_is_dead
 from .._threads import thread_map
 from ..byte_range import ByteRange
 from ..errors import (
@@ -55,7 +52,6 @@ from ..errors import (
     InterruptedWriteError,
     MetadataError,
     NodeExistsError,
-    ShapeMovedError,
     WriteConflictError,
     Zarr3Error,
 )
@@ -64,64 +60,29 @@ from ..stores.base import BytesLike, PositionedReader
 from .metadata import WRITE_IN_PROGRESS_FIELD, load_json
 from .metadata_v2 import CONSOLIDATED_KEY
 from .metadata_v2_write import is_v2_document_key
+from .node_claims import (
+    CLAIMS_DIR,
+    claim_nodes,
+    release_claims,
+    shape_only,
+)
 from .paths import metadata_key
+from .txn_records import (
+    MANIFEST,
+    TXN_DIR,
+    dump_doc,
+    is_reserved_key,
+    new_txn_id,
+    parse_doc,
+    txn_prefix,
+    writer_is_dead,
+)
 
-#: Where transactions keep their staged values and manifests (at the store's root).
-TXN_DIR = ".z3-txn"
-_MANIFEST = "manifest.json"
 _ERASED = "erased"  # written once the erases of the commit are done
 _DOC_RETRIES = 64
-#: Where a write that changes an array's shape holds its claim on that array (one key per array).
-_CLAIMS = f"{TXN_DIR}/shape-claims/"
-_SHAPE_RETRIES = 64
-_TXN_ID = re.compile(r"[0-9a-f]+-[0-9]+-[0-9x]+-[0-9a-fx]+-[0-9a-f]+-[0-9a-f]+")  # as new_txn_id makes them
-
-
-# ---- names -------------------------------------------------------------------------------------
-def new_txn_id() -> str:
-    """A fresh transaction id: creation time, the writer's liveness token, its host's tag and a
-    random tail."""
-    return f"{int(time.time() * 1000):x}-{current_owner().token()}-{host_tag()}-{secrets.token_hex(4)}"
-
-
-def txn_owner_token(txn_id: str) -> str:
-    """The writer token (``pid-start-boot``) inside a transaction id."""
-    parts = txn_id.split("-")
-    return "-".join(parts[1:4]) if len(parts) == 6 else ""
-
-
-def writer_is_dead(txn_id: str) -> bool:
-    """True only when the write's process certainly no longer runs: it ran on this host (its
-    id says so) and its pid and start time are gone. Another host's writer is never judged."""
-    parts = txn_id.split("-")
-    return len(parts) == 6 and parts[4] == host_tag() and token_is_dead(txn_owner_token(txn_id))
-
-
-def txn_prefix(txn_id: str) -> str:
-    """The key prefix of one transaction's records."""
-    return f"{TXN_DIR}/{txn_id}/"
-
-
-def is_reserved_key(key: str) -> bool:
-    """Keys of the protocol's own records, never part of a node."""
-    return key == TXN_DIR or key.startswith(TXN_DIR + "/")
 
 
 # ---- the marker (pure) ---------------------------------------------------------------------------
-def _parse_doc(data: bytes, key: str) -> dict[str, Any]:
-    doc = load_json(data, key)  # nesting bounded: a hostile document is a MetadataError
-    if not isinstance(doc, dict):
-        raise MetadataError(f"{key!r} is not a JSON object")
-    return doc
-
-
-def _dump_doc(doc: Mapping[str, Any]) -> bytes:
-    # a stored document the commit only marks or unmarks keeps its values as they were: a bare
-    # NaN/Infinity another writer put there (zarr-python writes NaN attributes so) stays a
-    # number, not a string; documents this package writes are strict JSON already
-    return json.dumps(doc, indent=2).encode()
-
-
 def markers(doc: Mapping[str, Any]) -> dict[str, Any]:
     """The in-flight writes recorded in a parsed ``zarr.json`` (``{txn id: owner}``)."""
     field = doc.get(WRITE_IN_PROGRESS_FIELD)
@@ -160,12 +121,12 @@ def _mark(store: Store, key: str, txn_id: str, owner: Mapping[str, Any]) -> None
     def add(old: bytes | None) -> bytes | None:
         if old is None:
             return None  # a node that does not exist yet: nothing to guard
-        doc = _parse_doc(old, key)
+        doc = parse_doc(old, key)
         writes = markers(doc)
         if txn_id in writes:
             return None
         writes[txn_id] = dict(owner)
-        return _dump_doc(with_markers(doc, writes))
+        return dump_doc(with_markers(doc, writes))
 
     _update(store, key, add)
 
@@ -185,7 +146,7 @@ def _write_final(
     def finish(old: bytes | None) -> bytes | None:
         if rebase is not None and new_doc is not None and old is not None:
             try:
-                stored = _dump_doc(with_markers(_parse_doc(old, key), {}))
+                stored = dump_doc(with_markers(parse_doc(old, key), {}))
             except MetadataError:
                 stored = None  # not a document: ``new_doc`` replaces it
             if stored is not None:
@@ -196,20 +157,20 @@ def _write_final(
         others = {}
         if old is not None:
             try:
-                others = markers(_parse_doc(old, key))
+                others = markers(parse_doc(old, key))
             except MetadataError:
                 others = {}
         others.pop(txn_id, None)
         if new_doc is None:
             if old is None:
                 return None
-            doc = _parse_doc(old, key)
+            doc = parse_doc(old, key)
             if txn_id not in markers(doc):
                 return None
-            return _dump_doc(with_markers(doc, others))
+            return dump_doc(with_markers(doc, others))
         if not others:
             return new_doc
-        return _dump_doc(with_markers(_parse_doc(new_doc, key), others))
+        return dump_doc(with_markers(parse_doc(new_doc, key), others))
 
     _update(store, key, finish)
 
@@ -232,148 +193,16 @@ def update_document(store: Store, key: str, change: Callable[[bytes | None], byt
     def apply(old: bytes | None) -> bytes | None:
         writes: dict[str, Any] = {}
         if old is not None:
-            doc = _parse_doc(old, key)
+            doc = parse_doc(old, key)
             writes = markers(doc)
             if writes:
-                old = _dump_doc(with_markers(doc, {}))
+                old = dump_doc(with_markers(doc, {}))
         new = change(old)
         written[:] = [new]
-        return _dump_doc(with_markers(_parse_doc(new, key), writes)) if writes and new is not None else new
+        return dump_doc(with_markers(parse_doc(new, key), writes)) if writes and new is not None else new
 
     _update(store, key, apply)
     return written[0]
-
-
-# ---- shape claims --------------------------------------------------------------------------------
-# Two writes that change one array's shape (appends, resizes) must not both build on the shape
-# they read: the second would put its rows where the first one's went. A commit that changes a
-# shape holds the array's claim (a key under ``_CLAIMS`` naming the write, created by a
-# conditional write) from before its first value moves until its documents are written, and
-# checks under the claim that the stored shape is still the one it started from; when it is not,
-# the write is dropped (nothing of it was visible) and made again from the new shape.
-def _claim_key(doc_key: str) -> str:
-    return _CLAIMS + hashlib.blake2b(doc_key.encode(), digest_size=12).hexdigest()
-
-
-def _stored_shape(store: Store, doc_key: str) -> list[int] | None:
-    """The ``shape`` of the array document at ``doc_key`` (v3 ``zarr.json`` or v2 ``.zarray``)."""
-    raw = store.get(doc_key)
-    if raw is None:
-        return None
-    try:
-        shape = _parse_doc(raw, doc_key).get("shape")
-    except MetadataError:
-        return None
-    return list(shape) if isinstance(shape, list) else None
-
-
-def _take_claim(store: Store, doc_key: str, txn_id: str) -> bool:
-    """Hold ``doc_key``'s shape claim for ``txn_id``: waits while a live write holds it (up to
-    the store's ``commit_wait``), finishes a dead holder's write first, takes over a stale one.
-    False when ``txn_id`` held it already (an earlier, interrupted run of its commit)."""
-    key = _claim_key(doc_key)
-    me = txn_id.encode()
-    deadline = time.monotonic() + store.settings.commit_wait
-    delay = 0.002
-    while True:
-        if store.set_if(key, me, None):
-            return True
-        holder, version = store.get_versioned(key)
-        if holder is None:
-            continue  # released meanwhile
-        holder_id = holder.decode(errors="replace")
-        if not _TXN_ID.fullmatch(holder_id):
-            if store.set_if(key, me, version):  # not a write's id: nothing holds the claim
-                return True
-            continue
-        if holder_id == txn_id:
-            return False  # taken by an earlier run of this commit, which checked the shape
-        if writer_is_dead(holder_id):
-            repair(store, only_dead=True)  # its write finished (or dropped): the claim is freed
-            holder, version = store.get_versioned(key)
-            if holder is None or holder.decode(errors="replace") != holder_id:
-                continue
-        if store.get(txn_prefix(holder_id) + _MANIFEST) is None:
-            # a holder keeps its manifest while it holds the claim (it gives the claim up
-            # first): with the manifest gone the claim is left over; the version check makes
-            # the take-over lose to any writer that took the claim since it was read
-            if store.set_if(key, me, version):
-                return True
-            continue
-        # a live holder, or a dead one's write another repairer is finishing: wait for it
-        if time.monotonic() > deadline:
-            raise WriteConflictError(
-                f"{doc_key!r}: another write ({holder_id}) is changing this array's shape and did not "
-                f"finish within commit_wait ({store.settings.commit_wait} s); nothing of this write was written"
-            )
-        time.sleep(delay * (0.5 + secrets.randbelow(1000) / 1000))
-        delay = min(delay * 2, 0.1)
-
-
-def _release_claims(store: Store, doc_keys: Iterable[str], txn_id: str) -> None:
-    """Give up ``txn_id``'s shape claims on ``doc_keys`` (those another write holds stay)."""
-    if not store.supports_conditional_writes:
-        return  # none was taken
-    for doc_key in doc_keys:
-        key = _claim_key(doc_key)
-        holder, version = store.get_versioned(key)
-        if holder is not None and holder.decode(errors="replace") == txn_id:
-            store.erase_if(key, version)
-
-
-def _claim_nodes(
-    store: Store, txn_id: str, shape_from: Mapping[str, Sequence[int]], create: Sequence[str] = ()
-) -> Zarr3Error | None:
-    """Take the claims of a commit that changes the shapes of ``shape_from``'s arrays (document
-    key -> the shape the write started from) and creates the nodes whose documents are
-    ``create``, in key order (two writers never wait on each other). Returns the refusal, every
-    claim given up, when a stored shape is no longer the one the write started from
-    (ShapeMovedError) or a node it creates is stored now (NodeExistsError: another writer
-    created it first); None when the write may go on."""
-    exclusive = store.supports_conditional_writes  # else no claim can be taken: the check alone
-    keys = sorted({*shape_from, *create})
-    for doc_key in keys:
-        if exclusive and not _take_claim(store, doc_key, txn_id):
-            continue  # taken by an earlier run of this commit, which checked
-        refusal: Zarr3Error | None = None
-        if doc_key in shape_from:
-            stored = _stored_shape(store, doc_key)
-            if stored is not None and stored != list(shape_from[doc_key]):
-                refusal = _moved(shape_from)  # made again from the new shape
-        elif store.get(doc_key) is not None:
-            refusal = NodeExistsError(
-                f"{doc_key!r}: another writer created this node while this write was prepared "
-                "(mode='w-'); nothing of this write was written"
-            )
-        if refusal is not None:
-            _release_claims(store, keys, txn_id)
-            return refusal
-    return None
-
-
-def _shape_only(key: str, new_doc: bytes) -> Callable[[bytes], bytes]:
-    """How a shape change writes the array document ``key``: the stored document with
-    ``new_doc``'s shape (attributes another writer set meanwhile are kept); ``new_doc`` itself
-    when what is stored is no longer an array document."""
-    shape = _parse_doc(new_doc, key).get("shape")
-
-    def rebase(stored: bytes) -> bytes:
-        try:
-            doc = _parse_doc(stored, key)
-        except MetadataError:
-            return new_doc
-        if doc.get("node_type") != "array" or not isinstance(doc.get("shape"), list):
-            return new_doc
-        return _dump_doc({**doc, "shape": shape})
-
-    return rebase
-
-
-def _moved(shape_from: Mapping[str, Sequence[int]]) -> ShapeMovedError:
-    return ShapeMovedError(
-        f"{sorted(shape_from)}: another writer changed the array's shape while this write was "
-        "prepared; nothing of it was written"
-    )
 
 
 def claimed_shape_change(
@@ -397,27 +226,16 @@ def claimed_shape_change(
         "consolidate": None,
         "shape_from": {doc_key: [int(n) for n in shape_from]},
     }
-    store.set(base + _MANIFEST, json.dumps(manifest).encode())
+    store.set(base + MANIFEST, json.dumps(manifest).encode())
     try:
-        refusal = _claim_nodes(store, txn_id, manifest["shape_from"])
+        refusal = claim_nodes(store, txn_id, manifest["shape_from"], (), _repairer(store))
         if refusal is not None:
             raise refusal
         return write()
     finally:
-        _release_claims(store, manifest["shape_from"], txn_id)  # before the manifest, as _apply
-        store.erase(base + _MANIFEST)
+        release_claims(store, manifest["shape_from"], txn_id)  # before the manifest, as _apply
+        store.erase(base + MANIFEST)
         store.erase_prefix(base)
-
-
-def retry_shape_change(write: Callable[[], Any]) -> Any:
-    """``write()``, made again (it reads the stored shape afresh) while another writer's shape
-    change gets in first; raises ShapeMovedError when that happens ``_SHAPE_RETRIES`` times."""
-    for _ in range(_SHAPE_RETRIES - 1):
-        try:
-            return write()
-        except ShapeMovedError:
-            continue
-    return write()
 
 
 # ---- staging -------------------------------------------------------------------------------------
@@ -653,7 +471,7 @@ class Transaction:
             "shape_from": self.shape_from,
             "create": self.create,
         }
-        self.store.set(txn_prefix(self.id) + _MANIFEST, json.dumps(manifest).encode())
+        self.store.set(txn_prefix(self.id) + MANIFEST, json.dumps(manifest).encode())
         _apply(self.store, manifest, self.staging.expected, redo)
 
 
@@ -707,14 +525,14 @@ def _apply(
     claimed = sorted({*shape_from, *manifest.get("create", ())})
     refusal: Zarr3Error | None
     try:
-        refusal = _claim_nodes(store, txn_id, shape_from, manifest.get("create", ()))
+        refusal = claim_nodes(store, txn_id, shape_from, manifest.get("create", ()), _repairer(store))
     except WriteConflictError as e:
         refusal = e  # another write held a claim too long
     if refusal is not None:
         # nothing of this write moved yet: it is dropped (the manifest first: a repairer then
         # has nothing to roll forward)
-        store.erase(base + _MANIFEST)
-        _release_claims(store, claimed, txn_id)
+        store.erase(base + MANIFEST)
+        release_claims(store, claimed, txn_id)
         store.erase_prefix(base)
         raise refusal
     guarded = _guarded_keys(store, manifest)
@@ -724,7 +542,7 @@ def _apply(
     # The erases run once, and record which documents go with them: a re-run (repair) must not
     # erase values or documents an earlier run already put in place.
     docs_gone = _erased_documents(store, base)
-    if docs_gone is None and store.get(base + _MANIFEST) is None:
+    if docs_gone is None and store.get(base + MANIFEST) is None:
         return  # finished by another run (its manifest goes first): nothing may be erased again
     if docs_gone is None:
         keep, prefixes = set(guarded), manifest["erase_prefixes"]
@@ -776,7 +594,7 @@ def _apply(
                 lost.append(key)  # as in place(): the other writer's value stays, the commit goes on
 
     docs = {k: v.encode() for k, v in manifest["documents"].items()}
-    rebase = {k: _shape_only(k, docs[k]) for k in shape_from if k in docs and not is_v2_document_key(k)}
+    rebase = {k: shape_only(k, docs[k]) for k in shape_from if k in docs and not is_v2_document_key(k)}
     root = metadata_key("")
     store.erase_many([k for k in docs_gone if k not in staged_set])  # nodes the write removes
     for key in guarded:
@@ -808,8 +626,8 @@ def _apply(
         store.erase(root)
     else:
         _write_final(store, root, root_doc, txn_id, root_rebase)
-    _release_claims(store, claimed, txn_id)  # the new shapes and nodes are stored
-    store.erase(base + _MANIFEST)  # first: a run that starts after this one finds it finished
+    release_claims(store, claimed, txn_id)  # the new shapes and nodes are stored
+    store.erase(base + MANIFEST)  # first: a run that starts after this one finds it finished
     store.erase_prefix(base)
     if lost:
         raise WriteConflictError(
@@ -839,9 +657,15 @@ def _consolidated_root(store: Store, root_doc: bytes | None, txn_id: str) -> byt
 
 
 # ---- recovery ------------------------------------------------------------------------------------
+def _repairer(store: Store) -> Callable[[], object]:
+    """What a claim waiting on a dead writer's claim runs: that writer's write finished (or
+    dropped) by ``repair``, which frees its claims."""
+    return lambda: repair(store, only_dead=True)
+
+
 def pending_writes(store: Store) -> list[str]:
     """Ids of the transactions with records in ``store`` (running, or left by dead writers)."""
-    return sorted(t for t in store.list_dir(TXN_DIR + "/") if t != _CLAIMS[len(TXN_DIR) + 1 : -1])
+    return sorted(t for t in store.list_dir(TXN_DIR + "/") if t != CLAIMS_DIR[len(TXN_DIR) + 1 : -1])
 
 
 def wait_for_commits(store: Store, call: Callable[[], Any], ignore: str | None = None) -> Any:
@@ -900,7 +724,7 @@ def repair(store: Store, *, only_dead: bool = True) -> list[str]:
         base = txn_prefix(txn_id)
         if not _claim(store, base):
             continue  # another live repairer is finishing it
-        raw = store.get(base + _MANIFEST)
+        raw = store.get(base + MANIFEST)
         if raw is None:
             store.erase_prefix(base)
         else:
@@ -911,7 +735,7 @@ def repair(store: Store, *, only_dead: bool = True) -> list[str]:
             try:
                 _apply(store, manifest, {}, None)
             except (WriteConflictError, NodeExistsError):
-                if store.get(base + _MANIFEST) is not None:
+                if store.get(base + MANIFEST) is not None:
                     raise
                 # dropped before any of its values moved: another writer changed the shape it
                 # grew from first, created the node it created, or held that claim past
@@ -922,7 +746,6 @@ def repair(store: Store, *, only_dead: bool = True) -> list[str]:
 
 __all__ = [
     "TXN_DIR",
-    "ShapeMovedError",
     "claimed_shape_change",
     "StagingStore",
     "Transaction",
@@ -931,7 +754,6 @@ __all__ = [
     "pending_writes",
     "repair",
     "replace_document",
-    "retry_shape_change",
     "root_is_consolidated",
     "update_document",
     "wait_for_commits",

@@ -9,8 +9,9 @@ from typing import Any
 import xarray as xr
 from dask.delayed import Delayed
 
-from ..core.commit import retry_shape_change, root_is_consolidated
+from ..core.commit import root_is_consolidated
 from ..core.group import Group
+from ..core.node_claims import retry_shape_change
 from ..core.paths import join_path, normalize_path
 from ..errors import Zarr3Error
 from ..stores import make_store

@@ -25,8 +25,9 @@ from typing import Any
 import xarray as xr
 from dask.delayed import Delayed
 
-from ..core.commit import retry_shape_change, root_is_consolidated
+from ..core.commit import root_is_consolidated
 from ..core.group import Group
+from ..core.node_claims import retry_shape_change
 from ..core.paths import normalize_path
 from ..dask.progress import compute_with_progress
 from ..stores import make_store

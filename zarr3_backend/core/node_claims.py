@@ -1,0 +1,176 @@
+"""Claims of a commit on the arrays whose shape it changes and the nodes it creates.
+
+Two writes that change one array's shape (appends, resizes) must not both build on the shape
+they read: the second would put its rows where the first one's went; two ``mode="w-"`` writes of
+one group must not both create it. A commit holds a claim on each such document (a key under
+``CLAIMS_DIR`` naming the write, created by a conditional write) from before its first value
+moves until its documents are written, and checks under the claim that the stored shape is still
+the one it started from (that the node is still missing); when it is not, the write is dropped
+(nothing of it was visible) and made again from the new shape (refused: NodeExistsError). Used by
+``commit``, which owns the rest of the protocol.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from ..errors import MetadataError, NodeExistsError, ShapeMovedError, WriteConflictError, Zarr3Error
+from ..stores import Store
+from .txn_records import MANIFEST, TXN_DIR, dump_doc, is_txn_id, parse_doc, txn_prefix, writer_is_dead
+
+#: Where the claims are kept (one key per claimed document).
+CLAIMS_DIR = f"{TXN_DIR}/shape-claims/"
+_SHAPE_RETRIES = 64
+
+
+# Two writes that change one array's shape (appends, resizes) must not both build on the shape
+# they read: the second would put its rows where the first one's went. A commit that changes a
+# shape holds the array's claim (a key under ``_CLAIMS`` naming the write, created by a
+# conditional write) from before its first value moves until its documents are written, and
+# checks under the claim that the stored shape is still the one it started from; when it is not,
+# the write is dropped (nothing of it was visible) and made again from the new shape.
+def claim_key(doc_key: str) -> str:
+    """The key of the claim on document ``doc_key`` (a digest: one flat directory of claims)."""
+    return CLAIMS_DIR + hashlib.blake2b(doc_key.encode(), digest_size=12).hexdigest()
+
+
+def _stored_shape(store: Store, doc_key: str) -> list[int] | None:
+    """The ``shape`` of the array document at ``doc_key`` (v3 ``zarr.json`` or v2 ``.zarray``)."""
+    raw = store.get(doc_key)
+    if raw is None:
+        return None
+    try:
+        shape = parse_doc(raw, doc_key).get("shape")
+    except MetadataError:
+        return None
+    return list(shape) if isinstance(shape, list) else None
+
+
+def _take_claim(store: Store, doc_key: str, txn_id: str, finish_dead: Callable[[], object]) -> bool:
+    """Hold ``doc_key``'s claim for ``txn_id``: waits while a live write holds it (up to the
+    store's ``commit_wait``), finishes a dead holder's write first (``finish_dead``: the
+    protocol's repair of dead writers), takes over a stale one. False when ``txn_id`` held it
+    already (an earlier, interrupted run of its commit)."""
+    key = claim_key(doc_key)
+    me = txn_id.encode()
+    deadline = time.monotonic() + store.settings.commit_wait
+    delay = 0.002
+    while True:
+        if store.set_if(key, me, None):
+            return True
+        holder, version = store.get_versioned(key)
+        if holder is None:
+            continue  # released meanwhile
+        holder_id = holder.decode(errors="replace")
+        if not is_txn_id(holder_id):
+            if store.set_if(key, me, version):  # not a write's id: nothing holds the claim
+                return True
+            continue
+        if holder_id == txn_id:
+            return False  # taken by an earlier run of this commit, which checked the shape
+        if writer_is_dead(holder_id):
+            finish_dead()  # its write finished (or dropped): the claim is freed
+            holder, version = store.get_versioned(key)
+            if holder is None or holder.decode(errors="replace") != holder_id:
+                continue
+        if store.get(txn_prefix(holder_id) + MANIFEST) is None:
+            # a holder keeps its manifest while it holds the claim (it gives the claim up
+            # first): with the manifest gone the claim is left over; the version check makes
+            # the take-over lose to any writer that took the claim since it was read
+            if store.set_if(key, me, version):
+                return True
+            continue
+        # a live holder, or a dead one's write another repairer is finishing: wait for it
+        if time.monotonic() > deadline:
+            raise WriteConflictError(
+                f"{doc_key!r}: another write ({holder_id}) is changing this array's shape and did not "
+                f"finish within commit_wait ({store.settings.commit_wait} s); nothing of this write was written"
+            )
+        time.sleep(delay * (0.5 + secrets.randbelow(1000) / 1000))
+        delay = min(delay * 2, 0.1)
+
+
+def release_claims(store: Store, doc_keys: Iterable[str], txn_id: str) -> None:
+    """Give up ``txn_id``'s shape claims on ``doc_keys`` (those another write holds stay)."""
+    if not store.supports_conditional_writes:
+        return  # none was taken
+    for doc_key in doc_keys:
+        key = claim_key(doc_key)
+        holder, version = store.get_versioned(key)
+        if holder is not None and holder.decode(errors="replace") == txn_id:
+            store.erase_if(key, version)
+
+
+def claim_nodes(
+    store: Store,
+    txn_id: str,
+    shape_from: Mapping[str, Sequence[int]],
+    create: Sequence[str],
+    finish_dead: Callable[[], object],
+) -> Zarr3Error | None:
+    """Take the claims of a commit that changes the shapes of ``shape_from``'s arrays (document
+    key -> the shape the write started from) and creates the nodes whose documents are
+    ``create``, in key order (two writers never wait on each other). Returns the refusal, every
+    claim given up, when a stored shape is no longer the one the write started from
+    (ShapeMovedError) or a node it creates is stored now (NodeExistsError: another writer
+    created it first); None when the write may go on. ``finish_dead`` repairs dead writers."""
+    exclusive = store.supports_conditional_writes  # else no claim can be taken: the check alone
+    keys = sorted({*shape_from, *create})
+    for doc_key in keys:
+        if exclusive and not _take_claim(store, doc_key, txn_id, finish_dead):
+            continue  # taken by an earlier run of this commit, which checked
+        refusal: Zarr3Error | None = None
+        if doc_key in shape_from:
+            stored = _stored_shape(store, doc_key)
+            if stored is not None and stored != list(shape_from[doc_key]):
+                refusal = moved(shape_from)  # made again from the new shape
+        elif store.get(doc_key) is not None:
+            refusal = NodeExistsError(
+                f"{doc_key!r}: another writer created this node while this write was prepared "
+                "(mode='w-'); nothing of this write was written"
+            )
+        if refusal is not None:
+            release_claims(store, keys, txn_id)
+            return refusal
+    return None
+
+
+def shape_only(key: str, new_doc: bytes) -> Callable[[bytes], bytes]:
+    """How a shape change writes the array document ``key``: the stored document with
+    ``new_doc``'s shape (attributes another writer set meanwhile are kept); ``new_doc`` itself
+    when what is stored is no longer an array document."""
+    shape = parse_doc(new_doc, key).get("shape")
+
+    def rebase(stored: bytes) -> bytes:
+        try:
+            doc = parse_doc(stored, key)
+        except MetadataError:
+            return new_doc
+        if doc.get("node_type") != "array" or not isinstance(doc.get("shape"), list):
+            return new_doc
+        return dump_doc({**doc, "shape": shape})
+
+    return rebase
+
+
+def moved(shape_from: Mapping[str, Sequence[int]]) -> ShapeMovedError:
+    """The refusal of a write whose arrays' shapes (``shape_from``) another writer changed first."""
+    return ShapeMovedError(
+        f"{sorted(shape_from)}: another writer changed the array's shape while this write was "
+        "prepared; nothing of it was written"
+    )
+
+
+def retry_shape_change(write: Callable[[], Any]) -> Any:
+    """``write()``, made again (it reads the stored shape afresh) while another writer's shape
+    change gets in first; raises ShapeMovedError when that happens ``_SHAPE_RETRIES`` times."""
+    for _ in range(_SHAPE_RETRIES - 1):
+        try:
+            return write()
+        except ShapeMovedError:
+            continue
+    return write()
