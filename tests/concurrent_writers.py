@@ -7,6 +7,8 @@ writers), all released at once by a barrier; the parent checks that no writer's 
 
 from __future__ import annotations
 
+import multiprocessing as mp
+
 import numpy as np
 
 import zarr3_backend as z3
@@ -55,3 +57,16 @@ def lost(url: str, storage_options: dict | None, n: int, round_: int) -> int:
     for w in range(n):
         expected[:, w::n] = value(w, round_)
     return int((got != expected).sum())
+
+
+def run_at_once(targets: list[tuple]) -> None:
+    """Run each ``(fn, args)`` of ``targets`` in a spawned process as ``fn(*args, barrier)``, the
+    barrier releasing them together; every process must exit cleanly."""
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(len(targets))
+    procs = [ctx.Process(target=fn, args=(*args, barrier)) for fn, args in targets]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+    assert [p.exitcode for p in procs] == [0] * len(procs)

@@ -57,3 +57,16 @@ class ChunkWriteFailingStore(MemoryStore):
     def set_many(self, items):
         self._count(list(items))
         super().set_many(items)
+
+
+class CommitHookedStore(MemoryStore):
+    """A MemoryStore that runs ``hook`` once, just before the first transaction manifest is
+    written: another writer committing while this one's values are staged."""
+
+    hook: Callable[[], object] | None = None
+
+    def set(self, key, value):
+        if key.endswith("manifest.json") and self.hook is not None:
+            hook, self.hook = self.hook, None
+            hook()
+        super().set(key, value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from store_doubles import CommitHookedStore
 
 import zarr3_backend as z3
 from zarr3_backend.errors import NodeExistsError
@@ -57,19 +58,6 @@ def test_without_a_race_create_and_overwrite_work_as_before():
     assert z3.open_array(store, "x").shape == (6,) and b.dtype == np.dtype("f4")
 
 
-class _CommitHookedStore(z3.MemoryStore):
-    """Runs ``hook`` once, just before the first transaction manifest is written: another writer
-    committing while this one's values are staged."""
-
-    hook = None
-
-    def set(self, key, value):
-        if key.endswith("manifest.json") and self.hook is not None:
-            hook, self.hook = self.hook, None
-            hook()
-        super().set(key, value)
-
-
 def _datasets():
     xr = pytest.importorskip("xarray")
     first = xr.Dataset({"v": ("x", np.arange(8.0))})
@@ -83,7 +71,7 @@ def test_to_zarr_w_minus_refuses_a_group_another_w_minus_created_meanwhile(zarr_
     that commits second is refused and writes nothing (both went on: the store held the first
     writer's ``v`` next to the second's ``w``, a dataset neither wrote)."""
     xr, first, second = _datasets()
-    store = _CommitHookedStore()
+    store = CommitHookedStore()
     store.hook = lambda: z3.to_zarr(second, store, mode="w-", zarr_format=zarr_format)
     with pytest.raises(NodeExistsError, match="mode='w-'"):
         z3.to_zarr(first, store, mode="w-", zarr_format=zarr_format)

@@ -8,24 +8,13 @@ open, so a concurrent writer's attributes, or its new shape, were silently rever
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 
 import hunt8_metadata_writers as writers
 import numpy as np
 import pytest
+from concurrent_writers import run_at_once
 
 import zarr3_backend as z3
-
-
-def _run(targets: list[tuple]) -> None:
-    ctx = mp.get_context("spawn")
-    barrier = ctx.Barrier(len(targets))
-    procs = [ctx.Process(target=fn, args=(*args, barrier)) for fn, args in targets]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=300)
-    assert [p.exitcode for p in procs] == [0] * len(procs)
 
 
 def test_a_stale_handle_changes_only_what_it_names():
@@ -65,7 +54,7 @@ def test_processes_updating_attributes_and_growing_lose_nothing(tmp_path, path):
     targets: list[tuple] = [(writers.attribute_writer, (root, path, w, rounds)) for w in range(n)]
     if path:
         targets.append((writers.grower, (root, path, rounds)))
-    _run(targets)
+    run_at_once(targets)
     node = z3.open_group(root)[path] if path else z3.open_group(root)
     want = {f"w{w}-{i}": i for w in range(n) for i in range(rounds)}
     if path:
@@ -142,7 +131,7 @@ def test_processes_appending_and_updating_attributes_lose_nothing(tmp_path):
     rounds, n = 25, 3
     targets: list[tuple] = [(writers.attribute_writer, (root, "a", w, rounds)) for w in range(n)]
     targets.append((writers.appender, (root, "a", rounds)))
-    _run(targets)
+    run_at_once(targets)
     a = z3.open_array(root, "a")
     assert dict(a.attrs) == {f"w{w}-{i}": i for w in range(n) for i in range(rounds)}
     assert a.shape == (rounds, 3)
@@ -159,7 +148,7 @@ def test_consolidating_while_others_set_root_attributes_and_append_loses_nothing
     g.create_array("a", shape=(0, 3), dtype="i4", chunks=(4, 3), fill_value=0)
     z3.consolidate_metadata(root)
     rounds = 20
-    _run(
+    run_at_once(
         [
             (writers.attribute_writer, (root, "", 0, rounds)),
             (writers.attribute_writer, (root, "", 1, rounds)),
@@ -184,7 +173,7 @@ def test_processes_updating_attributes_of_a_zarr_v2_group_lose_nothing(tmp_path)
     root = str(tmp_path / "v2.zarr")
     z3.create_group(root, zarr_format=2, attributes={"keep": True})
     rounds, n = 25, 3
-    _run([(writers.attribute_writer, (root, "", w, rounds)) for w in range(n)])
+    run_at_once([(writers.attribute_writer, (root, "", w, rounds)) for w in range(n)])
     want = {"keep": True, **{f"w{w}-{i}": i for w in range(n) for i in range(rounds)}}
     assert dict(z3.open_group(root, mode="r").attrs) == want
 
@@ -246,7 +235,7 @@ def test_processes_updating_attributes_of_zarr_v2_arrays_keep_the_zmetadata_curr
     for w in range(n):
         g.create_array(f"a{w}", shape=(4,), dtype="i4", chunks=(2,), zarr_format=2)
     z3.consolidate_metadata(root)
-    _run([(writers.attribute_writer, (root, f"a{w}", w, rounds)) for w in range(n)])
+    run_at_once([(writers.attribute_writer, (root, f"a{w}", w, rounds)) for w in range(n)])
     zmetadata = json.loads((tmp_path / "v2.zarr" / ".zmetadata").read_text())["metadata"]
     for w in range(n):
         want = {f"w{w}-{i}": i for i in range(rounds)}

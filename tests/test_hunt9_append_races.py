@@ -9,7 +9,6 @@ of its data moves.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import random
 import shutil
@@ -21,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from concurrent_writers import run_at_once
+from store_doubles import CommitHookedStore
 
 import zarr3_backend as z3
 from zarr3_backend.errors import WriteConflictError
@@ -59,17 +60,6 @@ def xr_appender(root: str, writer: int, rounds: int, seed: int, barrier) -> None
         z3.to_zarr(ds, root, mode="a", append_dim="t", consolidated=False)
 
 
-def _run(targets: list[tuple]) -> None:
-    ctx = mp.get_context("spawn")
-    barrier = ctx.Barrier(len(targets))
-    procs = [ctx.Process(target=fn, args=(*args, barrier)) for fn, args in targets]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=300)
-    assert [p.exitcode for p in procs] == [0] * len(procs)
-
-
 def _check_blocks(stored: np.ndarray, writers: int, rounds: int, seed: int, *, filler_rows: int = 0) -> None:
     """Every writer's rows of every round are stored exactly once, together and whole; the only
     other rows are ``filler_rows`` rows of the fill value."""
@@ -99,7 +89,7 @@ def test_processes_appending_at_once_keep_every_row(tmp_path, seed, zarr_format)
         root, "a", shape=(0, COLS), dtype="i4", chunks=(2, COLS), fill_value=0, zarr_format=zarr_format
     )
     writers, rounds = 4, 6
-    _run([(appender, (root, w, rounds, seed)) for w in range(writers)])
+    run_at_once([(appender, (root, w, rounds, seed)) for w in range(writers)])
     _check_blocks(z3.open_array(root, "a")[...], writers, rounds, seed)
 
 
@@ -114,21 +104,8 @@ def test_processes_appending_with_to_zarr_at_once_keep_every_step(tmp_path):
         empty, root, mode="w", encoding={"v": {"chunks": (2, COLS), "fill_value": 0}}, consolidated=False
     )
     writers, rounds, seed = 3, 5, 3
-    _run([(xr_appender, (root, w, rounds, seed)) for w in range(writers)])
+    run_at_once([(xr_appender, (root, w, rounds, seed)) for w in range(writers)])
     _check_blocks(z3.open_array(root, "v")[...], writers, rounds, seed)
-
-
-class _HookedStore(z3.MemoryStore):
-    """A MemoryStore that runs ``hook`` once, just before the first transaction manifest is
-    written: another writer committing while this one's values are staged."""
-
-    hook = None
-
-    def set(self, key, value):
-        if key.endswith("manifest.json") and self.hook is not None:
-            hook, self.hook = self.hook, None
-            hook()
-        super().set(key, value)
 
 
 def _array(store, rows: int, value: int = 1, zarr_format: int = 3):
@@ -144,7 +121,7 @@ def test_an_append_goes_after_a_growth_committed_while_it_was_staged(zarr_format
     """Another handle grows the array while an append's rows are staged: the append moves its
     rows after the grown part and keeps the growth (it used to write its rows at the old end
     and set the shape back to old end + its rows)."""
-    store = _HookedStore()
+    store = CommitHookedStore()
     _array(store, 3, zarr_format=zarr_format)
     mine, other = z3.open_array(store, "a", mode="r+"), z3.open_array(store, "a", mode="r+")
     store.hook = lambda: other.resize((6, COLS))
@@ -158,7 +135,7 @@ def test_an_append_goes_after_a_growth_committed_while_it_was_staged(zarr_format
 @pytest.mark.parametrize("zarr_format", [3, 2])
 def test_an_append_goes_after_another_append_committed_while_it_was_staged(zarr_format):
     """Another handle appends while this append's rows are staged: both sets of rows stay."""
-    store = _HookedStore()
+    store = CommitHookedStore()
     _array(store, 3, zarr_format=zarr_format)
     mine, other = z3.open_array(store, "a", mode="r+"), z3.open_array(store, "a", mode="r+")
     store.hook = lambda: other.append(np.full((1, COLS), 5, dtype="i4"))
@@ -171,7 +148,7 @@ def test_a_shrink_erases_rows_appended_while_it_was_staged(zarr_format):
     """A shrink chose the units to erase from the shape it read; rows another handle appended
     before its commit were left stored outside the new shape, and came back on a later growth
     instead of the fill value."""
-    store = _HookedStore()
+    store = CommitHookedStore()
     _array(store, 6, zarr_format=zarr_format)
     mine, other = z3.open_array(store, "a", mode="r+"), z3.open_array(store, "a", mode="r+")
     store.hook = lambda: other.append(np.full((4, COLS), 5, dtype="i4"))
@@ -320,7 +297,7 @@ def test_a_shape_change_waits_for_a_live_one_then_refuses_naming_the_array(chang
         else:
             mine.resize((7, COLS))
 
-    with pytest.raises(WriteConflictError, match=r"'a/zarr\.json'.*changing this array's shape"):
+    with pytest.raises(WriteConflictError, match=r"'a/zarr\.json'.*holds this node's claim"):
         mine_changes()
     store.go.set()
     stuck.join(timeout=60)
@@ -361,7 +338,7 @@ def test_a_datatree_append_goes_after_another_append_committed_while_it_was_stag
     writer meanwhile is planned again from the new shape: both writers' steps stay (it raised
     ShapeMovedError, nothing written)."""
     xr = pytest.importorskip("xarray")
-    store = _HookedStore()
+    store = CommitHookedStore()
     tree = xr.DataTree.from_dict(
         {"/": xr.Dataset(), "/obs": xr.Dataset({"v": (("t", "x"), np.ones((3, COLS), "i4"))})}
     )

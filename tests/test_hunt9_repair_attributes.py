@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from store_doubles import CommitHookedStore
 
 import zarr3_backend as z3
 from zarr3_backend.core.commit import pending_writes, repair
@@ -63,25 +64,12 @@ def test_a_rolled_forward_shape_change_keeps_an_attribute_set_while_it_was_marke
     np.testing.assert_array_equal(got[:, 0], want)
 
 
-class _HookedStore(z3.MemoryStore):
-    """Runs ``hook`` once, just before the first transaction manifest is written (another
-    writer changing the array while this one's values are staged)."""
-
-    hook = None
-
-    def set(self, key, value):
-        if key.endswith("manifest.json") and self.hook is not None:
-            hook, self.hook = self.hook, None
-            hook()
-        super().set(key, value)
-
-
 @pytest.mark.parametrize("change", ["append", "grow"])
 def test_a_zarr_v2_shape_change_keeps_an_attribute_set_while_it_was_staged(change):
     """Zarr v2: an append committed ``.zattrs`` with the attributes it had read along with the
     new ``.zarray``, dropping an attribute another handle set while it was staged. (A growing
     resize, now committed the same way, must not either: only ``.zarray`` is the change's.)"""
-    store = _HookedStore()
+    store = CommitHookedStore()
     a = z3.create_array(store, "a", shape=(4, 3), dtype="i4", chunks=(2, 3), fill_value=0, zarr_format=2)
     a[...] = 1
     mine, other = z3.open_array(store, "a", mode="r+"), z3.open_array(store, "a", mode="r+")

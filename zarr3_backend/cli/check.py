@@ -23,6 +23,7 @@ from ..core.api import open_group, open_node, repair
 from ..core.array import Array
 from ..core.commit import TXN_DIR
 from ..core.info import classify_keys, read_batches, shard_index, unit_chain
+from ..core.node_claims import CLAIMS_DIR
 from ..core.paths import join_path, join_prefix
 from ..errors import Zarr3Error
 from ..stores.base import Store
@@ -154,7 +155,9 @@ def scan(store: Store, path: str, *, show_progress: bool) -> Report:
         node = open_group(store, path, mode="r", use_consolidated=False)  # the live documents
     prefix = join_prefix(path)
     all_keys = sorted(store.list_prefix(prefix))
-    report.in_flight = sorted({k.split("/")[1] for k in all_keys if k.startswith(TXN_DIR + "/")})
+    report.in_flight = sorted(
+        {k.split("/")[1] for k in all_keys if k.startswith(TXN_DIR + "/") and not k.startswith(CLAIMS_DIR)}
+    )
     arrays = [node] if isinstance(node, Array) else []
     if not isinstance(node, Array):
         try:

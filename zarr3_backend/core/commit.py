@@ -53,7 +53,6 @@ from ..errors import (
     MetadataError,
     NodeExistsError,
     WriteConflictError,
-    Zarr3Error,
 )
 from ..stores import Store
 from ..stores.base import BytesLike, PositionedReader
@@ -65,6 +64,7 @@ from .node_claims import (
     claim_nodes,
     release_claims,
     shape_only,
+    sweep_claims,
 )
 from .paths import metadata_key
 from .txn_records import (
@@ -79,6 +79,7 @@ from .txn_records import (
 )
 
 _ERASED = "erased"  # written once the erases of the commit are done
+_CLAIMS_CHECKED = "claims-checked"  # written once the commit's claims are taken and checked
 _DOC_RETRIES = 64
 
 
@@ -205,6 +206,15 @@ def update_document(store: Store, key: str, change: Callable[[bytes | None], byt
     return written[0]
 
 
+def _end_records(store: Store, base: str, claimed: Iterable[str], txn_id: str) -> None:
+    """Remove a finished or dropped write's records: the manifest first (a run that starts after
+    this one finds nothing to roll forward, and a claim whose holder has no manifest is free to
+    take over), then its claims, then the rest of its records."""
+    store.erase(base + MANIFEST)
+    release_claims(store, claimed, txn_id)
+    store.erase_prefix(base)
+
+
 def claimed_shape_change(
     store: Store, doc_key: str, shape_from: Sequence[int], write: Callable[[], Any]
 ) -> Any:
@@ -233,9 +243,7 @@ def claimed_shape_change(
             raise refusal
         return write()
     finally:
-        release_claims(store, manifest["shape_from"], txn_id)  # before the manifest, as _apply
-        store.erase(base + MANIFEST)
-        store.erase_prefix(base)
+        _end_records(store, base, manifest["shape_from"], txn_id)
 
 
 # ---- staging -------------------------------------------------------------------------------------
@@ -522,19 +530,26 @@ def _apply(
     txn_id = manifest["id"]
     base = txn_prefix(txn_id)
     shape_from = manifest.get("shape_from") or {}
-    claimed = sorted({*shape_from, *manifest.get("create", ())})
-    refusal: Zarr3Error | None
-    try:
-        refusal = claim_nodes(store, txn_id, shape_from, manifest.get("create", ()), _repairer(store))
-    except WriteConflictError as e:
-        refusal = e  # another write held a claim too long
-    if refusal is not None:
-        # nothing of this write moved yet: it is dropped (the manifest first: a repairer then
-        # has nothing to roll forward)
-        store.erase(base + MANIFEST)
-        release_claims(store, claimed, txn_id)
-        store.erase_prefix(base)
-        raise refusal
+    create = manifest.get("create", ())
+    claimed = sorted({*shape_from, *create})
+    if claimed:
+        # a run that finds the claims checked (an earlier run of this commit, which may have
+        # moved values since) does not check again; otherwise nothing of this write has moved
+        checked = store.get(base + _CLAIMS_CHECKED) is not None
+        try:
+            refusal = claim_nodes(store, txn_id, shape_from, create, _repairer(store), checked=checked)
+        except WriteConflictError as e:
+            refusal = e  # another write held a claim too long
+        except BaseException:
+            if not checked:  # a store error while claiming: dropped, no claim left held
+                _end_records(store, base, claimed, txn_id)
+            raise
+        if refusal is not None:
+            if not checked:  # nothing of this write moved yet: dropped
+                _end_records(store, base, claimed, txn_id)
+            raise refusal
+        if not checked:
+            store.set(base + _CLAIMS_CHECKED, b"")
     guarded = _guarded_keys(store, manifest)
     for key in reversed(guarded):  # the root first: a consolidated reader refuses at once
         _mark(store, key, txn_id, manifest["owner"])
@@ -626,9 +641,7 @@ def _apply(
         store.erase(root)
     else:
         _write_final(store, root, root_doc, txn_id, root_rebase)
-    release_claims(store, claimed, txn_id)  # the new shapes and nodes are stored
-    store.erase(base + MANIFEST)  # first: a run that starts after this one finds it finished
-    store.erase_prefix(base)
+    _end_records(store, base, claimed, txn_id)  # the new shapes and nodes are stored
     if lost:
         raise WriteConflictError(
             f"{sorted(lost)} were changed by other writers while this write merged into them and could "
@@ -718,7 +731,9 @@ def repair(store: Store, *, only_dead: bool = True) -> list[str]:
     its manifest is dropped. With ``only_dead=False`` every pending write is treated as dead
     (the caller knows no writer runs). Returns the ids it finished or dropped."""
     done = []
-    for txn_id in pending_writes(store):
+    entries = set(store.list_dir(TXN_DIR + "/"))
+    claims_dir = CLAIMS_DIR[len(TXN_DIR) + 1 : -1]
+    for txn_id in sorted(entries - {claims_dir}):
         if only_dead and not writer_is_dead(txn_id):
             continue
         base = txn_prefix(txn_id)
@@ -741,6 +756,8 @@ def repair(store: Store, *, only_dead: bool = True) -> list[str]:
                 # grew from first, created the node it created, or held that claim past
                 # commit_wait
         done.append(txn_id)
+    if claims_dir in entries:
+        sweep_claims(store, only_dead=only_dead)
     return done
 
 

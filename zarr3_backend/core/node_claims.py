@@ -27,12 +27,6 @@ CLAIMS_DIR = f"{TXN_DIR}/shape-claims/"
 _SHAPE_RETRIES = 64
 
 
-# Two writes that change one array's shape (appends, resizes) must not both build on the shape
-# they read: the second would put its rows where the first one's went. A commit that changes a
-# shape holds the array's claim (a key under ``_CLAIMS`` naming the write, created by a
-# conditional write) from before its first value moves until its documents are written, and
-# checks under the claim that the stored shape is still the one it started from; when it is not,
-# the write is dropped (nothing of it was visible) and made again from the new shape.
 def claim_key(doc_key: str) -> str:
     """The key of the claim on document ``doc_key`` (a digest: one flat directory of claims)."""
     return CLAIMS_DIR + hashlib.blake2b(doc_key.encode(), digest_size=12).hexdigest()
@@ -87,11 +81,32 @@ def _take_claim(store: Store, doc_key: str, txn_id: str, finish_dead: Callable[[
         # a live holder, or a dead one's write another repairer is finishing: wait for it
         if time.monotonic() > deadline:
             raise WriteConflictError(
-                f"{doc_key!r}: another write ({holder_id}) is changing this array's shape and did not "
-                f"finish within commit_wait ({store.settings.commit_wait} s); nothing of this write was written"
+                f"{doc_key!r}: another write ({holder_id}) holds this node's claim (it changes the "
+                f"array's shape or creates the node) and did not finish within commit_wait "
+                f"({store.settings.commit_wait} s); nothing of this write was written"
             )
         time.sleep(delay * (0.5 + secrets.randbelow(1000) / 1000))
         delay = min(delay * 2, 0.1)
+
+
+def sweep_claims(store: Store, *, only_dead: bool = True) -> None:
+    """Remove claims nothing holds any more: those naming no write, and those of a write whose
+    manifest is gone and whose writer is dead (any writer, with ``only_dead=False``). The next
+    claim of those documents would take them over anyway; this keeps the store tidy."""
+    for key in list(store.list_prefix(CLAIMS_DIR)):
+        holder, version = store.get_versioned(key)
+        if holder is None:
+            continue
+        holder_id = holder.decode(errors="replace")
+        if is_txn_id(holder_id):
+            if only_dead and not writer_is_dead(holder_id):
+                continue
+            if store.get(txn_prefix(holder_id) + MANIFEST) is not None:
+                continue  # its write is still to be finished (by repair, which frees it)
+        if store.supports_conditional_writes:
+            store.erase_if(key, version)
+        else:
+            store.erase(key)
 
 
 def release_claims(store: Store, doc_keys: Iterable[str], txn_id: str) -> None:
@@ -111,18 +126,22 @@ def claim_nodes(
     shape_from: Mapping[str, Sequence[int]],
     create: Sequence[str],
     finish_dead: Callable[[], object],
+    *,
+    checked: bool = False,
 ) -> Zarr3Error | None:
     """Take the claims of a commit that changes the shapes of ``shape_from``'s arrays (document
     key -> the shape the write started from) and creates the nodes whose documents are
     ``create``, in key order (two writers never wait on each other). Returns the refusal, every
     claim given up, when a stored shape is no longer the one the write started from
     (ShapeMovedError) or a node it creates is stored now (NodeExistsError: another writer
-    created it first); None when the write may go on. ``finish_dead`` repairs dead writers."""
+    created it first); None when the write may go on. ``finish_dead`` repairs dead writers.
+    ``checked``: an earlier run of this commit took and checked the claims (its record says so):
+    claims it still holds are not checked again (values may have moved since)."""
     exclusive = store.supports_conditional_writes  # else no claim can be taken: the check alone
     keys = sorted({*shape_from, *create})
     for doc_key in keys:
-        if exclusive and not _take_claim(store, doc_key, txn_id, finish_dead):
-            continue  # taken by an earlier run of this commit, which checked
+        if exclusive and not _take_claim(store, doc_key, txn_id, finish_dead) and checked:
+            continue  # taken and checked by an earlier run of this commit
         refusal: Zarr3Error | None = None
         if doc_key in shape_from:
             stored = _stored_shape(store, doc_key)
