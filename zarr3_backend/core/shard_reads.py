@@ -4,7 +4,9 @@ then only the inner chunks each region needs.
 Local files read every index first (cheap system calls), then the regions. Stores with costly
 requests stream it all in one store call: the uncached indexes go out at once, and a shard's
 inner chunks are requested as soon as its own index has landed (``RequestFeed``), not after the
-slowest of all the indexes; each region is decoded as soon as its own bytes are in.
+slowest of all the indexes; each region is decoded as soon as its own bytes are in. When the
+inner chunks the read leaves untouched are few (``reads_shards_whole``), the uncached shards are
+read whole instead, one round trip in all, and the regions cut from them.
 """
 
 from __future__ import annotations
