@@ -157,3 +157,43 @@ def test_a_to_zarr_append_keeps_an_attribute_set_while_it_was_staged(zarr_format
     z3.to_zarr(ds, store, append_dim="t", consolidated=False)
     a = z3.open_array(store, "v")
     assert a.shape == (6, COLS) and a.attrs["late"] == 1
+
+
+class _NoConditionalWrites(_Snapshotting):
+    """A store without conditional writes (no claims: the check alone) that also snapshots after
+    plain writes."""
+
+    supports_conditional_writes = False
+
+    def set(self, key, value):
+        super().set(key, value)
+        self._after("set", key)
+
+
+def test_without_conditional_writes_a_killed_writer_whose_shape_is_written_is_finished(monkeypatch):
+    """Killed after writing its new shape (its check made, its values moved), on a store without
+    conditional writes: repair finishes the write; it checked the shape again, found the new one,
+    and refused, leaving the write unrepairable."""
+    store = _NoConditionalWrites()
+    _array(store)
+    mine = z3.open_array(store, "a", mode="r+")
+    writes = []  # of a/zarr.json: the marker, then the new document
+
+    def second_document_write(name: str, key: str) -> bool:
+        if name == "set" and key == "a/zarr.json":
+            writes.append(key)
+        return len(writes) == 2
+
+    store.when = second_document_write
+    mine.append(np.full((2, COLS), 9, "i4"))
+    assert b'"shape": [\n    5' in store.snapshot["a/zarr.json"].replace(
+        b" ", b" "
+    )  # the new shape is written
+    left = z3.MemoryStore(store.snapshot)
+    assert commit.pending_writes(left)  # the killed write's records
+    _dead(monkeypatch, left)
+    commit.repair(left)
+    got = z3.open_array(left, "a")
+    assert got.shape == (5, COLS)
+    np.testing.assert_array_equal(got[:, 0], [1, 1, 1, 9, 9])
+    assert not commit.pending_writes(left)

@@ -140,8 +140,10 @@ def claim_nodes(
     exclusive = store.supports_conditional_writes  # else no claim can be taken: the check alone
     keys = sorted({*shape_from, *create})
     for doc_key in keys:
-        if exclusive and not _take_claim(store, doc_key, txn_id, finish_dead) and checked:
-            continue  # taken and checked by an earlier run of this commit
+        if exclusive:
+            _take_claim(store, doc_key, txn_id, finish_dead)  # or still held by an earlier run
+        if checked:
+            continue  # checked by an earlier run of this commit (on any store: values may have moved)
         refusal: Zarr3Error | None = None
         if doc_key in shape_from:
             stored = _stored_shape(store, doc_key)
