@@ -197,3 +197,16 @@ def test_without_conditional_writes_a_killed_writer_whose_shape_is_written_is_fi
     assert got.shape == (5, COLS)
     np.testing.assert_array_equal(got[:, 0], [1, 1, 1, 9, 9])
     assert not commit.pending_writes(left)
+
+
+def test_an_append_to_an_array_erased_meanwhile_is_refused_not_brought_back():
+    """Another writer erases the array while an append's rows are staged: the append is refused
+    with ArrayNotFoundError and writes nothing (it wrote the array's document again: the array
+    came back, its old rows read as fill)."""
+    store = CommitHookedStore()
+    _array(store)
+    mine = z3.open_array(store, "a", mode="r+")
+    store.hook = lambda: store.erase_prefix("a/")
+    with pytest.raises(z3.errors.ArrayNotFoundError, match=r"a/zarr\.json"):
+        mine.append(np.full((2, COLS), 9, "i4"))
+    assert not list(store.list_prefix("a/")) and not list(store.list_prefix(".z3-txn/"))

@@ -48,6 +48,7 @@ from .._owner import current_owner, token_is_dead
 from .._threads import thread_map
 from ..byte_range import ByteRange
 from ..errors import (
+    ArrayNotFoundError,
     ConsolidationSkippedWarning,
     InterruptedWriteError,
     MetadataError,
@@ -749,7 +750,7 @@ def repair(store: Store, *, only_dead: bool = True) -> list[str]:
                 raise InterruptedWriteError(f"write {txn_id!r}: its manifest is unreadable: {e}") from e
             try:
                 _apply(store, manifest, {}, None)
-            except (WriteConflictError, NodeExistsError):
+            except (WriteConflictError, NodeExistsError, ArrayNotFoundError):
                 if store.get(base + MANIFEST) is not None:
                     raise
                 # dropped before any of its values moved: another writer changed the shape it

@@ -18,7 +18,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from ..errors import MetadataError, NodeExistsError, ShapeMovedError, WriteConflictError, Zarr3Error
+from ..errors import (
+    ArrayNotFoundError,
+    MetadataError,
+    NodeExistsError,
+    ShapeMovedError,
+    WriteConflictError,
+    Zarr3Error,
+)
 from ..stores import Store
 from .txn_records import MANIFEST, TXN_DIR, dump_doc, is_txn_id, parse_doc, txn_prefix, writer_is_dead
 
@@ -147,7 +154,13 @@ def claim_nodes(
         refusal: Zarr3Error | None = None
         if doc_key in shape_from:
             stored = _stored_shape(store, doc_key)
-            if stored is not None and stored != list(shape_from[doc_key]):
+            if stored is None:  # the write would bring back an array erased meanwhile, with holes
+                refusal = ArrayNotFoundError(
+                    f"{doc_key!r}: the array this write changes the shape of is gone, no longer an "
+                    "array, or unreadable (another writer erased or replaced it); nothing of this "
+                    "write was written"
+                )
+            elif stored != list(shape_from[doc_key]):
                 refusal = moved(shape_from)  # made again from the new shape
         elif store.get(doc_key) is not None:
             refusal = NodeExistsError(
