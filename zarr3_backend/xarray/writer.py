@@ -25,7 +25,7 @@ from typing import Any
 import xarray as xr
 from dask.delayed import Delayed
 
-from ..core.commit import root_is_consolidated
+from ..core.commit import root_is_consolidated, wait_for_commits
 from ..core.group import Group
 from ..core.node_claims import retry_shape_change
 from ..core.paths import normalize_path
@@ -172,10 +172,23 @@ def prepare(
     *,
     erased_path: str | None = None,
 ) -> WritePlan:
-    """Validate the write of ``ds`` to group ``path`` and plan it; writes nothing.
+    """Validate the write of ``ds`` to group ``path`` and plan it; writes nothing. The stored
+    documents it reads may carry a live writer's commit marker (concurrent appends): it then
+    plans again once that commit is done (``wait_for_commits``, up to ``commit_wait``).
 
     ``erased_path``: the group mode="w" erases (``path`` unless a whole tree is written).
     """
+    return wait_for_commits(zstore, lambda: _prepare_once(ds, zstore, path, encoding, options, erased_path))
+
+
+def _prepare_once(
+    ds: xr.Dataset,
+    zstore: Store,
+    path: str,
+    encoding: Mapping[str, Mapping[str, Any]] | None,
+    options: WriteOptions,
+    erased_path: str | None,
+) -> WritePlan:
     ds = validate_names(ds)
     encoding = checked_encoding(encoding, ds)
     mode, append_dim = options.mode, options.append_dim
