@@ -239,6 +239,37 @@ def test_conflicting_commits_raise_write_conflict(tmp_path):
     xr.testing.assert_identical(got.isel(time=slice(0, 2)), ds.isel(time=slice(0, 2)))
 
 
+@pytest.mark.parametrize("kind", ["append", "w-"])
+def test_concurrent_appends_or_creates_in_two_sessions_never_mix(tmp_path, kind):
+    """Two sessions append rows to one dataset (or both create it with ``mode="w-"``) at the
+    same time: claims are skipped inside a session, so Icechunk's commit is what must refuse the
+    second; the branch then holds the first session's dataset alone, never a mix of both."""
+    repo = new_repo(tmp_path / "repo")
+    base = climate(ntime=4, seed=1)
+    if kind == "append":
+        session = repo.writable_session("main")
+        z3.to_zarr(base, session.store, mode="w", encoding=ENCODING)
+        commit(session, "base")
+    one, two = repo.writable_session("main"), repo.writable_session("main")
+    first, second = climate(ntime=4, seed=2), climate(ntime=4, seed=3)
+    for s, ds in ((one, first), (two, second)):
+        if kind == "append":
+            ds = ds.assign_coords(time=pd.date_range("2000-01-05", periods=4, freq="D"))
+            z3.to_zarr(ds, s.store, append_dim="time")
+        else:
+            z3.to_zarr(ds, s.store, mode="w-", encoding=ENCODING)
+    commit(one, "one")
+    with pytest.raises(WriteConflictError, match="main"):
+        commit(two, "two")
+    got = read_zarr_engine(repo.readonly_session(branch="main").store)
+    if kind == "append":
+        appended = first.assign_coords(time=pd.date_range("2000-01-05", periods=4, freq="D"))
+        want = xr.concat([base, appended], dim="time")
+    else:
+        want = first
+    xr.testing.assert_identical(got, want)
+
+
 # ---- the adapter's store operations ------------------------------------------------------------
 def test_store_operations(tmp_path):
     repo = new_repo(tmp_path / "repo")

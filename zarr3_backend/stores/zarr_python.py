@@ -236,6 +236,14 @@ class ZarrPythonStore(Store):
             return None if value is None else byte_range.apply(value.to_bytes())
         return None if value is None else value.to_bytes()
 
+    async def _exists(self, key: str) -> bool:
+        try:
+            return bool(await self.store.exists(key))
+        except KeyError:
+            # Icechunk 1.x raises KeyError from ``exists`` for a Zarr v2 key (it holds v3 only)
+            # where zarr-python's contract answers False; ``mode="w-"`` asks for both versions
+            return False
+
     async def _set(self, key: str, value: BytesLike) -> None:
         await self.store.set(key, self._buffers().buffer.from_bytes(bytes(value)))
 
@@ -266,13 +274,13 @@ class ZarrPythonStore(Store):
     def exists(self, key: str) -> bool:
         """Whether ``key`` holds a value."""
         validate_key(key)
-        return self._call(f"exists {key!r}", self.store.exists(key))
+        return self._call(f"exists {key!r}", self._exists(key))
 
     def exists_many(self, keys: Sequence[str]) -> list[bool]:
         """Whether each key holds a value, asked concurrently."""
         for key in keys:
             validate_key(key)
-        calls = [lambda k=k: self.store.exists(k) for k in keys]
+        calls = [lambda k=k: self._exists(k) for k in keys]
         return self._batch(f"checking {len(calls)} keys", calls)
 
     # ---- writing ---------------------------------------------------------------------------
