@@ -43,6 +43,7 @@ from .metadata_v2 import (
     pending_entry,
 )
 from .paths import join_path, join_prefix, metadata_key, node_name, normalize_path
+from .txn_records import is_reserved_key
 
 Node = Array | Any  # Array | Group
 V2_DOCUMENTS = frozenset((*NODE_KEYS, CONSOLIDATED_KEY))
@@ -143,7 +144,7 @@ def is_implicit_group(store: Store, path: str) -> bool:
             join_path(p, name)
             for p in level
             for name in store.list_dir(join_prefix(p))
-            if name != "zarr.json"
+            if name != "zarr.json" and not is_reserved_key(join_path(p, name))
         ]
         if not children:
             return False
@@ -388,6 +389,8 @@ class Group:
                 for child in self.store.list_dir(join_prefix(path)):
                     if child == "zarr.json" or child in V2_DOCUMENTS:
                         continue  # the group's own documents; stray files have no zarr.json below
+                    if is_reserved_key(join_path(path, child)):
+                        continue  # the write protocol's records (values staged by a write)
                     children.append((join_path(rel, child), join_path(path, child)))
             docs = self.store.get_many([metadata_key(p) for _, p in children])
             missing = [c for c, d in zip(children, docs, strict=True) if d is None]

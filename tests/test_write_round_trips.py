@@ -1,0 +1,59 @@
+"""Writes to stores with costly requests: the commit protocol's requests for many arrays go out
+together, not one array after another, and listings never walk the staging area."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+import zarr3_backend as z3
+from zarr3_backend.core.group import Group
+from zarr3_backend.core.txn_records import TXN_DIR
+from zarr3_backend.stores import MemoryStore
+
+
+def dataset(nvars: int, t0: int = 0, nt: int = 2) -> xr.Dataset:
+    rng = np.random.default_rng(t0)
+    time = pd.date_range("2000-01-01", periods=nt) + pd.Timedelta(days=t0)
+    return xr.Dataset(
+        {f"v{i}": (("time", "x"), rng.random((nt, 3))) for i in range(nvars)}, coords={"time": time}
+    )
+
+
+class ListingStore(MemoryStore):
+    """Records the prefixes it was asked to list."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.listed: list[str] = []
+
+    def list_dir(self, prefix):
+        self.listed.append(prefix)
+        return super().list_dir(prefix)
+
+
+def test_members_and_consolidation_never_list_the_staging_area():
+    """A consolidating append lists the root while its values are staged under the protocol's
+    directory: walking it cost a listing and three lookups per staged folder, one after another
+    (on object storage, hundreds of round trips for a large append)."""
+    store = ListingStore()
+    z3.to_zarr(dataset(3), store, consolidated=True)
+    store.listed.clear()
+    z3.to_zarr(dataset(3, t0=2), store, append_dim="time", consolidated=True)
+    # the protocol lists its own directory for writes to repair; nothing below it is walked
+    assert not [p for p in store.listed if p.startswith(TXN_DIR + "/") and p != TXN_DIR + "/"]
+    got = xr.open_dataset(store, engine="zarr3").load()
+    assert got.sizes["time"] == 4
+
+
+def test_a_node_document_staged_by_a_write_is_no_member():
+    """Whatever a write stages (here a group document, as a copy of a whole node stages it) is
+    not listed, and never becomes an implicit group in a consolidated copy."""
+    store = MemoryStore()
+    z3.create_group(store)
+    z3.create_array(store, path="a", shape=(2,), dtype="i4")
+    store.set(f"{TXN_DIR}/1-2-3-x-abcd/data/g/zarr.json", b'{"zarr_format": 3, "node_type": "group"}')
+    root = z3.open_group(store, mode="r")
+    assert isinstance(root, Group)
+    assert list(root.members(max_depth=None)) == ["a"]
