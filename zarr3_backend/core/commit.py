@@ -119,6 +119,17 @@ def _update(store: Store, key: str, change: Callable[[bytes | None], bytes | Non
     raise WriteConflictError(f"{key!r}: changed by other writers {_DOC_RETRIES} times in a row")
 
 
+def _levels(keys: Sequence[str], *, deepest_first: bool) -> list[list[str]]:
+    """``keys`` grouped by depth, in the order given. Documents of one depth are independent, so
+    the commit changes each group of them at once (one round trip for all, not one each, on
+    object storage); the depth order keeps what readers rely on: a group is marked before its
+    members and unmarked after them."""
+    by_depth: dict[int, list[str]] = {}
+    for key in keys:
+        by_depth.setdefault(key.count("/"), []).append(key)
+    return [by_depth[d] for d in sorted(by_depth, reverse=deepest_first)]
+
+
 def _mark(store: Store, key: str, txn_id: str, owner: Mapping[str, Any]) -> None:
     def add(old: bytes | None) -> bytes | None:
         if old is None:
@@ -552,8 +563,9 @@ def _apply(
         if not checked:
             store.set(base + _CLAIMS_CHECKED, b"")
     guarded = _guarded_keys(store, manifest)
-    for key in reversed(guarded):  # the root first: a consolidated reader refuses at once
-        _mark(store, key, txn_id, manifest["owner"])
+    owner = manifest["owner"]
+    for level in _levels(guarded, deepest_first=False):  # the root first: a consolidated reader
+        thread_map(lambda key: _mark(store, key, txn_id, owner), level, kind="io")  # refuses at once
 
     # The erases run once, and record which documents go with them: a re-run (repair) must not
     # erase values or documents an earlier run already put in place.
@@ -613,13 +625,20 @@ def _apply(
     rebase = {k: shape_only(k, docs[k]) for k in shape_from if k in docs and not is_v2_document_key(k)}
     root = metadata_key("")
     store.erase_many([k for k in docs_gone if k not in staged_set])  # nodes the write removes
-    for key in guarded:
-        if key != root and key not in docs_gone:
-            _write_final(store, key, docs.pop(key, None), txn_id, rebase.get(key))
+    finals = {
+        key: (docs.pop(key, None), rebase.get(key)) for key in guarded if key != root and key not in docs_gone
+    }
+
+    def write_final(key: str) -> None:
+        doc, rebased = finals[key]
+        _write_final(store, key, doc, txn_id, rebased)
+
+    for level in _levels(list(finals), deepest_first=True):  # a group after its members
+        thread_map(write_final, level, kind="io")
     v2_docs = {k: v for k, v in docs.items() if is_v2_document_key(k)}
-    for key, doc in docs.items():  # documents of nodes that did not exist yet
-        if key != root and key not in v2_docs:
-            _write_final(store, key, doc, txn_id)
+    new = [k for k in docs if k != root and k not in v2_docs]  # nodes that did not exist yet
+    for level in _levels(new, deepest_first=False):  # a group before its members
+        thread_map(lambda key: _write_final(store, key, docs[key], txn_id), level, kind="io")
     for key, doc in v2_docs.items():  # unmarked; .zattrs before .zarray/.zgroup (node_documents)
         store.set(key, doc)
     if v2_docs or manifest.get("consolidate") is not None:
