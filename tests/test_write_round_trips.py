@@ -98,3 +98,34 @@ def test_the_arrays_documents_are_marked_and_finished_together(how):
     want = dataset(4, t0=9)
     for name in want.data_vars:
         np.testing.assert_array_equal(got[name].values, want[name].values)
+
+
+class StagingBarrierStore(MemoryStore):
+    """A store with costly requests whose batched writes of staged values wait until ``parties``
+    of them are in flight together."""
+
+    costly_requests = True
+
+    def __init__(self, parties: int, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.barrier = threading.Barrier(parties, timeout=10)
+        self.armed = False
+
+    def set_many(self, items):
+        if self.armed and any(re.match(rf"{re.escape(TXN_DIR)}/[^/]+/data/v\d+/c", k) for k in items):
+            self.barrier.wait()
+        return super().set_many(items)
+
+
+def test_numpy_variables_are_staged_together_on_stores_with_costly_requests():
+    """The values of 4 numpy variables go to an object store in 4 concurrent requests, not one
+    variable after another (a round trip each)."""
+    store = StagingBarrierStore(4)
+    z3.to_zarr(dataset(4), store)
+    store.armed = True
+    z3.to_zarr(dataset(4, t0=9).drop_vars("time"), store, region={"time": slice(0, 2)})
+    store.armed = False
+    got = xr.open_dataset(store, engine="zarr3").load()
+    want = dataset(4, t0=9)
+    for name in want.data_vars:
+        np.testing.assert_array_equal(got[name].values, want[name].values)

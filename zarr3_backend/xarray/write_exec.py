@@ -23,6 +23,7 @@ import dask.array as da
 import numpy as np
 from dask.delayed import Delayed, delayed
 
+from .._threads import thread_map
 from ..core.api import missing_parent_documents, open_group
 from ..core.array import Array
 from ..core.commit import Transaction
@@ -33,7 +34,7 @@ from ..dask.write import FusingDelayed
 from ..dask.write import store as dask_store
 from ..errors import WriteConflictError
 from ..stores.base import Store
-from .write_plan import WritePlan
+from .write_plan import VariableWrite, WritePlan
 
 
 def _finish(*results: Any) -> tuple[Any, ...] | None:
@@ -128,6 +129,7 @@ def write_data(plan: WritePlan, data_store: Store, lazy_store: Store, *, align_c
     """Write the numpy data through ``data_store``; returns the dask writes (through
     ``lazy_store``), not run."""
     lazy = []
+    eager: list[tuple[Array, VariableWrite]] = []
     for w in plan.writes:
         data = w.variable.data
         target_store = lazy_store if isinstance(data, da.Array) else data_store
@@ -147,5 +149,15 @@ def write_data(plan: WritePlan, data_store: Store, lazy_store: Store, *, align_c
                 )
             )
         else:
-            target.set_region(w.region, np.asarray(w.variable.values))
+            eager.append((target, w))
+
+    def write(item: tuple[Array, VariableWrite]) -> None:
+        target, w = item
+        target.set_region(w.region, np.asarray(w.variable.values))
+
+    if data_store.costly_requests:  # the variables together: one round trip for all, not each
+        thread_map(write, eager, kind="io")
+    else:  # local: one at a time, as memory for encoded values is then one variable's
+        for item in eager:
+            write(item)
     return lazy
