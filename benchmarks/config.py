@@ -52,7 +52,7 @@ class Workload:
 
     id: str
     title: str
-    kind: str  # write | read | random_one | random_batch | xr_mean[_in_memory] | to_zarr | copy | file_* | icechunk_read | remote_*
+    kind: str  # write | read | random_one | random_batch | xr_mean[_in_memory] | to_zarr | copy | file_* | icechunk_read | remote_* | latency_write
     fixture: str | None = None  # raw | blosc | sharded (the store read from / layout written)
     cold: bool = False
     unit: str = "GB/s"
@@ -170,6 +170,28 @@ REMOTE_WORKLOADS = tuple(
     for stem, title, kind, store, unit in _REMOTE
 )
 WORKLOADS += REMOTE_WORKLOADS
+#: The remote-write group (``write_workloads``): writes of a 20-variable dataset through an
+#: in-process store charging a latency per request; xarray writers only (no tensorstore).
+WRITE_LIBS = ("z3", "zarr")
+_WRITES = (
+    ("w_append", "(W) remote write: append 2 steps to 20 variables", "append"),
+    ("w_region", "(W) remote write: region of 2 steps in 20 variables", "region"),
+    ("w_overwrite", "(W) remote write: 20 variables overwritten whole (mode=a)", "overwrite"),
+)
+WRITE_WORKLOADS = tuple(
+    Workload(
+        f"{stem}_{ms}ms",
+        f"{title}, {ms} ms per request",
+        "latency_write",
+        fixture=how,
+        unit="writes/s",
+        libs=WRITE_LIBS,
+        latency_ms=ms,
+    )
+    for ms in REMOTE_LATENCIES_MS
+    for stem, title, how in _WRITES
+)
+WORKLOADS += WRITE_WORKLOADS
 WORKLOADS_BY_ID = {w.id: w for w in WORKLOADS}
 
 

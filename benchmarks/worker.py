@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from . import copy_workloads, data, remote_workloads
+from . import copy_workloads, data, remote_workloads, write_workloads
 from .config import GB, SIZES, WORKLOADS_BY_ID, Case, MiB, Size, Workload
 
 RESULT_PREFIX = "BENCH-RESULT "
@@ -168,6 +168,7 @@ class Runner:
     do_remote_random_batch = remote_workloads.do_remote_random_batch
     do_remote_xr_mean = remote_workloads.do_remote_xr_mean
     do_remote_open = remote_workloads.do_remote_open
+    do_latency_write = write_workloads.do_latency_write
 
     def run(self) -> dict:
         kind = self.w.kind
@@ -179,9 +180,10 @@ class Runner:
             stats["cpu_per_unit"] = cpu / (self.size.nbytes / GB)  # CPU seconds per GB
             stats["faults_per_unit"] = statistics.median(stats["minor_faults"]) / (self.size.nbytes / MiB)
         else:
-            values = [self.nreads / w for w in stats["wall_s"]]
-            stats["cpu_per_unit"] = cpu / self.nreads * 1e3  # CPU milliseconds per read
-            stats["faults_per_unit"] = statistics.median(stats["minor_faults"]) / self.nreads
+            n = 1 if self.w.unit == "writes/s" else self.nreads  # a write is one call
+            values = [n / w for w in stats["wall_s"]]
+            stats["cpu_per_unit"] = cpu / n * 1e3  # CPU milliseconds per read (write)
+            stats["faults_per_unit"] = statistics.median(stats["minor_faults"]) / n
         stats["value"] = statistics.median(values)
         stats["best"] = max(values)
         stats["values"] = values
