@@ -18,7 +18,8 @@ from benchmarks.report import add_ratios, markdown_table, text_table
 from benchmarks.worker import run_case
 
 TINY = SIZES["tiny"]
-FAST = [w.id for w in WORKLOADS if not w.distributed and w.remote is None]  # remote: own tests
+# the remote group and the remote-write group: own tests
+FAST = [w.id for w in WORKLOADS if not w.distributed and w.remote is None and w.latency_ms is None]
 
 
 def _run(tmp_path, *extra):
@@ -174,8 +175,37 @@ def test_library_order_rotates_between_workloads_and_the_table_does_not(tmp_path
         assert sorted(libs) == sorted(expected)
 
 
+# ---- the remote-write group (benchmarks/write_workloads.py) --------------------------------------
+def test_remote_write_group_runs_and_checks_what_was_written(tmp_path):
+    _, on_disk, _ = _run(
+        tmp_path, "--inprocess", "--workloads", "w_", "--latency", "5", "--no-reference", "--libs", "z3,zarr"
+    )
+    rows = on_disk["results"]
+    want = {
+        (w.id, lib) for w in WORKLOADS if w.kind == "latency_write" and w.latency_ms == 5 for lib in w.libs
+    }
+    assert {(r["workload"], r["lib"]) for r in rows} == want and len(want) == 6
+    for r in rows:
+        assert r["ok"], r
+        assert r["unit"] == "writes/s" and r["value"] > 0
+
+
+def test_remote_write_stores_charge_one_latency_per_request(monkeypatch):
+    """The z3 latency store sleeps once per request (a batch is one), never for the calls a
+    request makes inside itself."""
+    from benchmarks import write_workloads
+
+    slept: list[float] = []
+    monkeypatch.setattr(write_workloads.time, "sleep", slept.append)
+    store = write_workloads.z3_latency_store(0.02)
+    store.set_many({"a": b"1", "b": b"2"})
+    assert store.get_many(["a", "b"]) == [b"1", b"2"]
+    store.move("a", "c")  # the base class's move reads, writes and erases: one request here
+    assert slept == [0.02, 0.02, 0.02] and store.costly_requests
+
+
 # ---- the remote group (benchmarks/remote_workloads.py, benchmarks/latency_server.py) -----------
-REMOTE_5MS = [w.id for w in WORKLOADS if w.latency_ms == 5]
+REMOTE_5MS = [w.id for w in WORKLOADS if w.latency_ms == 5 and w.remote]
 
 
 def test_remote_group_runs_for_z3(tmp_path, capsys):
@@ -250,7 +280,7 @@ def test_remote_case_measures_the_servers_cpu(tmp_path, monkeypatch):
 
 def test_latency_option_selects_remote_workloads():
     default = {wid for wid, _ in run.select(run.parse_args(["--libs", "z3", "--workloads", "r_"]))}
-    assert default == {w.id for w in WORKLOADS if w.latency_ms in (20, 100)}
+    assert default == {w.id for w in WORKLOADS if w.latency_ms in (20, 100) and w.remote}
     five = run.select(run.parse_args(["--libs", "z3", "--workloads", "r_", "--latency", "5"]))
     assert [wid for wid, _ in five] == REMOTE_5MS
     everything = run.select(run.parse_args(["--libs", "zarrobs,zarr64", "--no-reference"]))
