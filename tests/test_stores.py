@@ -12,12 +12,14 @@ import threading
 import uuid
 
 import fsspec
+import numpy as np
 import pytest
 from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
 from fsspec.implementations.memory import MemoryFileSystem
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import zarr3_backend as z3
 from zarr3_backend.byte_range import ByteRange
 from zarr3_backend.errors import InvalidKeyError, ReadOnlyError, StoreError, Zarr3Error
 from zarr3_backend.stores import (
@@ -927,3 +929,24 @@ def test_a_file_url_with_store_settings_is_a_local_store(tmp_path):
         make_store(url, storage_options={"zarr3": {"nonsense": 1}})
     assert isinstance(make_store(url, storage_options={"auto_mkdir": True}), FsspecStore)
     assert isinstance(make_store(url, storage_options={"zarr3": {"backend": "fsspec"}}), FsspecStore)
+
+
+def test_a_memory_store_subclass_stays_itself_read_only():
+    """``with_read_only`` (how opens for reading wrap a writable store) keeps a subclass's
+    behaviour: a store charging latency, or counting requests, went on as a plain MemoryStore
+    for every read-only open."""
+
+    class Counting(MemoryStore):
+        gets = 0
+
+        def get(self, key, byte_range=None):
+            type(self).gets += 1
+            return super().get(key, byte_range)
+
+    store = Counting()
+    z3.create_array(store, path="a", shape=(4,), dtype="i4")[...] = np.arange(4)
+    view = store.with_read_only()
+    assert type(view) is Counting and view.read_only and not store.read_only
+    Counting.gets = 0
+    np.testing.assert_array_equal(z3.open_array(store, path="a", mode="r")[...], np.arange(4))
+    assert Counting.gets >= 1

@@ -191,7 +191,7 @@ class MemoryStore(Store):
     # ---- identity --------------------------------------------------------------------------
     def with_read_only(self, read_only: bool = True) -> MemoryStore:
         """A store on the same dict (and the same lock and write numbers) with another flag."""
-        other = object.__new__(MemoryStore)  # not copy.copy: __reduce__ pickles a snapshot
+        other = object.__new__(type(self))  # not copy.copy: __reduce__ pickles a snapshot
         other.__dict__.update(self.__dict__)
         other.read_only = read_only
         return other
