@@ -27,8 +27,10 @@ A write that changes an array's shape (an append, a resize) builds on the shape 
 ``mode="w-"`` write creates a node that must still be missing: before step 3 the commit claims
 those documents and checks them (``node_claims``). When one has changed, the write is dropped,
 none of its values having moved, and made again from the new shape (``retry_shape_change``), or
-refused (NodeExistsError); two appends never put their rows at one offset. The claims are given
-up once the new documents are written.
+refused (NodeExistsError); two appends never put their rows at one offset. A ``mode="a"`` write
+claims the arrays it adds (planned again over one another writer added first) and those it
+overwrites whole (only serialized), so one array never holds two writers' chunks. The claims are
+given up once the new documents are written.
 
 Markers of several writers share the field (one entry per write), and are added and removed
 with conditional writes where the store offers them. A write whose process is gone is finished
@@ -394,7 +396,10 @@ class Transaction:
     write started from) names the arrays whose shape it changes, and ``create`` the documents of
     nodes it creates that must not be stored (a ``mode="w-"`` write): the commit claims them,
     and raises ShapeMovedError (NodeExistsError), having written nothing, when another writer
-    changed one first (created one first). On a store that commits by itself (an Icechunk
+    changed one first (created one first). ``add`` names the documents of nodes it adds to a
+    group (``mode="a"``: NodeAddedError when another writer added one first, to plan the write
+    again over it) and ``hold`` those of arrays it overwrites whole (claimed so that two such
+    commits never interleave their values; see ``node_claims.claim_nodes``). On a store that commits by itself (an Icechunk
     session: ``Store.commits_externally``) nothing is staged or marked: the erases and documents
     are written at once, the values straight to their keys, and the store's own commit makes
     them visible together."""
@@ -407,6 +412,8 @@ class Transaction:
         erase_prefixes: Sequence[str] = (),
         shape_from: Mapping[str, Sequence[int]] | None = None,
         create: Iterable[str] = (),
+        add: Iterable[str] = (),
+        hold: Iterable[str] = (),
     ) -> None:
         store.check_writable()
         self.store = store
@@ -416,6 +423,8 @@ class Transaction:
         self.erase_prefixes = list(erase_prefixes)
         self.shape_from = {k: [int(n) for n in v] for k, v in (shape_from or {}).items()}
         self.create = sorted(create)
+        self.add = sorted(add)
+        self.hold = sorted(hold)
         self._done = False
         self.staging: Store
         if store.commits_externally:
@@ -479,6 +488,8 @@ class Transaction:
             "consolidate": "" if consolidate else None,
             "shape_from": self.shape_from,
             "create": self.create,
+            "add": self.add,
+            "hold": self.hold,
         }
         self.store.set(txn_prefix(self.id) + MANIFEST, json.dumps(manifest).encode())
         _apply(self.store, manifest, self.staging.expected, redo)
@@ -532,13 +543,16 @@ def _apply(
     base = txn_prefix(txn_id)
     shape_from = manifest.get("shape_from") or {}
     create = manifest.get("create", ())
-    claimed = sorted({*shape_from, *create})
+    add, hold = manifest.get("add", ()), manifest.get("hold", ())
+    claimed = sorted({*shape_from, *create, *add, *hold})
     if claimed:
         # a run that finds the claims checked (an earlier run of this commit, which may have
         # moved values since) does not check again; otherwise nothing of this write has moved
         checked = store.get(base + _CLAIMS_CHECKED) is not None
         try:
-            refusal = claim_nodes(store, txn_id, shape_from, create, _repairer(store), checked=checked)
+            refusal = claim_nodes(
+                store, txn_id, shape_from, create, _repairer(store), add=add, hold=hold, checked=checked
+            )
         except WriteConflictError as e:
             refusal = e  # another write held a claim too long
         except BaseException:

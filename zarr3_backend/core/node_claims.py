@@ -8,6 +8,13 @@ moves until its documents are written, and checks under the claim that the store
 the one it started from (that the node is still missing); when it is not, the write is dropped
 (nothing of it was visible) and made again from the new shape (refused: NodeExistsError). Used by
 ``commit``, which owns the rest of the protocol.
+
+The same claims keep two ``to_zarr(mode="a")`` writes of one variable from interleaving their
+chunks: one that adds a variable claims its document and, finding it added by another writer, is
+dropped and planned again as an overwrite of it (NodeAddedError: the result is what running the
+two one after the other gives, which is what a user of mode="a", "add or overwrite", expects);
+one that overwrites a stored array whole claims it without a check, so two overwrites commit one
+after the other and the array ends whole from one of them.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from typing import Any
 from ..errors import (
     ArrayNotFoundError,
     MetadataError,
+    NodeAddedError,
     NodeExistsError,
     ShapeMovedError,
     WriteConflictError,
@@ -134,18 +142,24 @@ def claim_nodes(
     create: Sequence[str],
     finish_dead: Callable[[], object],
     *,
+    add: Sequence[str] = (),
+    hold: Sequence[str] = (),
     checked: bool = False,
 ) -> Zarr3Error | None:
     """Take the claims of a commit that changes the shapes of ``shape_from``'s arrays (document
-    key -> the shape the write started from) and creates the nodes whose documents are
-    ``create``, in key order (two writers never wait on each other). Returns the refusal, every
-    claim given up, when a stored shape is no longer the one the write started from
-    (ShapeMovedError) or a node it creates is stored now (NodeExistsError: another writer
-    created it first); None when the write may go on. ``finish_dead`` repairs dead writers.
-    ``checked``: an earlier run of this commit took and checked the claims (its record says so):
-    claims it still holds are not checked again (values may have moved since)."""
+        key -> the shape the write started from) and creates the nodes whose documents are
+        ``create``, in key order (two writers never wait on each other). Returns the refusal, every
+        claim given up, when a stored shape is no longer the one the write started from
+        (ShapeMovedError) or a node it creates is stored now (NodeExistsError: another writer
+        created it first); None when the write may go on. ``add``: documents of nodes the write adds
+    to a group other writers may add them to (``mode="a"``): one stored now refuses the write with
+    NodeAddedError, and it is planned again over the stored node. ``hold``: documents of arrays the
+    write overwrites whole, claimed without a check, so that two such commits never interleave
+    their values (each array ends whole from one writer). ``finish_dead`` repairs dead writers.
+        ``checked``: an earlier run of this commit took and checked the claims (its record says so):
+        claims it still holds are not checked again (values may have moved since)."""
     exclusive = store.supports_conditional_writes  # else no claim can be taken: the check alone
-    keys = sorted({*shape_from, *create})
+    keys = sorted({*shape_from, *create, *add, *hold})
     for doc_key in keys:
         if exclusive:
             _take_claim(store, doc_key, txn_id, finish_dead)  # or still held by an earlier run
@@ -162,6 +176,14 @@ def claim_nodes(
                 )
             elif stored != list(shape_from[doc_key]):
                 refusal = moved(shape_from)  # made again from the new shape
+        elif doc_key in add:
+            if store.get(doc_key) is not None:
+                refusal = NodeAddedError(
+                    f"{doc_key!r}: another writer added this node while this write was prepared "
+                    "as its creation; nothing of this write was written"
+                )
+        elif doc_key in hold:
+            pass  # only serialized: an overwrite builds on nothing that another one changes
         elif store.get(doc_key) is not None:
             refusal = NodeExistsError(
                 f"{doc_key!r}: another writer created this node while this write was prepared "
@@ -200,11 +222,12 @@ def moved(shape_from: Mapping[str, Sequence[int]]) -> ShapeMovedError:
 
 
 def retry_shape_change(write: Callable[[], Any]) -> Any:
-    """``write()``, made again (it reads the stored shape afresh) while another writer's shape
-    change gets in first; raises ShapeMovedError when that happens ``_SHAPE_RETRIES`` times."""
+    """``write()``, made again (it reads the stored shapes and nodes afresh) while another
+    writer's shape change, or its addition of a node this write adds, gets in first; raises
+    ShapeMovedError (NodeAddedError) when that happens ``_SHAPE_RETRIES`` times."""
     for _ in range(_SHAPE_RETRIES - 1):
         try:
             return write()
-        except ShapeMovedError:
+        except (ShapeMovedError, NodeAddedError):
             continue
     return write()

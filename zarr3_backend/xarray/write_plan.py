@@ -119,6 +119,21 @@ class VariableWrite:
     #: an append's claim: the document holding the array's shape -> the shape it grows from
     #: (the commit refuses to move the data when another writer changed it first)
     shape_from: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    #: the array is new to its group (created by this write)
+    new: bool = False
+
+    @property
+    def claim_keys(self) -> list[str]:
+        """The documents claimed when this write adds or overwrites the array whole: the one
+        holding its shape (the key appends claim too)."""
+        return list(shape_documents(self.target.path, self.target.metadata))
+
+    @property
+    def whole(self) -> bool:
+        """Whether the write covers the whole array at its stored shape (no append, no region)."""
+        return not self.shape_from and all(
+            (s.start, s.stop) == (0, n) for s, n in zip(self.region, self.target.shape, strict=True)
+        )
 
 
 @dataclass
@@ -135,6 +150,9 @@ class WritePlan:
     #: mode="w-": the group must still be missing when the commit starts (another writer's
     #: "w-" of the same group may have created it since the plan was made)
     refuses_existing: bool = False
+    #: mode="a": arrays new to the group may be added by another writer meanwhile (the commit
+    #: claims them and the write is planned again over the stored one: ``added_documents``)
+    adds_to_stored: bool = False
 
     def documents(self) -> dict[str, bytes]:
         """The metadata documents committed after the data: each grown or new array's
@@ -154,6 +172,20 @@ class WritePlan:
         if not self.refuses_existing:
             return []
         return [metadata_key(self.path) if self.zarr_format == 3 else join_path(self.path, GROUP_KEY)]
+
+    def added_documents(self) -> list[str]:
+        """The documents of the arrays a ``mode="a"`` write adds (``Transaction(add=...)``):
+        another writer adding one first makes this write be planned again, as an overwrite of
+        the stored array (what running the two one after the other gives), so the array never
+        mixes the two writers' chunks."""
+        if not self.adds_to_stored:
+            return []
+        return [k for w in self.writes if w.new for k in w.claim_keys]
+
+    def held_documents(self) -> list[str]:
+        """The documents of stored arrays this write overwrites whole (``Transaction(hold=...)``):
+        two such commits of one array run one after the other, never interleaving chunks."""
+        return [k for w in self.writes if not w.new and w.whole for k in w.claim_keys]
 
     def new_group_documents(self) -> dict[str, bytes]:
         """The documents of the group as created empty (before ``documents`` adds its own)."""
@@ -248,6 +280,7 @@ def plan_write(
         create_group=mode == "w" or group is None,
         zarr_format=zarr_format,
         refuses_existing=mode == "w-",
+        adds_to_stored=mode in ("a", "a-"),
     )
     plan.group_metadata = _group_metadata(plan, None if mode == "w" else group)
     for name, var in variables.items():
@@ -450,7 +483,7 @@ def _plan_new(
         raise type(e)(f"variable {name!r}: {e}{origin}") from e
     target = Array(store, apath, meta, write_empty_chunks=wec)
     return VariableWrite(
-        name, encoded, target, _concrete((slice(None),) * encoded.ndim, target.shape), documents
+        name, encoded, target, _concrete((slice(None),) * encoded.ndim, target.shape), documents, new=True
     )
 
 
