@@ -246,3 +246,30 @@ def test_processes_adding_one_variable_at_once_leave_one_writers_whole(tmp_path,
     for r in range(rounds):
         stored = ds[f"v{r}"].values
         assert len(_written_by(stored, list(range(writers)), seed + r)) == 1, (r, stored)
+
+
+@pytest.mark.parametrize("zarr_format", [3, 2])
+def test_an_overwrite_planned_before_an_append_is_planned_again_not_over_its_rows(zarr_format):
+    """A ``mode="a"`` overwrite of ``a`` (3 rows, chunks of 2) is staged; another writer appends a
+    row, which lands in the edge chunk the overwrite rewrites whole. The overwrite's commit used
+    to put that chunk back with fill past row 3: the appended row was lost. Its claim now finds
+    the shape changed: it is planned again and refused as it would be after the append (the
+    dataset's 3 rows no longer match the stored 4), having written nothing."""
+    from store_doubles import CommitHookedStore
+
+    store = CommitHookedStore()
+    three = xr.Dataset({"a": (("t", "x"), np.ones((3, 2), "i4"))})
+    z3.to_zarr(
+        three,
+        store,
+        mode="w",
+        zarr_format=zarr_format,
+        consolidated=False,
+        encoding={"a": {"chunks": (2, 2)}},
+    )
+    store.hook = lambda: z3.open_array(store, "a", mode="r+").append(np.full((1, 2), 5, "i4"))
+    with pytest.raises(ArgumentError, match="'a' already exists with different dimension sizes"):
+        z3.to_zarr(three * 7, store, mode="a", consolidated=False)
+    assert store.hook is None  # the append ran
+    np.testing.assert_array_equal(z3.open_array(store, "a")[:, 0], [1, 1, 1, 5])
+    assert not list(store.list_prefix(".z3-txn/"))

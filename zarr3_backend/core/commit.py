@@ -29,8 +29,8 @@ those documents and checks them (``node_claims``). When one has changed, the wri
 none of its values having moved, and made again from the new shape (``retry_shape_change``), or
 refused (NodeExistsError); two appends never put their rows at one offset. A ``mode="a"`` write
 claims the arrays it adds (planned again over one another writer added first) and those it
-overwrites whole (only serialized), so one array never holds two writers' chunks. The claims are
-given up once the new documents are written.
+overwrites whole (by the shape it planned from), so one array never holds two writers' chunks.
+The claims are given up once the new documents are written.
 
 Markers of several writers share the field (one entry per write), and are added and removed
 with conditional writes where the store offers them. A write whose process is gone is finished
@@ -398,8 +398,9 @@ class Transaction:
     and raises ShapeMovedError (NodeExistsError), having written nothing, when another writer
     changed one first (created one first). ``add`` names the documents of nodes it adds to a
     group (``mode="a"``: NodeAddedError when another writer added one first, to plan the write
-    again over it) and ``hold`` those of arrays it overwrites whole (claimed so that two such
-    commits never interleave their values; see ``node_claims.claim_nodes``). On a store that commits by itself (an Icechunk
+    again over it). A write that overwrites an array whole names it in ``shape_from`` with its
+    stored shape and no new document: two such commits then never interleave their values, and
+    one planned before another writer changed the shape is planned again. On a store that commits by itself (an Icechunk
     session: ``Store.commits_externally``) nothing is staged or marked: the erases and documents
     are written at once, the values straight to their keys, and the store's own commit makes
     them visible together."""
@@ -413,7 +414,6 @@ class Transaction:
         shape_from: Mapping[str, Sequence[int]] | None = None,
         create: Iterable[str] = (),
         add: Iterable[str] = (),
-        hold: Iterable[str] = (),
     ) -> None:
         store.check_writable()
         self.store = store
@@ -424,7 +424,6 @@ class Transaction:
         self.shape_from = {k: [int(n) for n in v] for k, v in (shape_from or {}).items()}
         self.create = sorted(create)
         self.add = sorted(add)
-        self.hold = sorted(hold)
         self._done = False
         self.staging: Store
         if store.commits_externally:
@@ -489,7 +488,6 @@ class Transaction:
             "shape_from": self.shape_from,
             "create": self.create,
             "add": self.add,
-            "hold": self.hold,
         }
         self.store.set(txn_prefix(self.id) + MANIFEST, json.dumps(manifest).encode())
         _apply(self.store, manifest, self.staging.expected, redo)
@@ -543,15 +541,15 @@ def _apply(
     base = txn_prefix(txn_id)
     shape_from = manifest.get("shape_from") or {}
     create = manifest.get("create", ())
-    add, hold = manifest.get("add", ()), manifest.get("hold", ())
-    claimed = sorted({*shape_from, *create, *add, *hold})
+    add = manifest.get("add", ())
+    claimed = sorted({*shape_from, *create, *add})
     if claimed:
         # a run that finds the claims checked (an earlier run of this commit, which may have
         # moved values since) does not check again; otherwise nothing of this write has moved
         checked = store.get(base + _CLAIMS_CHECKED) is not None
         try:
             refusal = claim_nodes(
-                store, txn_id, shape_from, create, _repairer(store), add=add, hold=hold, checked=checked
+                store, txn_id, shape_from, create, _repairer(store), add=add, checked=checked
             )
         except WriteConflictError as e:
             refusal = e  # another write held a claim too long
@@ -685,10 +683,11 @@ def _consolidated_root(store: Store, root_doc: bytes | None, txn_id: str) -> byt
 
 
 # ---- recovery ------------------------------------------------------------------------------------
-def _repairer(store: Store) -> Callable[[], object]:
-    """What a claim waiting on a dead writer's claim runs: that writer's write finished (or
-    dropped) by ``repair``, which frees its claims."""
-    return lambda: repair(store, only_dead=True)
+def _repairer(store: Store) -> Callable[[str], object]:
+    """What a claim waiting on a dead writer's claim runs: that writer's write alone finished
+    (or dropped), which frees its claims; the rest of the store is left to ``repair`` (a full
+    repair of a large store would stall the waiter, which holds claims of its own)."""
+    return lambda txn_id: _repair_write(store, txn_id)
 
 
 def pending_writes(store: Store) -> list[str]:
@@ -740,6 +739,30 @@ def _claim(store: Store, base: str) -> bool:
     return store.set_if(base + "claim", me, version)
 
 
+def _repair_write(store: Store, txn_id: str) -> bool:
+    """Finish (roll forward) or drop the write ``txn_id``, judged dead by the caller; False when
+    another live repairer has it."""
+    base = txn_prefix(txn_id)
+    if not _claim(store, base):
+        return False  # another live repairer is finishing it
+    raw = store.get(base + MANIFEST)
+    if raw is None:
+        store.erase_prefix(base)
+        return True
+    try:
+        manifest = json.loads(raw)
+    except ValueError as e:
+        raise InterruptedWriteError(f"write {txn_id!r}: its manifest is unreadable: {e}") from e
+    try:
+        _apply(store, manifest, {}, None)
+    except (WriteConflictError, NodeExistsError, ArrayNotFoundError):
+        if store.get(base + MANIFEST) is not None:
+            raise
+        # dropped before any of its values moved: another writer changed the shape it grew
+        # from first, created the node it created, or held that claim past commit_wait
+    return True
+
+
 def repair(store: Store, *, only_dead: bool = True) -> list[str]:
     """Finish or roll back the writes whose writer is gone: a committed manifest is rolled forward
     (its staged values moved, documents written, markers removed), a write that never reached
@@ -751,26 +774,8 @@ def repair(store: Store, *, only_dead: bool = True) -> list[str]:
     for txn_id in sorted(entries - {claims_dir}):
         if only_dead and not writer_is_dead(txn_id):
             continue
-        base = txn_prefix(txn_id)
-        if not _claim(store, base):
-            continue  # another live repairer is finishing it
-        raw = store.get(base + MANIFEST)
-        if raw is None:
-            store.erase_prefix(base)
-        else:
-            try:
-                manifest = json.loads(raw)
-            except ValueError as e:
-                raise InterruptedWriteError(f"write {txn_id!r}: its manifest is unreadable: {e}") from e
-            try:
-                _apply(store, manifest, {}, None)
-            except (WriteConflictError, NodeExistsError, ArrayNotFoundError):
-                if store.get(base + MANIFEST) is not None:
-                    raise
-                # dropped before any of its values moved: another writer changed the shape it
-                # grew from first, created the node it created, or held that claim past
-                # commit_wait
-        done.append(txn_id)
+        if _repair_write(store, txn_id):
+            done.append(txn_id)
     if claims_dir in entries:
         sweep_claims(store, only_dead=only_dead)
     return done

@@ -13,8 +13,9 @@ The same claims keep two ``to_zarr(mode="a")`` writes of one variable from inter
 chunks: one that adds a variable claims its document and, finding it added by another writer, is
 dropped and planned again as an overwrite of it (NodeAddedError: the result is what running the
 two one after the other gives, which is what a user of mode="a", "add or overwrite", expects);
-one that overwrites a stored array whole claims it without a check, so two overwrites commit one
-after the other and the array ends whole from one of them.
+one that overwrites a stored array whole claims it as a shape change from its stored shape to
+the same (no new document), so two overwrites commit one after the other and the array ends
+whole from one of them, and one planned before an append or a resize is planned again.
 """
 
 from __future__ import annotations
@@ -59,10 +60,10 @@ def _stored_shape(store: Store, doc_key: str) -> list[int] | None:
     return list(shape) if isinstance(shape, list) else None
 
 
-def _take_claim(store: Store, doc_key: str, txn_id: str, finish_dead: Callable[[], object]) -> bool:
+def _take_claim(store: Store, doc_key: str, txn_id: str, finish_dead: Callable[[str], object]) -> bool:
     """Hold ``doc_key``'s claim for ``txn_id``: waits while a live write holds it (up to the
-    store's ``commit_wait``), finishes a dead holder's write first (``finish_dead``: the
-    protocol's repair of dead writers), takes over a stale one. False when ``txn_id`` held it
+    store's ``commit_wait``), finishes a dead holder's write first (``finish_dead(holder id)``:
+    the protocol's repair of that one write), takes over a stale one. False when ``txn_id`` held it
     already (an earlier, interrupted run of its commit)."""
     key = claim_key(doc_key)
     me = txn_id.encode()
@@ -82,7 +83,7 @@ def _take_claim(store: Store, doc_key: str, txn_id: str, finish_dead: Callable[[
         if holder_id == txn_id:
             return False  # taken by an earlier run of this commit, which checked the shape
         if writer_is_dead(holder_id):
-            finish_dead()  # its write finished (or dropped): the claim is freed
+            finish_dead(holder_id)  # its write finished (or dropped): the claim is freed
             holder, version = store.get_versioned(key)
             if holder is None or holder.decode(errors="replace") != holder_id:
                 continue
@@ -140,26 +141,25 @@ def claim_nodes(
     txn_id: str,
     shape_from: Mapping[str, Sequence[int]],
     create: Sequence[str],
-    finish_dead: Callable[[], object],
+    finish_dead: Callable[[str], object],
     *,
     add: Sequence[str] = (),
-    hold: Sequence[str] = (),
     checked: bool = False,
 ) -> Zarr3Error | None:
     """Take the claims of a commit that changes the shapes of ``shape_from``'s arrays (document
-        key -> the shape the write started from) and creates the nodes whose documents are
-        ``create``, in key order (two writers never wait on each other). Returns the refusal, every
-        claim given up, when a stored shape is no longer the one the write started from
-        (ShapeMovedError) or a node it creates is stored now (NodeExistsError: another writer
-        created it first); None when the write may go on. ``add``: documents of nodes the write adds
-    to a group other writers may add them to (``mode="a"``): one stored now refuses the write with
-    NodeAddedError, and it is planned again over the stored node. ``hold``: documents of arrays the
-    write overwrites whole, claimed without a check, so that two such commits never interleave
-    their values (each array ends whole from one writer). ``finish_dead`` repairs dead writers.
-        ``checked``: an earlier run of this commit took and checked the claims (its record says so):
-        claims it still holds are not checked again (values may have moved since)."""
+    key -> the shape the write started from) and creates the nodes whose documents are
+    ``create``, in key order (two writers never wait on each other). Returns the refusal, every
+    claim given up, when a stored shape is no longer the one the write started from
+    (ShapeMovedError) or a node it creates is stored now (NodeExistsError: another writer
+    created it first); None when the write may go on. ``add``: documents of nodes the write
+    adds to a group other writers may add them to (``mode="a"``): one stored now refuses the
+    write with NodeAddedError, and it is planned again over the stored node. ``finish_dead(txn
+    id)`` repairs a dead writer's write (that one only: the waiter holds claims meanwhile, and
+    the other writes in the store are ``repair``'s business).
+    ``checked``: an earlier run of this commit took and checked the claims (its record says so):
+    claims it still holds are not checked again (values may have moved since)."""
     exclusive = store.supports_conditional_writes  # else no claim can be taken: the check alone
-    keys = sorted({*shape_from, *create, *add, *hold})
+    keys = sorted({*shape_from, *create, *add})
     for doc_key in keys:
         if exclusive:
             _take_claim(store, doc_key, txn_id, finish_dead)  # or still held by an earlier run
@@ -182,8 +182,6 @@ def claim_nodes(
                     f"{doc_key!r}: another writer added this node while this write was prepared "
                     "as its creation; nothing of this write was written"
                 )
-        elif doc_key in hold:
-            pass  # only serialized: an overwrite builds on nothing that another one changes
         elif store.get(doc_key) is not None:
             refusal = NodeExistsError(
                 f"{doc_key!r}: another writer created this node while this write was prepared "

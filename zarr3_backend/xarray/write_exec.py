@@ -70,12 +70,10 @@ def execute(
     shape_from: dict[str, tuple[int, ...]] = {}
     missing: list[str] = []
     added: list[str] = []
-    held: list[str] = []
     for plan in plans:
         shape_from.update(plan.shape_from())
         missing += plan.must_be_missing()
         added += plan.added_documents()
-        held += plan.held_documents()
         if plan.create_group:  # a new (or replaced) group, and any missing parents
             for key, doc in missing_parent_documents(store, plan.path, plan.zarr_format).items():
                 documents.setdefault(key, doc)  # never over a document another plan gives
@@ -93,7 +91,6 @@ def execute(
         shape_from=shape_from,
         create=missing,
         add=added,
-        hold=held,
     ) as txn:
         lazy = []
         for plan in plans:

@@ -117,23 +117,18 @@ class VariableWrite:
     #: array's .zattrs and .zarray); empty when its metadata stays as stored
     documents: dict[str, bytes] = field(default_factory=dict)
     #: an append's claim: the document holding the array's shape -> the shape it grows from
-    #: (the commit refuses to move the data when another writer changed it first)
+    #: (the commit refuses to move the data when another writer changed it first); an
+    #: overwrite of the whole array claims it too, from its stored shape (two overwrites never
+    #: interleave their chunks, and one planned before an append or resize is planned again)
     shape_from: dict[str, tuple[int, ...]] = field(default_factory=dict)
     #: the array is new to its group (created by this write)
     new: bool = False
 
     @property
     def claim_keys(self) -> list[str]:
-        """The documents claimed when this write adds or overwrites the array whole: the one
-        holding its shape (the key appends claim too)."""
+        """The documents claimed when this write adds the array: the one holding its shape (the
+        key appends and overwrites claim too)."""
         return list(shape_documents(self.target.path, self.target.metadata))
-
-    @property
-    def whole(self) -> bool:
-        """Whether the write covers the whole array at its stored shape (no append, no region)."""
-        return not self.shape_from and all(
-            (s.start, s.stop) == (0, n) for s, n in zip(self.region, self.target.shape, strict=True)
-        )
 
 
 @dataclass
@@ -163,7 +158,8 @@ class WritePlan:
         return docs
 
     def shape_from(self) -> dict[str, tuple[int, ...]]:
-        """The shapes the appends of this plan grow from, by the document holding each."""
+        """The shapes the appends and whole overwrites of this plan start from, by the document
+        holding each."""
         return {k: v for w in self.writes for k, v in w.shape_from.items()}
 
     def must_be_missing(self) -> list[str]:
@@ -181,11 +177,6 @@ class WritePlan:
         if not self.adds_to_stored:
             return []
         return [k for w in self.writes if w.new for k in w.claim_keys]
-
-    def held_documents(self) -> list[str]:
-        """The documents of stored arrays this write overwrites whole (``Transaction(hold=...)``):
-        two such commits of one array run one after the other, never interleaving chunks."""
-        return [k for w in self.writes if not w.new and w.whole for k in w.claim_keys]
 
     def new_group_documents(self) -> dict[str, bytes]:
         """The documents of the group as created empty (before ``documents`` adds its own)."""
@@ -526,6 +517,8 @@ def _plan_existing(
         )  # the new shape is stored after the data (v2: .zarray alone)
         shape_from = {key: a.shape for key in shape_documents(a.path, meta)}
         reg = tuple(slice(old, shape[axis]) if i == axis else s for i, s in enumerate(reg))
+    elif not region:  # the whole array overwritten: claimed at the shape it was planned from
+        shape_from = {key: a.shape for key in shape_documents(a.path, meta)}
     target = Array(store, a.path, meta, write_empty_chunks=wec)
     return VariableWrite(name, encoded, target, _concrete(reg, target.shape), documents, shape_from)
 
