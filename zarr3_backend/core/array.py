@@ -19,17 +19,35 @@ from ..errors import ReadOnlyError, ShapeError
 from ..stores.base import Store
 from . import rectilinear
 from .attributes import Attributes
-from .commit import Transaction, claimed_shape_change
-from .metadata import ArrayMetadata
-from .metadata_v2 import V2_MARKER, v2_fill_value_is_null
+from .commit import Transaction, claimed_shape_change, with_markers
+from .metadata import ArrayMetadata, parse_node_json
+from .metadata_v2 import ARRAY_KEY, V2_MARKER, v2_fill_value_is_null
 from .metadata_v2_store import shape_documents, stored_node_metadata, update_node_metadata
 from .node_claims import retry_shape_change
 from .paths import node_name
 from .pipeline import ChunkPipeline
 from .read_outputs import output
 from .selection import OIndex, VIndex, fancy_kind, flatten_nd
+from .txn_records import parse_doc
 from .unit_writes import OneUnit
 from .values import coerce_value
+
+
+def units_outside_shape(store: Store, doc_key: str) -> list[str]:
+    """Keys of the stored units of the array whose document (``zarr.json`` or v2 ``.zarray``)
+    is ``doc_key`` that lie wholly outside its stored shape: left there by a write planned at a
+    larger shape that committed after a shrink (the commit protocol's sweep erases them)."""
+    path, _, name = doc_key.rpartition("/")
+    if name == ARRAY_KEY:
+        from .group import read_v2_node_metadata  # group imports this module
+
+        meta = read_v2_node_metadata(store, path, use_consolidated=False)
+    else:
+        raw = store.get(doc_key)
+        meta = None if raw is None else parse_node_json(with_markers(parse_doc(raw, doc_key), {}), path)
+    if not isinstance(meta, ArrayMetadata):
+        return []
+    return Array(store, path, meta)._pipeline.stored_units_outside(meta.chunk_grid.grid_shape(meta.shape))
 
 
 def _spans_units(indexer: Any) -> bool:
@@ -267,8 +285,12 @@ class Array:
         changed the shape first)."""
         documents = {} if meta == self.metadata else shape_documents(self.path, meta)
         shape_from = {key: self.shape for key in documents}
+        # values planned at this shape: left outside a smaller one a shrink stored meanwhile, erased
+        within = {} if documents else {key: self.shape for key in shape_documents(self.path, meta)}
         target = Array(self.store, self.path, meta, write_empty_chunks=self.write_empty_chunks)
-        with Transaction(self.store, guard=(self.path,), documents=documents, shape_from=shape_from) as txn:
+        with Transaction(
+            self.store, guard=(self.path,), documents=documents, shape_from=shape_from, within=within
+        ) as txn:
             target._with_store(txn.staging)._write_units(indexer, value)
 
             def redo(key: str) -> None:  # another writer changed a shared unit meanwhile

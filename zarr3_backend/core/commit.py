@@ -67,6 +67,7 @@ from .node_claims import (
     claim_nodes,
     release_claims,
     shape_only,
+    stored_shape,
     sweep_claims,
 )
 from .paths import metadata_key
@@ -244,7 +245,10 @@ def claimed_shape_change(
         refusal = claim_nodes(store, txn_id, manifest["shape_from"], (), _repairer(store))
         if refusal is not None:
             raise refusal
-        return write()
+        result = write()
+        # a write planned at the old shape may have stored units past a smaller new one
+        _keep_within(store, txn_id, manifest["shape_from"], held={doc_key})
+        return result
     finally:
         _end_records(store, base, manifest["shape_from"], txn_id)
 
@@ -400,7 +404,10 @@ class Transaction:
     group (``mode="a"``: NodeAddedError when another writer added one first, to plan the write
     again over it). A write that overwrites an array whole names it in ``shape_from`` with its
     stored shape and no new document: two such commits then never interleave their values, and
-    one planned before another writer changed the shape is planned again. On a store that commits by itself (an Icechunk
+    one planned before another writer changed the shape is planned again. ``within`` (array
+    document key -> the shape the staged values were planned for) names the arrays whose units
+    left outside a smaller stored shape are erased once the values are in place (a shrink that
+    committed meanwhile; ``_keep_within``). On a store that commits by itself (an Icechunk
     session: ``Store.commits_externally``) nothing is staged or marked: the erases and documents
     are written at once, the values straight to their keys, and the store's own commit makes
     them visible together."""
@@ -414,6 +421,7 @@ class Transaction:
         shape_from: Mapping[str, Sequence[int]] | None = None,
         create: Iterable[str] = (),
         add: Iterable[str] = (),
+        within: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
         store.check_writable()
         self.store = store
@@ -424,6 +432,7 @@ class Transaction:
         self.shape_from = {k: [int(n) for n in v] for k, v in (shape_from or {}).items()}
         self.create = sorted(create)
         self.add = sorted(add)
+        self.within = {k: [int(n) for n in v] for k, v in (within or {}).items()}
         self._done = False
         self.staging: Store
         if store.commits_externally:
@@ -488,6 +497,7 @@ class Transaction:
             "shape_from": self.shape_from,
             "create": self.create,
             "add": self.add,
+            "within": self.within,
         }
         self.store.set(txn_prefix(self.id) + MANIFEST, json.dumps(manifest).encode())
         _apply(self.store, manifest, self.staging.expected, redo)
@@ -654,12 +664,53 @@ def _apply(
         store.erase(root)
     else:
         _write_final(store, root, root_doc, txn_id, root_rebase)
+    _keep_within(store, txn_id, {**shape_from, **(manifest.get("within") or {})}, held=set(claimed))
     _end_records(store, base, claimed, txn_id)  # the new shapes and nodes are stored
     if lost:
         raise WriteConflictError(
             f"{sorted(lost)} were changed by other writers while this write merged into them and could "
             "not be merged again: those units keep the other writers' values, the rest is committed"
         )
+
+
+def _keep_within(store: Store, txn_id: str, within: Mapping[str, Sequence[int]], held: set[str]) -> None:
+    """Erase the units stored wholly outside each array's shape when that shape is now smaller
+    than the one this write's values were planned for (``within``: document key -> that shape),
+    under the array's claim (``held``: the claims this write holds already). A write staged
+    before a shrink committed has moved units past the new end, and a shrink may have listed
+    its units before such a write moved them in: left, a later growth showed them instead of
+    the fill value. Units outside an array's shape belong to no one while its claim is held (an
+    append holds it until its shape is written), so nothing another writer needs is erased."""
+    if not store.supports_conditional_writes:
+        return  # no claim to hold: the sweep could erase an append's rows before its shape is written
+    from .array import units_outside_shape  # array imports this module
+
+    for doc_key in sorted(within):
+        planned = list(within[doc_key])
+        for _ in range(_DOC_RETRIES):
+            stored = stored_shape(store, doc_key)
+            if (
+                stored is None
+                or len(stored) != len(planned)
+                or all(s >= p for s, p in zip(stored, planned, strict=True))
+            ):
+                break  # gone, or not smaller: nothing of this write lies outside it
+            taken = doc_key not in held
+            if taken:
+                try:
+                    refusal = claim_nodes(store, txn_id, {doc_key: stored}, (), _repairer(store))
+                except WriteConflictError:
+                    # held by a live write past commit_wait: this write is committed; what it left
+                    # outside the shape is invisible until a resize grows the array again
+                    break
+                if refusal is not None:
+                    continue  # the shape changed again (or the array is gone): look again
+            try:
+                store.erase_many(units_outside_shape(store, doc_key))
+            finally:
+                if taken:
+                    release_claims(store, [doc_key], txn_id)
+            break
 
 
 def _consolidated_root(store: Store, root_doc: bytes | None, txn_id: str) -> bytes | None:

@@ -48,7 +48,7 @@ def claim_key(doc_key: str) -> str:
     return CLAIMS_DIR + hashlib.blake2b(doc_key.encode(), digest_size=12).hexdigest()
 
 
-def _stored_shape(store: Store, doc_key: str) -> list[int] | None:
+def stored_shape(store: Store, doc_key: str) -> list[int] | None:
     """The ``shape`` of the array document at ``doc_key`` (v3 ``zarr.json`` or v2 ``.zarray``)."""
     raw = store.get(doc_key)
     if raw is None:
@@ -167,7 +167,7 @@ def claim_nodes(
             continue  # checked by an earlier run of this commit (on any store: values may have moved)
         refusal: Zarr3Error | None = None
         if doc_key in shape_from:
-            stored = _stored_shape(store, doc_key)
+            stored = stored_shape(store, doc_key)
             if stored is None:  # the write would bring back an array erased meanwhile, with holes
                 refusal = ArrayNotFoundError(
                     f"{doc_key!r}: the array this write changes the shape of is gone, no longer an "

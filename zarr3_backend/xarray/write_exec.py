@@ -70,10 +70,12 @@ def execute(
     shape_from: dict[str, tuple[int, ...]] = {}
     missing: list[str] = []
     added: list[str] = []
+    within: dict[str, tuple[int, ...]] = {}
     for plan in plans:
         shape_from.update(plan.shape_from())
         missing += plan.must_be_missing()
         added += plan.added_documents()
+        within.update(plan.within())
         if plan.create_group:  # a new (or replaced) group, and any missing parents
             for key, doc in missing_parent_documents(store, plan.path, plan.zarr_format).items():
                 documents.setdefault(key, doc)  # never over a document another plan gives
@@ -91,6 +93,7 @@ def execute(
         shape_from=shape_from,
         create=missing,
         add=added,
+        within=within,
     ) as txn:
         lazy = []
         for plan in plans:

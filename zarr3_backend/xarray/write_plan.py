@@ -178,6 +178,14 @@ class WritePlan:
             return []
         return [k for w in self.writes if w.new for k in w.claim_keys]
 
+    def within(self) -> dict[str, tuple[int, ...]]:
+        """The shapes the region writes of stored arrays were planned at, by the document holding
+        each (``Transaction(within=...)``: what a shrink committed meanwhile leaves past the new
+        end is erased)."""
+        return {
+            k: w.target.shape for w in self.writes if not w.new and not w.shape_from for k in w.claim_keys
+        }
+
     def new_group_documents(self) -> dict[str, bytes]:
         """The documents of the group as created empty (before ``documents`` adds its own)."""
         empty = GroupMetadata() if self.zarr_format == 3 else v2_group_metadata({}, self.path)
