@@ -273,3 +273,32 @@ def test_an_overwrite_planned_before_an_append_is_planned_again_not_over_its_row
     assert store.hook is None  # the append ran
     np.testing.assert_array_equal(z3.open_array(store, "a")[:, 0], [1, 1, 1, 5])
     assert not list(store.list_prefix(".z3-txn/"))
+
+
+class _ClashCheckHooked(z3.MemoryStore):
+    """Runs ``hook`` once, when a write checks that nothing is stored where it adds ``v`` (after
+    it planned ``v`` as new)."""
+
+    hook = None
+
+    def exists_many(self, keys):
+        keys = list(keys)
+        if self.hook is not None and any(k.startswith("v/") for k in keys):
+            hook, self.hook = self.hook, None
+            hook()
+        return super().exists_many(keys)
+
+
+@pytest.mark.parametrize("zarr_format", [3, 2])
+def test_a_variable_added_between_planning_and_the_clash_check_is_planned_again(zarr_format):
+    """Another writer adds ``v`` after this one planned it as new, before its check that nothing
+    is stored there: it was refused as if a group were stored at ``v``; it is planned again as
+    an overwrite, and ``v`` is this writer's, whole."""
+    store = _ClashCheckHooked()
+    _base(store, zarr_format)
+    kwargs = dict(mode="a", write_empty_chunks=False, consolidated=False)
+    store.hook = lambda: z3.to_zarr(_dataset(1, 5), store, **kwargs)
+    z3.to_zarr(_dataset(0, 5), store, **kwargs)
+    assert store.hook is None
+    stored = xr.open_dataset(store, engine="zarr3")["v"].values
+    assert _written_by(stored, [0, 1], 5) == [0], stored

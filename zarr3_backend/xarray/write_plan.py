@@ -5,7 +5,7 @@ Pure: it reads what the store holds but writes nothing."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,12 +23,15 @@ from ..core.metadata_v2 import ARRAY_KEY, GROUP_KEY
 from ..core.metadata_v2_store import shape_documents
 from ..core.metadata_v2_write import node_documents, v2_group_metadata
 from ..core.paths import join_path, metadata_key, node_name
+from ..core.txn_records import parse_doc
 from ..dask.alignment import check_deferred_edges, check_region_edges, storage_units
 from ..dask.write import plan_chunks
 from ..errors import (
     ArgumentError,
     ArgumentTypeError,
     ChunkAlignmentError,
+    MetadataError,
+    NodeAddedError,
     NodeExistsError,
     ShapeError,
     Zarr3Error,
@@ -560,6 +563,22 @@ def _check_same_coordinate(
         )
 
 
+def _array_added(store: Store, path: str, zarr_format: int, found: Sequence[bool]) -> bool:
+    """Whether an array of the plan's format is stored now at ``path``, which the plan read as
+    missing (``found``: whether its ``zarr.json``, ``.zarray``, ``.zgroup`` exist): another
+    writer added the same variable meanwhile (``to_zarr`` plans again, as an overwrite)."""
+    if zarr_format == 2:
+        return bool(found[1])
+    if not found[0]:
+        return False
+    raw = store.get(metadata_key(path))
+    try:
+        doc = parse_doc(raw, metadata_key(path)) if raw is not None else {}
+    except MetadataError:
+        return False  # not a document: refused below as a clash
+    return doc.get("node_type") == "array"
+
+
 def refuse_clashes(store: Store, path: str, plan: WritePlan, arrays: Mapping[str, Array]) -> None:
     """Before anything is written: a v3 group must not lie inside a Zarr v2 hierarchy (a v2
     one not inside a v3 group: ``missing_parent_documents``), and a new array must not land
@@ -572,6 +591,11 @@ def refuse_clashes(store: Store, path: str, plan: WritePlan, arrays: Mapping[str
     keys = [k for p in new for k in (metadata_key(p), join_path(p, ARRAY_KEY), join_path(p, GROUP_KEY))]
     found = store.exists_many(keys) if keys else []
     for i, p in enumerate(new):
+        if _array_added(store, p, plan.zarr_format, found[3 * i : 3 * i + 3]):
+            raise NodeAddedError(
+                f"variable {node_name(p)!r}: another writer added it since this write was planned; "
+                "planned again over it"
+            )
         if found[3 * i] or (plan.zarr_format == 2 and found[3 * i + 2]):
             raise NodeExistsError(f"cannot write variable {node_name(p)!r}: a group is stored at {p!r}")
         if found[3 * i + 1] or found[3 * i + 2]:
