@@ -40,6 +40,7 @@ by the next write; a live writer's records are never touched (see ``_owner``).
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 import warnings
@@ -78,6 +79,7 @@ from .txn_records import (
     is_reserved_key,
     new_txn_id,
     parse_doc,
+    parse_manifest,
     txn_prefix,
     writer_is_dead,
 )
@@ -85,6 +87,7 @@ from .txn_records import (
 _ERASED = "erased"  # written once the erases of the commit are done
 _CLAIMS_CHECKED = "claims-checked"  # written once the commit's claims are taken and checked
 _DOC_RETRIES = 64
+_REPAIRER = re.compile(r"[0-9]+-[^:]+:[0-9a-f]{8}")  # a repairer's claim, as _claim writes it
 
 
 # ---- the marker (pure) ---------------------------------------------------------------------------
@@ -531,7 +534,19 @@ def _guarded_keys(store: Store, manifest: Mapping[str, Any]) -> list[str]:
 def _erased_documents(store: Store, base: str) -> list[str] | None:
     """The documents an earlier run of this commit erased, or None when the erases have not run."""
     raw = store.get(base + _ERASED)
-    return None if raw is None else list(json.loads(raw))
+    if raw is None:
+        return None
+    try:
+        docs = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        docs = None
+    if not isinstance(docs, list) or not all(isinstance(k, str) for k in docs):
+        raise InterruptedWriteError(
+            f"{base + _ERASED!r}: the record of the documents this interrupted write erased is "
+            f"unreadable: it can be neither finished nor rolled back; once no writer runs, look at "
+            f"what it changed and remove {base!r}"
+        )
+    return docs
 
 
 def _conflict(key: str, redo: Callable[[str], None] | None) -> None:
@@ -785,9 +800,10 @@ def _claim(store: Store, base: str) -> bool:
     holder, version = store.get_versioned(base + "claim")
     if holder is None:
         return store.set_if(base + "claim", me, None)
-    if not token_is_dead(holder.decode(errors="replace").split(":")[0]):
+    text = holder.decode(errors="replace")
+    if _REPAIRER.fullmatch(text) and not token_is_dead(text.split(":")[0]):
         return False  # a live repairer (perhaps another thread of this process) has it
-    return store.set_if(base + "claim", me, version)
+    return store.set_if(base + "claim", me, version)  # a dead repairer's, or not one at all
 
 
 def _repair_write(store: Store, txn_id: str) -> bool:
@@ -801,16 +817,19 @@ def _repair_write(store: Store, txn_id: str) -> bool:
         store.erase_prefix(base)
         return True
     try:
-        manifest = json.loads(raw)
-    except ValueError as e:
-        raise InterruptedWriteError(f"write {txn_id!r}: its manifest is unreadable: {e}") from e
-    try:
-        _apply(store, manifest, {}, None)
-    except (WriteConflictError, NodeExistsError, ArrayNotFoundError):
-        if store.get(base + MANIFEST) is not None:
-            raise
-        # dropped before any of its values moved: another writer changed the shape it grew
-        # from first, created the node it created, or held that claim past commit_wait
+        manifest = parse_manifest(raw, txn_id)
+        try:
+            _apply(store, manifest, {}, None)
+        except (WriteConflictError, NodeExistsError, ArrayNotFoundError):
+            if store.get(base + MANIFEST) is not None:
+                raise
+            # dropped before any of its values moved: another writer changed the shape it grew
+            # from first, created the node it created, or held that claim past commit_wait
+    except BaseException:
+        # given up: the next repair (of any process) meets the write again, and raises again
+        # when its records are unreadable, rather than skip it while this process lives
+        store.erase(base + "claim")
+        raise
     return True
 
 
