@@ -105,3 +105,38 @@ def test_a_write_committed_after_a_growth_keeps_everything():
     store.hook = lambda: z3.open_array(store, "a", mode="r+").resize((12, COLS))
     mine[5:8] = 9
     np.testing.assert_array_equal(z3.open_array(store, "a")[:, 0], [1] * 5 + [9, 9, 9] + [0] * 4)
+
+
+@pytest.mark.parametrize(
+    ("zarr_format", "layout"),
+    [(3, {"chunks": (2, 2)}), (2, {"chunks": (2, 2)}), (3, {"chunks": (2, 2), "shards": (4, 4)})],
+    ids=["v3", "v2", "sharded"],
+)
+def test_a_shrink_resets_what_it_cuts_off_a_unit_so_a_growth_shows_fill(zarr_format, layout):
+    """A shrink to 5 x 3 cuts through units along both axes (and their corner): growing back,
+    every element outside 5 x 3 reads the fill value (the old values came back before)."""
+    store = z3.MemoryStore()
+    a = z3.create_array(store, "a", shape=(6, 5), dtype="i4", fill_value=0, zarr_format=zarr_format, **layout)
+    a[...] = 1
+    a.resize((5, 3))
+    np.testing.assert_array_equal(a[...], np.ones((5, 3)))
+    a.resize((6, 5))
+    expected = np.zeros((6, 5), "i4")
+    expected[:5, :3] = 1
+    np.testing.assert_array_equal(z3.open_array(store, "a")[...], expected)
+    assert not list(store.list_prefix(".z3-txn/"))
+
+
+def test_a_shrink_racing_a_write_into_the_unit_it_cuts_still_cuts_it():
+    """Another writer rewrites the unit the shrink cuts (rows 4-5) while the shrink is staged:
+    the shrink cuts it again from the new value (its commit redoes the cut), so the row past
+    the end is fill and the row kept is the other writer's."""
+    store = CommitHookedStore()
+    _array(store, rows=6)
+    other = z3.open_array(store, "a", mode="r+")
+    store.hook = lambda: other.__setitem__(slice(4, 6), 7)
+    z3.open_array(store, "a", mode="r+").resize((5, COLS))
+    assert store.hook is None
+    grown = z3.open_array(store, "a", mode="r+")
+    grown.resize((6, COLS))
+    np.testing.assert_array_equal(grown[:, 0], [1, 1, 1, 1, 7, 0])

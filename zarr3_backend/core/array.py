@@ -50,6 +50,11 @@ def units_outside_shape(store: Store, doc_key: str) -> list[str]:
     return Array(store, path, meta)._pipeline.stored_units_outside(meta.chunk_grid.grid_shape(meta.shape))
 
 
+def _extent(region: tuple[slice, ...]) -> tuple[int, ...]:
+    """The shape of a region of concrete slices."""
+    return tuple(s.stop - s.start for s in region)
+
+
 def _spans_units(indexer: Any) -> bool:
     """Whether a selection touches more than one storage unit (chunk or shard)."""
     units = iter(indexer)
@@ -350,7 +355,9 @@ class Array:
         self._pipeline.forget()
 
     def resize(self, *shape: Any) -> None:
-        """Change the shape; stored units wholly outside the new shape are deleted."""
+        """Change the shape; stored units wholly outside the new shape are deleted, and the part
+        of a unit the new end cuts through that falls outside is reset to the fill value (a
+        later growth shows fill there, not the old values)."""
         self._check_writable()
         raw = shape[0] if len(shape) == 1 and not isinstance(shape[0], int | np.integer) else shape
         try:
@@ -375,9 +382,10 @@ class Array:
         new_meta = self.metadata.evolve(shape=new_shape)
         shrinks = any(n < o for n, o in zip(new_grid, old_grid, strict=True))
         doomed = self._pipeline.stored_units_outside(new_grid) if shrinks else []
+        tails = self._cut_tails(new_shape)
         documents = shape_documents(self.path, new_meta)
         shape_from = {key: self.shape for key in documents}
-        if not doomed:  # one document: atomic by itself; only its shape changes (not the
+        if not doomed and not tails:  # one document: atomic by itself; only its shape changes (not the
             # attributes another writer may have set since this handle read it)
             (key,) = documents
             self.metadata = claimed_shape_change(
@@ -393,9 +401,40 @@ class Array:
         # over chunks it should have dropped (a later growth would bring them back)
         with Transaction(self.store, guard=(self.path,), documents=documents, shape_from=shape_from) as txn:
             txn.staging.erase_many(doomed)
-            txn.commit()
+            fills = [
+                (region, self._coerce_value(self.metadata.fill_value, _extent(region))) for region in tails
+            ]
+            for region, fill in fills:
+                self._with_store(txn.staging)[region] = fill
+
+            def redo(key: str) -> None:  # another writer changed a cut unit meanwhile: cut it again
+                for region, fill in fills:
+                    self.write_unit_of(region, fill, key)
+
+            txn.commit(redo=redo)
         self.metadata = new_meta
-        self._pipeline.forget(doomed)
+        self._pipeline.forget()
+
+    def _cut_tails(self, new_shape: tuple[int, ...]) -> list[tuple[slice, ...]]:
+        """The regions (in today's shape) of the units a shrink to ``new_shape`` cuts through
+        that fall outside it: one per shrunk axis whose new end is inside a unit, covering the
+        corners where several meet (regular grids; a rectilinear one keeps them as stored)."""
+        grid = self.metadata.chunk_grid
+        if not grid.is_regular:
+            return []
+        unit, old = self.storage_chunks, self.shape
+
+        def kept(j: int) -> slice:  # along another axis: every element of the units still used
+            if new_shape[j] >= old[j]:
+                return slice(0, old[j])
+            return slice(0, min(old[j], -(-new_shape[j] // unit[j]) * unit[j]))
+
+        tails = []
+        for i, (n, o, c) in enumerate(zip(new_shape, old, unit, strict=True)):
+            if n < o and n % c:
+                cut = slice(n, min(o, -(-n // c) * c))
+                tails.append(tuple(cut if j == i else kept(j) for j in range(len(old))))
+        return tails
 
     def append(self, data: Any, axis: int = 0) -> None:
         """Grow along ``axis`` and write ``data`` into the new part: validated first, then the
