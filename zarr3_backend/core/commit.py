@@ -679,13 +679,29 @@ def _apply(
         store.erase(root)
     else:
         _write_final(store, root, root_doc, txn_id, root_rebase)
-    _keep_within(store, txn_id, {**shape_from, **(manifest.get("within") or {})}, held=set(claimed))
+    shrunk = {k: v for k, v in shape_from.items() if _shrinks(manifest["documents"].get(k), k, v)}
+    _keep_within(store, txn_id, {**shrunk, **(manifest.get("within") or {})}, held=set(claimed))
     _end_records(store, base, claimed, txn_id)  # the new shapes and nodes are stored
     if lost:
         raise WriteConflictError(
             f"{sorted(lost)} were changed by other writers while this write merged into them and could "
             "not be merged again: those units keep the other writers' values, the rest is committed"
         )
+
+
+def _shrinks(doc: str | None, key: str, shape_from: Sequence[int]) -> bool:
+    """Whether the array document ``doc`` a commit writes as ``key`` is smaller than
+    ``shape_from`` along some axis (a shrink: what a write staged at the old shape moved in
+    past its end is erased after it)."""
+    if doc is None:
+        return False
+    try:
+        shape = parse_doc(doc.encode(), key).get("shape")
+    except MetadataError:
+        return False
+    return isinstance(shape, list) and any(
+        isinstance(n, int) and n < o for n, o in zip(shape, shape_from, strict=False)
+    )
 
 
 def _keep_within(store: Store, txn_id: str, within: Mapping[str, Sequence[int]], held: set[str]) -> None:

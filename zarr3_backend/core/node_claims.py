@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from .._threads import thread_map
 from ..errors import (
     ArrayNotFoundError,
     MetadataError,
@@ -50,7 +51,11 @@ def claim_key(doc_key: str) -> str:
 
 def stored_shape(store: Store, doc_key: str) -> list[int] | None:
     """The ``shape`` of the array document at ``doc_key`` (v3 ``zarr.json`` or v2 ``.zarray``)."""
-    raw = store.get(doc_key)
+    return _shape_of(store.get(doc_key), doc_key)
+
+
+def _shape_of(raw: bytes | None, doc_key: str) -> list[int] | None:
+    """The ``shape`` of the array document ``raw`` stored at ``doc_key`` (None: not one)."""
     if raw is None:
         return None
     try:
@@ -129,11 +134,14 @@ def release_claims(store: Store, doc_keys: Iterable[str], txn_id: str) -> None:
     """Give up ``txn_id``'s shape claims on ``doc_keys`` (those another write holds stay)."""
     if not store.supports_conditional_writes:
         return  # none was taken
-    for doc_key in doc_keys:
+
+    def release(doc_key: str) -> None:
         key = claim_key(doc_key)
         holder, version = store.get_versioned(key)
         if holder is not None and holder.decode(errors="replace") == txn_id:
             store.erase_if(key, version)
+
+    thread_map(release, list(doc_keys), kind="io")  # independent: all at once
 
 
 def claim_nodes(
@@ -160,14 +168,17 @@ def claim_nodes(
     claims it still holds are not checked again (values may have moved since)."""
     exclusive = store.supports_conditional_writes  # else no claim can be taken: the check alone
     keys = sorted({*shape_from, *create, *add})
-    for doc_key in keys:
-        if exclusive:
+    if exclusive:
+        for doc_key in keys:  # one after the other, in key order
             _take_claim(store, doc_key, txn_id, finish_dead)  # or still held by an earlier run
-        if checked:
-            continue  # checked by an earlier run of this commit (on any store: values may have moved)
+    if checked:
+        return None  # checked by an earlier run of this commit (on any store: values may have moved)
+    # every document checked under every claim, read in one batch
+    stored_docs = dict(zip(keys, store.get_many(keys), strict=True)) if keys else {}
+    for doc_key in keys:
         refusal: Zarr3Error | None = None
         if doc_key in shape_from:
-            stored = stored_shape(store, doc_key)
+            stored = _shape_of(stored_docs[doc_key], doc_key)
             if stored is None:  # the write would bring back an array erased meanwhile, with holes
                 refusal = ArrayNotFoundError(
                     f"{doc_key!r}: the array this write changes the shape of is gone, no longer an "
@@ -177,12 +188,12 @@ def claim_nodes(
             elif stored != list(shape_from[doc_key]):
                 refusal = moved(shape_from)  # made again from the new shape
         elif doc_key in add:
-            if store.get(doc_key) is not None:
+            if stored_docs[doc_key] is not None:
                 refusal = NodeAddedError(
                     f"{doc_key!r}: another writer added this node while this write was prepared "
                     "as its creation; nothing of this write was written"
                 )
-        elif store.get(doc_key) is not None:
+        elif stored_docs[doc_key] is not None:
             refusal = NodeExistsError(
                 f"{doc_key!r}: another writer created this node while this write was prepared "
                 "(mode='w-'); nothing of this write was written"
