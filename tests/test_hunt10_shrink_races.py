@@ -140,3 +140,19 @@ def test_a_shrink_racing_a_write_into_the_unit_it_cuts_still_cuts_it():
     grown = z3.open_array(store, "a", mode="r+")
     grown.resize((6, COLS))
     np.testing.assert_array_equal(grown[:, 0], [1, 1, 1, 1, 7, 0])
+
+
+def test_a_write_into_a_unit_the_shrink_cut_leaves_nothing_past_the_new_end():
+    """The write (rows 3-5, units 1 and 2) is staged; the shrink to 5 rows cuts unit 2 and
+    commits; the write's commit redoes its part of unit 2 over the cut one, row 5 included:
+    the write then finds the shape smaller and resets row 5 to fill (it showed 9 on growth)."""
+    store = CommitHookedStore()
+    _array(store)
+    mine = z3.open_array(store, "a", mode="r+")
+    store.hook = lambda: z3.open_array(store, "a", mode="r+").resize((5, COLS))
+    mine[3:6] = 9
+    assert store.hook is None
+    grown = z3.open_array(store, "a", mode="r+")
+    np.testing.assert_array_equal(grown[:, 0], [1, 1, 1, 9, 9])
+    grown.resize((8, COLS))
+    np.testing.assert_array_equal(grown[:, 0], [1, 1, 1, 9, 9, 0, 0, 0])

@@ -33,10 +33,12 @@ from .unit_writes import OneUnit
 from .values import coerce_value
 
 
-def units_outside_shape(store: Store, doc_key: str) -> list[str]:
-    """Keys of the stored units of the array whose document (``zarr.json`` or v2 ``.zarray``)
-    is ``doc_key`` that lie wholly outside its stored shape: left there by a write planned at a
-    larger shape that committed after a shrink (the commit protocol's sweep erases them)."""
+def clear_outside_shape(store: Store, doc_key: str, planned: Sequence[int]) -> None:
+    """Clear what lies outside the stored shape of the array whose document (``zarr.json`` or
+    v2 ``.zarray``) is ``doc_key``, as far as a write planned at shape ``planned`` can have put
+    it there (committed after a shrink): the units wholly outside are erased, the part outside
+    of those the end cuts through reset to the fill value (unit by unit, each a conditional
+    read-modify-write). The commit protocol runs it under the array's claim."""
     path, _, name = doc_key.rpartition("/")
     if name == ARRAY_KEY:
         from .group import read_v2_node_metadata  # group imports this module
@@ -45,9 +47,17 @@ def units_outside_shape(store: Store, doc_key: str) -> list[str]:
     else:
         raw = store.get(doc_key)
         meta = None if raw is None else parse_node_json(with_markers(parse_doc(raw, doc_key), {}), path)
-    if not isinstance(meta, ArrayMetadata):
-        return []
-    return Array(store, path, meta)._pipeline.stored_units_outside(meta.chunk_grid.grid_shape(meta.shape))
+    if not isinstance(meta, ArrayMetadata) or len(planned) != len(meta.shape):
+        return
+    store.erase_many(
+        Array(store, path, meta)._pipeline.stored_units_outside(meta.chunk_grid.grid_shape(meta.shape))
+    )
+    wide = Array(
+        store, path, meta.evolve(shape=tuple(max(p, n) for p, n in zip(planned, meta.shape, strict=True)))
+    )
+    for region in wide._cut_tails(meta.shape):
+        indexer = indexing.basic_indexer(region, wide.shape, wide.storage_chunks)
+        wide._write_units(indexer, wide._coerce_value(meta.fill_value, _extent(region)))
 
 
 def _extent(region: tuple[slice, ...]) -> tuple[int, ...]:

@@ -705,16 +705,17 @@ def _shrinks(doc: str | None, key: str, shape_from: Sequence[int]) -> bool:
 
 
 def _keep_within(store: Store, txn_id: str, within: Mapping[str, Sequence[int]], held: set[str]) -> None:
-    """Erase the units stored wholly outside each array's shape when that shape is now smaller
-    than the one this write's values were planned for (``within``: document key -> that shape),
-    under the array's claim (``held``: the claims this write holds already). A write staged
+    """Clear what is stored outside each array's shape (units wholly outside erased, the part
+    outside of units the end cuts through reset to fill: ``array.clear_outside_shape``) when
+    that shape is now smaller than the one this write's values were planned for (``within``:
+    document key -> that shape), under the array's claim (``held``: the claims this write holds already). A write staged
     before a shrink committed has moved units past the new end, and a shrink may have listed
     its units before such a write moved them in: left, a later growth showed them instead of
     the fill value. Units outside an array's shape belong to no one while its claim is held (an
     append holds it until its shape is written), so nothing another writer needs is erased."""
     if not store.supports_conditional_writes:
         return  # no claim to hold: the sweep could erase an append's rows before its shape is written
-    from .array import units_outside_shape  # array imports this module
+    from .array import clear_outside_shape  # array imports this module
 
     for doc_key in sorted(within):
         planned = list(within[doc_key])
@@ -737,7 +738,7 @@ def _keep_within(store: Store, txn_id: str, within: Mapping[str, Sequence[int]],
                 if refusal is not None:
                     continue  # the shape changed again (or the array is gone): look again
             try:
-                store.erase_many(units_outside_shape(store, doc_key))
+                clear_outside_shape(store, doc_key, planned)
             finally:
                 if taken:
                     release_claims(store, [doc_key], txn_id)
