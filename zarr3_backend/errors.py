@@ -122,6 +122,12 @@ class ShapeMovedError(WriteConflictError):
     new shape (``core.commit.retry_shape_change``)."""
 
 
+class NodeAddedError(WriteConflictError):
+    """A write that adds a node (a variable new to its group, ``to_zarr(mode="a")``) found it
+    created by another writer since it planned: nothing of it was written, and it is planned
+    again over the stored node (``core.node_claims.retry_shape_change``)."""
+
+
 class ResourceLimitError(CorruptionError):
     """Metadata or stored bytes ask for more than is sane or more than is stored (a huge chunk, an
     item count past the data, a byte range past the object); refused before allocating."""

@@ -25,6 +25,7 @@ from ..core.commit import TXN_DIR
 from ..core.info import classify_keys, read_batches, shard_index, unit_chain
 from ..core.node_claims import CLAIMS_DIR
 from ..core.paths import join_path, join_prefix
+from ..core.txn_records import MANIFEST, is_txn_id, parse_manifest, txn_prefix
 from ..errors import Zarr3Error
 from ..stores.base import Store
 from ..stores.local import TEMP_PREFIX, LocalStore, dead_writers_temp, temp_file_writer
@@ -158,6 +159,7 @@ def scan(store: Store, path: str, *, show_progress: bool) -> Report:
     report.in_flight = sorted(
         {k.split("/")[1] for k in all_keys if k.startswith(TXN_DIR + "/") and not k.startswith(CLAIMS_DIR)}
     )
+    check_manifests(store, report)
     arrays = [node] if isinstance(node, Array) else []
     if not isinstance(node, Array):
         try:
@@ -185,6 +187,21 @@ def scan(store: Store, path: str, *, show_progress: bool) -> Report:
         report.orphans.append(key)
     report.temporary = find_temp_files(store, prefix, all_keys)
     return report
+
+
+def check_manifests(store: Store, report: Report) -> None:
+    """Report as bad each in-flight write whose manifest is unreadable (neither ``repair`` nor
+    the next write can finish or drop that write); records under a name that is no write's id
+    are only listed (the protocol never runs them)."""
+    txns = [t for t in report.in_flight if is_txn_id(t)]
+    keys = [txn_prefix(t) + MANIFEST for t in txns]
+    for txn, key, raw in zip(txns, keys, store.get_many(keys), strict=True):
+        if raw is None:
+            continue  # not yet written (a write still staging): nothing to read
+        try:
+            parse_manifest(raw, txn)
+        except Zarr3Error as e:
+            report.bad[key] = f"{type(e).__name__}: {e}"
 
 
 def repair_store(store: Store, report: Report) -> list[str]:

@@ -27,8 +27,10 @@ A write that changes an array's shape (an append, a resize) builds on the shape 
 ``mode="w-"`` write creates a node that must still be missing: before step 3 the commit claims
 those documents and checks them (``node_claims``). When one has changed, the write is dropped,
 none of its values having moved, and made again from the new shape (``retry_shape_change``), or
-refused (NodeExistsError); two appends never put their rows at one offset. The claims are given
-up once the new documents are written.
+refused (NodeExistsError); two appends never put their rows at one offset. A ``mode="a"`` write
+claims the arrays it adds (planned again over one another writer added first) and those it
+overwrites whole (by the shape it planned from), so one array never holds two writers' chunks.
+The claims are given up once the new documents are written.
 
 Markers of several writers share the field (one entry per write), and are added and removed
 with conditional writes where the store offers them. A write whose process is gone is finished
@@ -38,6 +40,7 @@ by the next write; a live writer's records are never touched (see ``_owner``).
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 import warnings
@@ -65,6 +68,7 @@ from .node_claims import (
     claim_nodes,
     release_claims,
     shape_only,
+    stored_shape,
     sweep_claims,
 )
 from .paths import metadata_key
@@ -75,6 +79,7 @@ from .txn_records import (
     is_reserved_key,
     new_txn_id,
     parse_doc,
+    parse_manifest,
     txn_prefix,
     writer_is_dead,
 )
@@ -82,6 +87,7 @@ from .txn_records import (
 _ERASED = "erased"  # written once the erases of the commit are done
 _CLAIMS_CHECKED = "claims-checked"  # written once the commit's claims are taken and checked
 _DOC_RETRIES = 64
+_REPAIRER = re.compile(r"[0-9]+-[^:]+:[0-9a-f]{8}")  # a repairer's claim, as _claim writes it
 
 
 # ---- the marker (pure) ---------------------------------------------------------------------------
@@ -253,7 +259,10 @@ def claimed_shape_change(
         refusal = claim_nodes(store, txn_id, manifest["shape_from"], (), _repairer(store))
         if refusal is not None:
             raise refusal
-        return write()
+        result = write()
+        # a write planned at the old shape may have stored units past a smaller new one
+        _keep_within(store, txn_id, manifest["shape_from"], held={doc_key})
+        return result
     finally:
         _end_records(store, base, manifest["shape_from"], txn_id)
 
@@ -405,7 +414,14 @@ class Transaction:
     write started from) names the arrays whose shape it changes, and ``create`` the documents of
     nodes it creates that must not be stored (a ``mode="w-"`` write): the commit claims them,
     and raises ShapeMovedError (NodeExistsError), having written nothing, when another writer
-    changed one first (created one first). On a store that commits by itself (an Icechunk
+    changed one first (created one first). ``add`` names the documents of nodes it adds to a
+    group (``mode="a"``: NodeAddedError when another writer added one first, to plan the write
+    again over it). A write that overwrites an array whole names it in ``shape_from`` with its
+    stored shape and no new document: two such commits then never interleave their values, and
+    one planned before another writer changed the shape is planned again. ``within`` (array
+    document key -> the shape the staged values were planned for) names the arrays whose units
+    left outside a smaller stored shape are erased once the values are in place (a shrink that
+    committed meanwhile; ``_keep_within``). On a store that commits by itself (an Icechunk
     session: ``Store.commits_externally``) nothing is staged or marked: the erases and documents
     are written at once, the values straight to their keys, and the store's own commit makes
     them visible together."""
@@ -418,6 +434,8 @@ class Transaction:
         erase_prefixes: Sequence[str] = (),
         shape_from: Mapping[str, Sequence[int]] | None = None,
         create: Iterable[str] = (),
+        add: Iterable[str] = (),
+        within: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
         store.check_writable()
         self.store = store
@@ -427,6 +445,8 @@ class Transaction:
         self.erase_prefixes = list(erase_prefixes)
         self.shape_from = {k: [int(n) for n in v] for k, v in (shape_from or {}).items()}
         self.create = sorted(create)
+        self.add = sorted(add)
+        self.within = {k: [int(n) for n in v] for k, v in (within or {}).items()}
         self._done = False
         self.staging: Store
         if store.commits_externally:
@@ -490,6 +510,8 @@ class Transaction:
             "consolidate": "" if consolidate else None,
             "shape_from": self.shape_from,
             "create": self.create,
+            "add": self.add,
+            "within": self.within,
         }
         self.store.set(txn_prefix(self.id) + MANIFEST, json.dumps(manifest).encode())
         _apply(self.store, manifest, self.staging.expected, redo)
@@ -523,7 +545,19 @@ def _guarded_keys(store: Store, manifest: Mapping[str, Any]) -> list[str]:
 def _erased_documents(store: Store, base: str) -> list[str] | None:
     """The documents an earlier run of this commit erased, or None when the erases have not run."""
     raw = store.get(base + _ERASED)
-    return None if raw is None else list(json.loads(raw))
+    if raw is None:
+        return None
+    try:
+        docs = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        docs = None
+    if not isinstance(docs, list) or not all(isinstance(k, str) for k in docs):
+        raise InterruptedWriteError(
+            f"{base + _ERASED!r}: the record of the documents this interrupted write erased is "
+            f"unreadable: it can be neither finished nor rolled back; once no writer runs, look at "
+            f"what it changed and remove {base!r}"
+        )
+    return docs
 
 
 def _conflict(key: str, redo: Callable[[str], None] | None) -> None:
@@ -543,13 +577,16 @@ def _apply(
     base = txn_prefix(txn_id)
     shape_from = manifest.get("shape_from") or {}
     create = manifest.get("create", ())
-    claimed = sorted({*shape_from, *create})
+    add = manifest.get("add", ())
+    claimed = sorted({*shape_from, *create, *add})
     if claimed:
         # a run that finds the claims checked (an earlier run of this commit, which may have
         # moved values since) does not check again; otherwise nothing of this write has moved
         checked = store.get(base + _CLAIMS_CHECKED) is not None
         try:
-            refusal = claim_nodes(store, txn_id, shape_from, create, _repairer(store), checked=checked)
+            refusal = claim_nodes(
+                store, txn_id, shape_from, create, _repairer(store), add=add, checked=checked
+            )
         except WriteConflictError as e:
             refusal = e  # another write held a claim too long
         except BaseException:
@@ -661,12 +698,70 @@ def _apply(
         store.erase(root)
     else:
         _write_final(store, root, root_doc, txn_id, root_rebase)
+    shrunk = {k: v for k, v in shape_from.items() if _shrinks(manifest["documents"].get(k), k, v)}
+    _keep_within(store, txn_id, {**shrunk, **(manifest.get("within") or {})}, held=set(claimed))
     _end_records(store, base, claimed, txn_id)  # the new shapes and nodes are stored
     if lost:
         raise WriteConflictError(
             f"{sorted(lost)} were changed by other writers while this write merged into them and could "
             "not be merged again: those units keep the other writers' values, the rest is committed"
         )
+
+
+def _shrinks(doc: str | None, key: str, shape_from: Sequence[int]) -> bool:
+    """Whether the array document ``doc`` a commit writes as ``key`` is smaller than
+    ``shape_from`` along some axis (a shrink: what a write staged at the old shape moved in
+    past its end is erased after it)."""
+    if doc is None:
+        return False
+    try:
+        shape = parse_doc(doc.encode(), key).get("shape")
+    except MetadataError:
+        return False
+    return isinstance(shape, list) and any(
+        isinstance(n, int) and n < o for n, o in zip(shape, shape_from, strict=False)
+    )
+
+
+def _keep_within(store: Store, txn_id: str, within: Mapping[str, Sequence[int]], held: set[str]) -> None:
+    """Clear what is stored outside each array's shape (units wholly outside erased, the part
+    outside of units the end cuts through reset to fill: ``array.clear_outside_shape``) when
+    that shape is now smaller than the one this write's values were planned for (``within``:
+    document key -> that shape), under the array's claim (``held``: the claims this write holds already). A write staged
+    before a shrink committed has moved units past the new end, and a shrink may have listed
+    its units before such a write moved them in: left, a later growth showed them instead of
+    the fill value. Units outside an array's shape belong to no one while its claim is held (an
+    append holds it until its shape is written), so nothing another writer needs is erased."""
+    if not store.supports_conditional_writes:
+        return  # no claim to hold: the sweep could erase an append's rows before its shape is written
+    from .array import clear_outside_shape  # array imports this module
+
+    for doc_key in sorted(within):
+        planned = list(within[doc_key])
+        for _ in range(_DOC_RETRIES):
+            stored = stored_shape(store, doc_key)
+            if (
+                stored is None
+                or len(stored) != len(planned)
+                or all(s >= p for s, p in zip(stored, planned, strict=True))
+            ):
+                break  # gone, or not smaller: nothing of this write lies outside it
+            taken = doc_key not in held
+            if taken:
+                try:
+                    refusal = claim_nodes(store, txn_id, {doc_key: stored}, (), _repairer(store))
+                except WriteConflictError:
+                    # held by a live write past commit_wait: this write is committed; what it left
+                    # outside the shape is invisible until a resize grows the array again
+                    break
+                if refusal is not None:
+                    continue  # the shape changed again (or the array is gone): look again
+            try:
+                clear_outside_shape(store, doc_key, planned)
+            finally:
+                if taken:
+                    release_claims(store, [doc_key], txn_id)
+            break
 
 
 def _consolidated_root(store: Store, root_doc: bytes | None, txn_id: str) -> bytes | None:
@@ -690,10 +785,11 @@ def _consolidated_root(store: Store, root_doc: bytes | None, txn_id: str) -> byt
 
 
 # ---- recovery ------------------------------------------------------------------------------------
-def _repairer(store: Store) -> Callable[[], object]:
-    """What a claim waiting on a dead writer's claim runs: that writer's write finished (or
-    dropped) by ``repair``, which frees its claims."""
-    return lambda: repair(store, only_dead=True)
+def _repairer(store: Store) -> Callable[[str], object]:
+    """What a claim waiting on a dead writer's claim runs: that writer's write alone finished
+    (or dropped), which frees its claims; the rest of the store is left to ``repair`` (a full
+    repair of a large store would stall the waiter, which holds claims of its own)."""
+    return lambda txn_id: _repair_write(store, txn_id)
 
 
 def pending_writes(store: Store) -> list[str]:
@@ -740,9 +836,37 @@ def _claim(store: Store, base: str) -> bool:
     holder, version = store.get_versioned(base + "claim")
     if holder is None:
         return store.set_if(base + "claim", me, None)
-    if not token_is_dead(holder.decode(errors="replace").split(":")[0]):
+    text = holder.decode(errors="replace")
+    if _REPAIRER.fullmatch(text) and not token_is_dead(text.split(":")[0]):
         return False  # a live repairer (perhaps another thread of this process) has it
-    return store.set_if(base + "claim", me, version)
+    return store.set_if(base + "claim", me, version)  # a dead repairer's, or not one at all
+
+
+def _repair_write(store: Store, txn_id: str) -> bool:
+    """Finish (roll forward) or drop the write ``txn_id``, judged dead by the caller; False when
+    another live repairer has it."""
+    base = txn_prefix(txn_id)
+    if not _claim(store, base):
+        return False  # another live repairer is finishing it
+    raw = store.get(base + MANIFEST)
+    if raw is None:
+        store.erase_prefix(base)
+        return True
+    try:
+        manifest = parse_manifest(raw, txn_id)
+        try:
+            _apply(store, manifest, {}, None)
+        except (WriteConflictError, NodeExistsError, ArrayNotFoundError):
+            if store.get(base + MANIFEST) is not None:
+                raise
+            # dropped before any of its values moved: another writer changed the shape it grew
+            # from first, created the node it created, or held that claim past commit_wait
+    except BaseException:
+        # given up: the next repair (of any process) meets the write again, and raises again
+        # when its records are unreadable, rather than skip it while this process lives
+        store.erase(base + "claim")
+        raise
+    return True
 
 
 def repair(store: Store, *, only_dead: bool = True) -> list[str]:
@@ -756,26 +880,8 @@ def repair(store: Store, *, only_dead: bool = True) -> list[str]:
     for txn_id in sorted(entries - {claims_dir}):
         if only_dead and not writer_is_dead(txn_id):
             continue
-        base = txn_prefix(txn_id)
-        if not _claim(store, base):
-            continue  # another live repairer is finishing it
-        raw = store.get(base + MANIFEST)
-        if raw is None:
-            store.erase_prefix(base)
-        else:
-            try:
-                manifest = json.loads(raw)
-            except ValueError as e:
-                raise InterruptedWriteError(f"write {txn_id!r}: its manifest is unreadable: {e}") from e
-            try:
-                _apply(store, manifest, {}, None)
-            except (WriteConflictError, NodeExistsError, ArrayNotFoundError):
-                if store.get(base + MANIFEST) is not None:
-                    raise
-                # dropped before any of its values moved: another writer changed the shape it
-                # grew from first, created the node it created, or held that claim past
-                # commit_wait
-        done.append(txn_id)
+        if _repair_write(store, txn_id):
+            done.append(txn_id)
     if claims_dir in entries:
         sweep_claims(store, only_dead=only_dead)
     return done

@@ -8,6 +8,14 @@ moves until its documents are written, and checks under the claim that the store
 the one it started from (that the node is still missing); when it is not, the write is dropped
 (nothing of it was visible) and made again from the new shape (refused: NodeExistsError). Used by
 ``commit``, which owns the rest of the protocol.
+
+The same claims keep two ``to_zarr(mode="a")`` writes of one variable from interleaving their
+chunks: one that adds a variable claims its document and, finding it added by another writer, is
+dropped and planned again as an overwrite of it (NodeAddedError: the result is what running the
+two one after the other gives, which is what a user of mode="a", "add or overwrite", expects);
+one that overwrites a stored array whole claims it as a shape change from its stored shape to
+the same (no new document), so two overwrites commit one after the other and the array ends
+whole from one of them, and one planned before an append or a resize is planned again.
 """
 
 from __future__ import annotations
@@ -18,9 +26,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from .._threads import thread_map
 from ..errors import (
     ArrayNotFoundError,
     MetadataError,
+    NodeAddedError,
     NodeExistsError,
     ShapeMovedError,
     WriteConflictError,
@@ -39,9 +49,13 @@ def claim_key(doc_key: str) -> str:
     return CLAIMS_DIR + hashlib.blake2b(doc_key.encode(), digest_size=12).hexdigest()
 
 
-def _stored_shape(store: Store, doc_key: str) -> list[int] | None:
+def stored_shape(store: Store, doc_key: str) -> list[int] | None:
     """The ``shape`` of the array document at ``doc_key`` (v3 ``zarr.json`` or v2 ``.zarray``)."""
-    raw = store.get(doc_key)
+    return _shape_of(store.get(doc_key), doc_key)
+
+
+def _shape_of(raw: bytes | None, doc_key: str) -> list[int] | None:
+    """The ``shape`` of the array document ``raw`` stored at ``doc_key`` (None: not one)."""
     if raw is None:
         return None
     try:
@@ -51,10 +65,10 @@ def _stored_shape(store: Store, doc_key: str) -> list[int] | None:
     return list(shape) if isinstance(shape, list) else None
 
 
-def _take_claim(store: Store, doc_key: str, txn_id: str, finish_dead: Callable[[], object]) -> bool:
+def _take_claim(store: Store, doc_key: str, txn_id: str, finish_dead: Callable[[str], object]) -> bool:
     """Hold ``doc_key``'s claim for ``txn_id``: waits while a live write holds it (up to the
-    store's ``commit_wait``), finishes a dead holder's write first (``finish_dead``: the
-    protocol's repair of dead writers), takes over a stale one. False when ``txn_id`` held it
+    store's ``commit_wait``), finishes a dead holder's write first (``finish_dead(holder id)``:
+    the protocol's repair of that one write), takes over a stale one. False when ``txn_id`` held it
     already (an earlier, interrupted run of its commit)."""
     key = claim_key(doc_key)
     me = txn_id.encode()
@@ -74,7 +88,7 @@ def _take_claim(store: Store, doc_key: str, txn_id: str, finish_dead: Callable[[
         if holder_id == txn_id:
             return False  # taken by an earlier run of this commit, which checked the shape
         if writer_is_dead(holder_id):
-            finish_dead()  # its write finished (or dropped): the claim is freed
+            finish_dead(holder_id)  # its write finished (or dropped): the claim is freed
             holder, version = store.get_versioned(key)
             if holder is None or holder.decode(errors="replace") != holder_id:
                 continue
@@ -120,11 +134,14 @@ def release_claims(store: Store, doc_keys: Iterable[str], txn_id: str) -> None:
     """Give up ``txn_id``'s shape claims on ``doc_keys`` (those another write holds stay)."""
     if not store.supports_conditional_writes:
         return  # none was taken
-    for doc_key in doc_keys:
+
+    def release(doc_key: str) -> None:
         key = claim_key(doc_key)
         holder, version = store.get_versioned(key)
         if holder is not None and holder.decode(errors="replace") == txn_id:
             store.erase_if(key, version)
+
+    thread_map(release, list(doc_keys), kind="io")  # independent: all at once
 
 
 def claim_nodes(
@@ -132,8 +149,9 @@ def claim_nodes(
     txn_id: str,
     shape_from: Mapping[str, Sequence[int]],
     create: Sequence[str],
-    finish_dead: Callable[[], object],
+    finish_dead: Callable[[str], object],
     *,
+    add: Sequence[str] = (),
     checked: bool = False,
 ) -> Zarr3Error | None:
     """Take the claims of a commit that changes the shapes of ``shape_from``'s arrays (document
@@ -141,19 +159,26 @@ def claim_nodes(
     ``create``, in key order (two writers never wait on each other). Returns the refusal, every
     claim given up, when a stored shape is no longer the one the write started from
     (ShapeMovedError) or a node it creates is stored now (NodeExistsError: another writer
-    created it first); None when the write may go on. ``finish_dead`` repairs dead writers.
+    created it first); None when the write may go on. ``add``: documents of nodes the write
+    adds to a group other writers may add them to (``mode="a"``): one stored now refuses the
+    write with NodeAddedError, and it is planned again over the stored node. ``finish_dead(txn
+    id)`` repairs a dead writer's write (that one only: the waiter holds claims meanwhile, and
+    the other writes in the store are ``repair``'s business).
     ``checked``: an earlier run of this commit took and checked the claims (its record says so):
     claims it still holds are not checked again (values may have moved since)."""
     exclusive = store.supports_conditional_writes  # else no claim can be taken: the check alone
-    keys = sorted({*shape_from, *create})
-    for doc_key in keys:
-        if exclusive:
+    keys = sorted({*shape_from, *create, *add})
+    if exclusive:
+        for doc_key in keys:  # one after the other, in key order
             _take_claim(store, doc_key, txn_id, finish_dead)  # or still held by an earlier run
-        if checked:
-            continue  # checked by an earlier run of this commit (on any store: values may have moved)
+    if checked:
+        return None  # checked by an earlier run of this commit (on any store: values may have moved)
+    # every document checked under every claim, read in one batch
+    stored_docs = dict(zip(keys, store.get_many(keys), strict=True)) if keys else {}
+    for doc_key in keys:
         refusal: Zarr3Error | None = None
         if doc_key in shape_from:
-            stored = _stored_shape(store, doc_key)
+            stored = _shape_of(stored_docs[doc_key], doc_key)
             if stored is None:  # the write would bring back an array erased meanwhile, with holes
                 refusal = ArrayNotFoundError(
                     f"{doc_key!r}: the array this write changes the shape of is gone, no longer an "
@@ -162,7 +187,13 @@ def claim_nodes(
                 )
             elif stored != list(shape_from[doc_key]):
                 refusal = moved(shape_from)  # made again from the new shape
-        elif store.get(doc_key) is not None:
+        elif doc_key in add:
+            if stored_docs[doc_key] is not None:
+                refusal = NodeAddedError(
+                    f"{doc_key!r}: another writer added this node while this write was prepared "
+                    "as its creation; nothing of this write was written"
+                )
+        elif stored_docs[doc_key] is not None:
             refusal = NodeExistsError(
                 f"{doc_key!r}: another writer created this node while this write was prepared "
                 "(mode='w-'); nothing of this write was written"
@@ -200,11 +231,12 @@ def moved(shape_from: Mapping[str, Sequence[int]]) -> ShapeMovedError:
 
 
 def retry_shape_change(write: Callable[[], Any]) -> Any:
-    """``write()``, made again (it reads the stored shape afresh) while another writer's shape
-    change gets in first; raises ShapeMovedError when that happens ``_SHAPE_RETRIES`` times."""
+    """``write()``, made again (it reads the stored shapes and nodes afresh) while another
+    writer's shape change, or its addition of a node this write adds, gets in first; raises
+    ShapeMovedError (NodeAddedError) when that happens ``_SHAPE_RETRIES`` times."""
     for _ in range(_SHAPE_RETRIES - 1):
         try:
             return write()
-        except ShapeMovedError:
+        except (ShapeMovedError, NodeAddedError):
             continue
     return write()

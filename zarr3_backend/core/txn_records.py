@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._owner import current_owner, host_tag, token_is_dead
-from ..errors import MetadataError
+from ..errors import InterruptedWriteError, MetadataError
 from .metadata import load_json
 
 #: Where transactions keep their staged values and manifests (at the store's root).
@@ -70,3 +70,61 @@ def dump_doc(doc: Mapping[str, Any]) -> bytes:
     # NaN/Infinity another writer put there (zarr-python writes NaN attributes so) stays a
     # number, not a string; documents this package writes are strict JSON already
     return json.dumps(doc, indent=2).encode()
+
+
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _is_shape_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(v, list) and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in v)
+        for v in value.values()
+    )
+
+
+#: The manifest's fields: (check, default when missing; ``...``: required).
+_MANIFEST_FIELDS: dict[str, tuple[Any, Any]] = {
+    "id": (lambda v: isinstance(v, str), ...),
+    "owner": (lambda v: isinstance(v, dict), ...),
+    "documents": (lambda v: isinstance(v, dict) and all(isinstance(d, str) for d in v.values()), ...),
+    "erase_prefixes": (_is_str_list, ...),
+    "guard": (_is_str_list, ...),
+    "consolidate": (lambda v: v is None or isinstance(v, str), None),
+    "shape_from": (_is_shape_map, {}),
+    "create": (_is_str_list, []),
+    "add": (_is_str_list, []),
+    "within": (_is_shape_map, {}),
+}
+
+
+def parse_manifest(raw: bytes, txn_id: str) -> dict[str, Any]:
+    """The manifest of write ``txn_id`` as stored (``raw``), every field checked (and the
+    optional ones filled in): an unreadable or malformed one raises InterruptedWriteError naming
+    its key and field, since the write it describes can then be neither finished nor dropped."""
+    key = txn_prefix(txn_id) + MANIFEST
+
+    def refuse(why: str) -> InterruptedWriteError:
+        return InterruptedWriteError(
+            f"write {txn_id!r}: its manifest {key!r} is unreadable ({why}): the write can be neither "
+            f"finished nor rolled back; once no writer runs, look at what it changed and remove "
+            f"{txn_prefix(txn_id)!r}"
+        )
+
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise refuse(str(e)) from e
+    if not isinstance(doc, dict):
+        raise refuse(f"a JSON object was expected, got {type(doc).__name__}")
+    out = dict(doc)
+    for name, (valid, default) in _MANIFEST_FIELDS.items():
+        if name not in doc:
+            if default is ...:
+                raise refuse(f"field {name!r} is missing")
+            out[name] = default
+        elif not valid(doc[name]):
+            raise refuse(f"field {name!r} has the wrong form: {doc[name]!r:.80}")
+    if out["id"] != txn_id:
+        raise refuse(f"field 'id' is {out['id']!r}, not the write's own id")
+    return out

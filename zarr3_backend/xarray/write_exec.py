@@ -70,9 +70,13 @@ def execute(
     erase: list[str] = []
     shape_from: dict[str, tuple[int, ...]] = {}
     missing: list[str] = []
+    added: list[str] = []
+    within: dict[str, tuple[int, ...]] = {}
     for plan in plans:
         shape_from.update(plan.shape_from())
         missing += plan.must_be_missing()
+        added += plan.added_documents()
+        within.update(plan.within())
         if plan.create_group:  # a new (or replaced) group, and any missing parents
             for key, doc in missing_parent_documents(store, plan.path, plan.zarr_format).items():
                 documents.setdefault(key, doc)  # never over a document another plan gives
@@ -83,7 +87,14 @@ def execute(
         erase += plan.erase_prefixes
     changes = any(plan.changes_metadata for plan in plans)
     with Transaction(
-        store, guard=guard, documents=documents, erase_prefixes=erase, shape_from=shape_from, create=missing
+        store,
+        guard=guard,
+        documents=documents,
+        erase_prefixes=erase,
+        shape_from=shape_from,
+        create=missing,
+        add=added,
+        within=within,
     ) as txn:
         lazy = []
         for plan in plans:

@@ -5,7 +5,7 @@ Pure: it reads what the store holds but writes nothing."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,12 +23,15 @@ from ..core.metadata_v2 import ARRAY_KEY, GROUP_KEY
 from ..core.metadata_v2_store import shape_documents
 from ..core.metadata_v2_write import node_documents, v2_group_metadata
 from ..core.paths import join_path, metadata_key, node_name
+from ..core.txn_records import parse_doc
 from ..dask.alignment import check_deferred_edges, check_region_edges, storage_units
 from ..dask.write import plan_chunks
 from ..errors import (
     ArgumentError,
     ArgumentTypeError,
     ChunkAlignmentError,
+    MetadataError,
+    NodeAddedError,
     NodeExistsError,
     ShapeError,
     Zarr3Error,
@@ -117,8 +120,18 @@ class VariableWrite:
     #: array's .zattrs and .zarray); empty when its metadata stays as stored
     documents: dict[str, bytes] = field(default_factory=dict)
     #: an append's claim: the document holding the array's shape -> the shape it grows from
-    #: (the commit refuses to move the data when another writer changed it first)
+    #: (the commit refuses to move the data when another writer changed it first); an
+    #: overwrite of the whole array claims it too, from its stored shape (two overwrites never
+    #: interleave their chunks, and one planned before an append or resize is planned again)
     shape_from: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    #: the array is new to its group (created by this write)
+    new: bool = False
+
+    @property
+    def claim_keys(self) -> list[str]:
+        """The documents claimed when this write adds the array: the one holding its shape (the
+        key appends and overwrites claim too)."""
+        return list(shape_documents(self.target.path, self.target.metadata))
 
 
 @dataclass
@@ -135,6 +148,9 @@ class WritePlan:
     #: mode="w-": the group must still be missing when the commit starts (another writer's
     #: "w-" of the same group may have created it since the plan was made)
     refuses_existing: bool = False
+    #: mode="a": arrays new to the group may be added by another writer meanwhile (the commit
+    #: claims them and the write is planned again over the stored one: ``added_documents``)
+    adds_to_stored: bool = False
 
     def documents(self) -> dict[str, bytes]:
         """The metadata documents committed after the data: each grown or new array's
@@ -145,7 +161,8 @@ class WritePlan:
         return docs
 
     def shape_from(self) -> dict[str, tuple[int, ...]]:
-        """The shapes the appends of this plan grow from, by the document holding each."""
+        """The shapes the appends and whole overwrites of this plan start from, by the document
+        holding each."""
         return {k: v for w in self.writes for k, v in w.shape_from.items()}
 
     def must_be_missing(self) -> list[str]:
@@ -154,6 +171,23 @@ class WritePlan:
         if not self.refuses_existing:
             return []
         return [metadata_key(self.path) if self.zarr_format == 3 else join_path(self.path, GROUP_KEY)]
+
+    def added_documents(self) -> list[str]:
+        """The documents of the arrays a ``mode="a"`` write adds (``Transaction(add=...)``):
+        another writer adding one first makes this write be planned again, as an overwrite of
+        the stored array (what running the two one after the other gives), so the array never
+        mixes the two writers' chunks."""
+        if not self.adds_to_stored:
+            return []
+        return [k for w in self.writes if w.new for k in w.claim_keys]
+
+    def within(self) -> dict[str, tuple[int, ...]]:
+        """The shapes the region writes of stored arrays were planned at, by the document holding
+        each (``Transaction(within=...)``: what a shrink committed meanwhile leaves past the new
+        end is erased)."""
+        return {
+            k: w.target.shape for w in self.writes if not w.new and not w.shape_from for k in w.claim_keys
+        }
 
     def new_group_documents(self) -> dict[str, bytes]:
         """The documents of the group as created empty (before ``documents`` adds its own)."""
@@ -248,6 +282,7 @@ def plan_write(
         create_group=mode == "w" or group is None,
         zarr_format=zarr_format,
         refuses_existing=mode == "w-",
+        adds_to_stored=mode in ("a", "a-"),
     )
     plan.group_metadata = _group_metadata(plan, None if mode == "w" else group)
     for name, var in variables.items():
@@ -450,7 +485,7 @@ def _plan_new(
         raise type(e)(f"variable {name!r}: {e}{origin}") from e
     target = Array(store, apath, meta, write_empty_chunks=wec)
     return VariableWrite(
-        name, encoded, target, _concrete((slice(None),) * encoded.ndim, target.shape), documents
+        name, encoded, target, _concrete((slice(None),) * encoded.ndim, target.shape), documents, new=True
     )
 
 
@@ -493,6 +528,8 @@ def _plan_existing(
         )  # the new shape is stored after the data (v2: .zarray alone)
         shape_from = {key: a.shape for key in shape_documents(a.path, meta)}
         reg = tuple(slice(old, shape[axis]) if i == axis else s for i, s in enumerate(reg))
+    elif not region:  # the whole array overwritten: claimed at the shape it was planned from
+        shape_from = {key: a.shape for key in shape_documents(a.path, meta)}
     target = Array(store, a.path, meta, write_empty_chunks=wec)
     return VariableWrite(name, encoded, target, _concrete(reg, target.shape), documents, shape_from)
 
@@ -526,6 +563,22 @@ def _check_same_coordinate(
         )
 
 
+def _array_added(store: Store, path: str, zarr_format: int, found: Sequence[bool]) -> bool:
+    """Whether an array of the plan's format is stored now at ``path``, which the plan read as
+    missing (``found``: whether its ``zarr.json``, ``.zarray``, ``.zgroup`` exist): another
+    writer added the same variable meanwhile (``to_zarr`` plans again, as an overwrite)."""
+    if zarr_format == 2:
+        return bool(found[1])
+    if not found[0]:
+        return False
+    raw = store.get(metadata_key(path))
+    try:
+        doc = parse_doc(raw, metadata_key(path)) if raw is not None else {}
+    except MetadataError:
+        return False  # not a document: refused below as a clash
+    return doc.get("node_type") == "array"
+
+
 def refuse_clashes(store: Store, path: str, plan: WritePlan, arrays: Mapping[str, Array]) -> None:
     """Before anything is written: a v3 group must not lie inside a Zarr v2 hierarchy (a v2
     one not inside a v3 group: ``missing_parent_documents``), and a new array must not land
@@ -538,6 +591,11 @@ def refuse_clashes(store: Store, path: str, plan: WritePlan, arrays: Mapping[str
     keys = [k for p in new for k in (metadata_key(p), join_path(p, ARRAY_KEY), join_path(p, GROUP_KEY))]
     found = store.exists_many(keys) if keys else []
     for i, p in enumerate(new):
+        if _array_added(store, p, plan.zarr_format, found[3 * i : 3 * i + 3]):
+            raise NodeAddedError(
+                f"variable {node_name(p)!r}: another writer added it since this write was planned; "
+                "planned again over it"
+            )
         if found[3 * i] or (plan.zarr_format == 2 and found[3 * i + 2]):
             raise NodeExistsError(f"cannot write variable {node_name(p)!r}: a group is stored at {p!r}")
         if found[3 * i + 1] or found[3 * i + 2]:

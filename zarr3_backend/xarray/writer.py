@@ -139,9 +139,9 @@ def to_zarr(
             run=runner(progress, chunkmanager_store_kwargs),
         )
 
-    # an append planned from a shape another writer's append changed before the commit is
-    # planned again from the new shape (the commit wrote nothing of it)
-    return retry_shape_change(write) if append_dim is not None else write()
+    # planned again when another writer changed what the plan read before the commit (which
+    # then wrote nothing): an append's array shape, or a variable this write adds
+    return retry_shape_change(write)
 
 
 @dataclass(frozen=True)
