@@ -950,3 +950,16 @@ def test_a_memory_store_subclass_stays_itself_read_only():
     Counting.gets = 0
     np.testing.assert_array_equal(z3.open_array(store, path="a", mode="r")[...], np.arange(4))
     assert Counting.gets >= 1
+
+
+def test_a_move_gives_its_destination_a_new_version():
+    """A compare-and-swap read before a move into its key must lose to the moved value (the
+    commit moves staged values into place): the move kept the destination's old version."""
+    store = MemoryStore()
+    store.set("k", b"old")
+    _, version = store.get_versioned("k")
+    store.set("t", b"moved")
+    store.move("t", "k")
+    assert store.get("k") == b"moved" and store.get_versioned("t") == (None, None)
+    assert not store.set_if("k", b"stale", version)
+    assert store.get("k") == b"moved"

@@ -115,7 +115,9 @@ class MemoryStore(Store):
         validate_key(dst)
         with self._lock:
             if src in self._data:
-                self._data[dst] = self._data.pop(src)
+                value = self._data[src]
+                self._pop(src)
+                self._put(dst, value)  # a new version: a compare-and-swap read before it loses
 
     def erase(self, key: str) -> None:
         """Remove ``key``; a missing key is not an error."""
