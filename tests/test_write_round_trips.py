@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 
 import numpy as np
 import pandas as pd
@@ -13,7 +14,8 @@ import xarray as xr
 
 import zarr3_backend as z3
 from zarr3_backend.core.group import Group
-from zarr3_backend.core.txn_records import TXN_DIR
+from zarr3_backend.core.node_claims import CLAIMS_DIR, claim_key
+from zarr3_backend.core.txn_records import MANIFEST, TXN_DIR, new_txn_id, txn_prefix
 from zarr3_backend.stores import MemoryStore
 
 
@@ -129,3 +131,91 @@ def test_numpy_variables_are_staged_together_on_stores_with_costly_requests():
     want = dataset(4, t0=9)
     for name in want.data_vars:
         np.testing.assert_array_equal(got[name].values, want[name].values)
+
+
+class ClaimBarrierStore(MemoryStore):
+    """Conditional writes of claims wait until ``parties`` of them are in flight together."""
+
+    def __init__(self, parties: int, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.barrier = threading.Barrier(parties, timeout=10)
+        self.armed = False
+
+    def set_if(self, key, value, expected):
+        if self.armed and key.startswith(CLAIMS_DIR) and expected is None:
+            self.barrier.wait()
+        return super().set_if(key, value, expected)
+
+
+def test_the_claims_of_an_append_to_many_arrays_are_taken_together():
+    """An append to 4 arrays (and its time coordinate) claims their documents in one round of
+    conditional writes, not one array after another."""
+    store = ClaimBarrierStore(5)
+    z3.to_zarr(dataset(4), store)
+    store.armed = True
+    z3.to_zarr(dataset(4, t0=2), store, append_dim="time")
+    store.armed = False
+    got = xr.open_dataset(store, engine="zarr3").load()
+    xr.testing.assert_equal(got, xr.concat([dataset(4), dataset(4, t0=2)], dim="time"))
+    assert not list(store.list_prefix(CLAIMS_DIR))
+
+
+def test_claims_held_by_another_write_are_waited_for_in_key_order():
+    """When one of the claims is held by another live write, those taken at once are given back
+    and the claims are taken one by one in key order, waiting for the holder; the append then
+    goes on from the holder's shape and no claim is left behind."""
+    store = MemoryStore()
+    z3.to_zarr(dataset(3), store)
+    other = new_txn_id()
+    store.set(txn_prefix(other) + MANIFEST, b"{}")  # a live write holding v1's claim
+    held = claim_key("v1/zarr.json")
+    store.set(held, other.encode())
+    seen: list[list[str]] = []
+
+    def release_later():
+        time.sleep(0.3)
+        seen.append(sorted(store.list_prefix(CLAIMS_DIR)))  # what the waiter holds meanwhile
+        store.erase(held)
+        store.erase_prefix(txn_prefix(other))
+
+    helper = threading.Thread(target=release_later)
+    helper.start()
+    z3.to_zarr(dataset(3, t0=3), store, append_dim="time")
+    helper.join()
+    # waiting in key order: time and v0 (before v1) are held, v2 (after it) was given back
+    assert held in seen[0] and claim_key("v2/zarr.json") not in seen[0]
+    got = xr.open_dataset(store, engine="zarr3").load()
+    xr.testing.assert_equal(got, xr.concat([dataset(3), dataset(3, t0=3)], dim="time"))
+    assert not list(store.list_prefix(CLAIMS_DIR))
+
+
+class TopLevelGets(MemoryStore):
+    """Counts the single-key reads of the arrays' documents (not those inside a batched read)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.single: list[str] = []
+        self._batch = threading.local()
+        self.armed = False
+
+    def get_many(self, keys):
+        self._batch.on = True
+        try:
+            return super().get_many(keys)
+        finally:
+            self._batch.on = False
+
+    def get(self, key, byte_range=None):
+        if self.armed and not getattr(self._batch, "on", False) and re.fullmatch(r"v\d+/zarr\.json", key):
+            self.single.append(key)
+        return super().get(key, byte_range)
+
+
+def test_a_region_write_checks_the_stored_shapes_in_one_batched_read():
+    """After its values are in place, a region write looks at every array's stored shape (a
+    shrink may have committed meanwhile) in one batched read, not one read per array."""
+    store = TopLevelGets()
+    z3.to_zarr(dataset(4), store)
+    store.armed = True
+    z3.to_zarr(dataset(4, t0=9).drop_vars("time"), store, region={"time": slice(0, 2)})
+    assert store.single == []

@@ -67,6 +67,7 @@ from .node_claims import (
     CLAIMS_DIR,
     claim_nodes,
     release_claims,
+    shape_of,
     shape_only,
     stored_shape,
     sweep_claims,
@@ -736,10 +737,12 @@ def _keep_within(store: Store, txn_id: str, within: Mapping[str, Sequence[int]],
         return  # no claim to hold: the sweep could erase an append's rows before its shape is written
     from .array import clear_outside_shape  # array imports this module
 
-    for doc_key in sorted(within):
+    keys = sorted(within)
+    first = dict(zip(keys, store.get_many(keys), strict=True))  # one round trip for all arrays
+    for doc_key in keys:
         planned = list(within[doc_key])
-        for _ in range(_DOC_RETRIES):
-            stored = stored_shape(store, doc_key)
+        for attempt in range(_DOC_RETRIES):
+            stored = shape_of(first[doc_key], doc_key) if attempt == 0 else stored_shape(store, doc_key)
             if (
                 stored is None
                 or len(stored) != len(planned)

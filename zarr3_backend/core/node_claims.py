@@ -51,10 +51,10 @@ def claim_key(doc_key: str) -> str:
 
 def stored_shape(store: Store, doc_key: str) -> list[int] | None:
     """The ``shape`` of the array document at ``doc_key`` (v3 ``zarr.json`` or v2 ``.zarray``)."""
-    return _shape_of(store.get(doc_key), doc_key)
+    return shape_of(store.get(doc_key), doc_key)
 
 
-def _shape_of(raw: bytes | None, doc_key: str) -> list[int] | None:
+def shape_of(raw: bytes | None, doc_key: str) -> list[int] | None:
     """The ``shape`` of the array document ``raw`` stored at ``doc_key`` (None: not one)."""
     if raw is None:
         return None
@@ -108,6 +108,22 @@ def _take_claim(store: Store, doc_key: str, txn_id: str, finish_dead: Callable[[
             )
         time.sleep(delay * (0.5 + secrets.randbelow(1000) / 1000))
         delay = min(delay * 2, 0.1)
+
+
+def _take_all_at_once(store: Store, doc_keys: Sequence[str], txn_id: str) -> bool:
+    """Take every claim of ``doc_keys`` for ``txn_id`` in one round of conditional writes (all at
+    once: one round trip for all on object storage, where one after another cost one each);
+    when any is held (by another write, or by an earlier run of this one) the ones just taken
+    are given back and False returned, for ``_take_claim`` to take them in key order. Nothing
+    waits while holding a claim, so two writers still never wait on each other."""
+    if len(doc_keys) < 2:
+        return False
+    me = txn_id.encode()
+    taken = thread_map(lambda doc_key: store.set_if(claim_key(doc_key), me, None), doc_keys, kind="io")
+    if all(taken):
+        return True
+    release_claims(store, [k for k, ok in zip(doc_keys, taken, strict=True) if ok], txn_id)
+    return False
 
 
 def sweep_claims(store: Store, *, only_dead: bool = True) -> None:
@@ -168,7 +184,7 @@ def claim_nodes(
     claims it still holds are not checked again (values may have moved since)."""
     exclusive = store.supports_conditional_writes  # else no claim can be taken: the check alone
     keys = sorted({*shape_from, *create, *add})
-    if exclusive:
+    if exclusive and not _take_all_at_once(store, keys, txn_id):
         for doc_key in keys:  # one after the other, in key order
             _take_claim(store, doc_key, txn_id, finish_dead)  # or still held by an earlier run
     if checked:
@@ -178,7 +194,7 @@ def claim_nodes(
     for doc_key in keys:
         refusal: Zarr3Error | None = None
         if doc_key in shape_from:
-            stored = _shape_of(stored_docs[doc_key], doc_key)
+            stored = shape_of(stored_docs[doc_key], doc_key)
             if stored is None:  # the write would bring back an array erased meanwhile, with holes
                 refusal = ArrayNotFoundError(
                     f"{doc_key!r}: the array this write changes the shape of is gone, no longer an "
