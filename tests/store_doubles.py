@@ -70,3 +70,16 @@ class CommitHookedStore(MemoryStore):
             hook, self.hook = self.hook, None
             hook()
         super().set(key, value)
+
+
+class SnapshotOnSetStore(MemoryStore):
+    """Snapshots its keys and values right after the first ``set`` whose key ``when`` picks
+    (what a writer killed then leaves behind)."""
+
+    when: Callable[[str], bool] | None = None
+    snapshot: dict | None = None
+
+    def set(self, key, value):
+        super().set(key, value)
+        if self.when is not None and self.snapshot is None and self.when(key):
+            self.snapshot = dict(self._data)

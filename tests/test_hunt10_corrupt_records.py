@@ -12,6 +12,7 @@ import json
 
 import numpy as np
 import pytest
+from store_doubles import SnapshotOnSetStore
 
 import zarr3_backend as z3
 from zarr3_backend.cli.check import scan
@@ -22,22 +23,10 @@ from zarr3_backend.errors import InterruptedWriteError
 COLS = 2
 
 
-class _Snapshotting(z3.MemoryStore):
-    """Snapshots its contents right after the first write whose key ``when`` picks."""
-
-    when = None
-    snapshot: dict | None = None
-
-    def set(self, key, value):
-        super().set(key, value)
-        if self.when is not None and self.snapshot is None and self.when(key):
-            self.snapshot = dict(self._data)
-
-
 def _interrupted(record: str) -> tuple[dict, str]:
     """The contents of a store whose append (of two rows of 9 to three rows of 1) was killed
     right after writing ``record``, and the write's id."""
-    store = _Snapshotting()
+    store = SnapshotOnSetStore()
     z3.create_array(store, "a", shape=(3, COLS), dtype="i4", chunks=(2, COLS), fill_value=0)[...] = 1
     store.when = lambda key: key.endswith("/" + record)
     z3.open_array(store, "a", mode="r+").append(np.full((2, COLS), 9, "i4"))

@@ -6,25 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from store_doubles import SnapshotOnSetStore
 
 import zarr3_backend as z3
 from zarr3_backend.core import commit, node_claims
 from zarr3_backend.core.node_claims import CLAIMS_DIR
 
 COLS = 3
-
-
-class _Snapshotting(z3.MemoryStore):
-    """Snapshots its keys and values right after the first write whose key ``when`` picks
-    (what a writer killed then leaves behind)."""
-
-    when = None
-    snapshot: dict | None = None
-
-    def set(self, key, value):
-        super().set(key, value)
-        if self.when is not None and self.snapshot is None and self.when(key):
-            self.snapshot = dict(self._data)
 
 
 class _ClaimTaken(z3.MemoryStore):
@@ -52,7 +40,7 @@ def _killed_writes() -> tuple[dict, str, str]:
     manifest (an interrupted write elsewhere), then a ``to_zarr(mode="a")`` overwriting ``a``
     with 9 killed holding ``a``'s checked claim. Returns the contents and the two writes' ids
     (of ``a``'s, of ``b``'s)."""
-    store = _Snapshotting()
+    store = SnapshotOnSetStore()
     for name, dims in (("a", ("t", "x")), ("b", ("u", "x"))):
         z3.create_array(
             store, name, shape=(3, COLS), dtype="i4", chunks=(2, COLS), fill_value=0, dimension_names=dims
@@ -60,7 +48,7 @@ def _killed_writes() -> tuple[dict, str, str]:
     store.when = lambda key: key.endswith("/manifest.json")
     z3.open_array(store, "b", mode="r+").append(np.full((1, COLS), 5, "i4"))
     b_write = commit.pending_writes(z3.MemoryStore(store.snapshot))
-    left = _Snapshotting(store.snapshot)
+    left = SnapshotOnSetStore(store.snapshot)
     left.when = lambda key: key.endswith("/claims-checked")
     xr = pytest.importorskip("xarray")
     nines = xr.Dataset({"a": (("t", "x"), np.full((3, COLS), 9, "i4"))})

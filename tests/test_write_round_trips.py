@@ -66,20 +66,43 @@ def test_a_node_document_staged_by_a_write_is_no_member():
 
 
 class BarrierStore(MemoryStore):
-    """Conditional writes of the arrays' documents wait until ``parties`` of them are in flight
-    together: a commit that changes them one after another breaks the barrier (and fails)."""
+    """A store (declared one with costly requests) whose writes that ``picks(method, keys,
+    expected)`` selects wait until ``parties`` of them are in flight together: a write that
+    makes them one after another breaks the barrier (and fails)."""
 
-    def __init__(self, parties: int, *args, **kwargs):
+    costly_requests = True
+
+    def __init__(self, parties: int, picks, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.barrier = threading.Barrier(parties, timeout=10)
+        self.picks = picks
         self.armed = False
         self.passed = 0
 
-    def set_if(self, key, value, expected):
-        if self.armed and re.fullmatch(r"v\d+/zarr\.json", key):
+    def _meet(self, method, keys, expected=None):
+        if self.armed and self.picks(method, keys, expected):
             self.barrier.wait()
             self.passed += 1
+
+    def set_if(self, key, value, expected):
+        self._meet("set_if", [key], expected)
         return super().set_if(key, value, expected)
+
+    def set_many(self, items):
+        self._meet("set_many", list(items))
+        return super().set_many(items)
+
+
+def _array_documents(method, keys, expected):
+    return method == "set_if" and re.fullmatch(r"v\d+/zarr\.json", keys[0]) is not None
+
+
+def _staged_values(method, keys, expected):
+    return method == "set_many" and any(re.match(rf"{re.escape(TXN_DIR)}/[^/]+/data/v\d+/c", k) for k in keys)
+
+
+def _claims_taken(method, keys, expected):
+    return method == "set_if" and keys[0].startswith(CLAIMS_DIR) and expected is None
 
 
 @pytest.mark.parametrize("how", ["region", "overwrite"])
@@ -87,7 +110,7 @@ def test_the_arrays_documents_are_marked_and_finished_together(how):
     """A write to 4 arrays marks their 4 documents at once and writes them back at once: two
     round trips each for all, where one after another made it eight (a 20-variable region
     write cost 84 sequential requests for its markers alone)."""
-    store = BarrierStore(4)
+    store = BarrierStore(4, _array_documents)
     z3.to_zarr(dataset(4), store, consolidated=True)
     store.armed = True
     if how == "region":
@@ -102,27 +125,10 @@ def test_the_arrays_documents_are_marked_and_finished_together(how):
         np.testing.assert_array_equal(got[name].values, want[name].values)
 
 
-class StagingBarrierStore(MemoryStore):
-    """A store with costly requests whose batched writes of staged values wait until ``parties``
-    of them are in flight together."""
-
-    costly_requests = True
-
-    def __init__(self, parties: int, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.barrier = threading.Barrier(parties, timeout=10)
-        self.armed = False
-
-    def set_many(self, items):
-        if self.armed and any(re.match(rf"{re.escape(TXN_DIR)}/[^/]+/data/v\d+/c", k) for k in items):
-            self.barrier.wait()
-        return super().set_many(items)
-
-
 def test_numpy_variables_are_staged_together_on_stores_with_costly_requests():
     """The values of 4 numpy variables go to an object store in 4 concurrent requests, not one
     variable after another (a round trip each)."""
-    store = StagingBarrierStore(4)
+    store = BarrierStore(4, _staged_values)
     z3.to_zarr(dataset(4), store)
     store.armed = True
     z3.to_zarr(dataset(4, t0=9).drop_vars("time"), store, region={"time": slice(0, 2)})
@@ -133,24 +139,10 @@ def test_numpy_variables_are_staged_together_on_stores_with_costly_requests():
         np.testing.assert_array_equal(got[name].values, want[name].values)
 
 
-class ClaimBarrierStore(MemoryStore):
-    """Conditional writes of claims wait until ``parties`` of them are in flight together."""
-
-    def __init__(self, parties: int, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.barrier = threading.Barrier(parties, timeout=10)
-        self.armed = False
-
-    def set_if(self, key, value, expected):
-        if self.armed and key.startswith(CLAIMS_DIR) and expected is None:
-            self.barrier.wait()
-        return super().set_if(key, value, expected)
-
-
 def test_the_claims_of_an_append_to_many_arrays_are_taken_together():
     """An append to 4 arrays (and its time coordinate) claims their documents in one round of
     conditional writes, not one array after another."""
-    store = ClaimBarrierStore(5)
+    store = BarrierStore(5, _claims_taken)
     z3.to_zarr(dataset(4), store)
     store.armed = True
     z3.to_zarr(dataset(4, t0=2), store, append_dim="time")
