@@ -52,6 +52,23 @@ def test_one_repairer_at_a_time_and_a_dead_ones_claim_is_taken_over():
     assert _claim(store, base)
 
 
+def test_a_repairer_on_another_host_is_never_judged_dead():
+    """A repair claim names its host: one of another host holds the write whatever its process
+    token says here (that token's boot id and pid mean nothing on this host, and judging it
+    dead let two hosts repair one write at once); one of this host is judged by its process."""
+    store = MemoryStore()
+    base = txn_prefix("t")
+    gone = f"{_gone_pid()}-1-x"
+    store.set(base + "claim", f"{gone}@{host_tag('elsewhere')}:0123abcd".encode())
+    assert not _claim(store, base)
+    store.set(base + "claim", f"{gone}@{host_tag()}:0123abcd".encode())
+    assert _claim(store, base)  # this host's, and its process is gone
+    assert f"@{host_tag()}:" in store.get(base + "claim").decode()
+    assert not _claim(store, base)  # now held by this live process
+    store.set(base + "claim", f"{gone}:0123abcd".encode())  # written before hosts were named
+    assert _claim(store, base)
+
+
 def test_a_store_whose_root_is_a_link_commits(tmp_path):
     (tmp_path / "real").mkdir()
     os.symlink(tmp_path / "real", tmp_path / "link")

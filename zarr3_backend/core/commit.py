@@ -47,7 +47,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from .._owner import current_owner, token_is_dead
+from .._owner import current_owner, host_tag, token_is_dead
 from .._threads import thread_map
 from ..byte_range import ByteRange
 from ..errors import (
@@ -88,7 +88,9 @@ from .txn_records import (
 _ERASED = "erased"  # written once the erases of the commit are done
 _CLAIMS_CHECKED = "claims-checked"  # written once the commit's claims are taken and checked
 _DOC_RETRIES = 64
-_REPAIRER = re.compile(r"[0-9]+-[^:]+:[0-9a-f]{8}")  # a repairer's claim, as _claim writes it
+#: A repairer's claim as ``_claim`` writes it: its process token, its host's tag (absent in
+#: claims written before the tag was added) and a nonce.
+_REPAIRER = re.compile(r"(?P<token>[0-9]+-[^:@]+)(?:@(?P<host>[0-9a-f]{8}))?:[0-9a-f]{8}")
 
 
 # ---- the marker (pure) ---------------------------------------------------------------------------
@@ -833,16 +835,27 @@ def _claim(store: Store, base: str) -> bool:
     if not store.supports_conditional_writes:
         return True
     token = current_owner().token()
-    me = f"{token}:{secrets.token_hex(4)}".encode()
+    me = f"{token}@{host_tag()}:{secrets.token_hex(4)}".encode()
     if store.set_if(base + "claim", me, None):
         return True
     holder, version = store.get_versioned(base + "claim")
     if holder is None:
         return store.set_if(base + "claim", me, None)
-    text = holder.decode(errors="replace")
-    if _REPAIRER.fullmatch(text) and not token_is_dead(text.split(":")[0]):
-        return False  # a live repairer (perhaps another thread of this process) has it
+    if _repairer_is_live(holder.decode(errors="replace")):
+        return False  # a live repairer (perhaps another thread of this process, or another host) has it
     return store.set_if(base + "claim", me, version)  # a dead repairer's, or not one at all
+
+
+def _repairer_is_live(claim: str) -> bool:
+    """Whether the repair claim ``claim`` names a repairer that may still run: one on another
+    host is never judged (its process token means nothing here, as for writers); one of this
+    host runs while its process does; text that names no repairer holds nothing."""
+    found = _REPAIRER.fullmatch(claim)
+    if found is None:
+        return False
+    if found["host"] is not None and found["host"] != host_tag():
+        return True
+    return not token_is_dead(found["token"])
 
 
 def _repair_write(store: Store, txn_id: str) -> bool:
