@@ -211,3 +211,32 @@ def test_a_region_write_checks_the_stored_shapes_in_one_batched_read():
     store.armed = True
     z3.to_zarr(dataset(4, t0=9).drop_vars("time"), store, region={"time": slice(0, 2)})
     assert store.single == []
+
+
+def _stale_reads(method, keys, expected):
+    return method == "get_versioned" and re.match(r"v\d+/c/", keys[0]) is not None
+
+
+class ReadBarrierStore(BarrierStore):
+    def get_versioned(self, key):
+        self._meet("get_versioned", [key])
+        return super().get_versioned(key)
+
+
+def test_variables_written_together_still_read_their_partial_units_together():
+    """Variables staged together each still read the units they cover in part (a step written
+    into chunks of 2 steps) in one round: a variable's own requests must not run one after
+    another because it is written from a pool thread."""
+    store = ReadBarrierStore(4, _stale_reads)
+    ds = xr.Dataset(
+        {f"v{i}": (("time", "x"), np.zeros((2, 8))) for i in range(2)},
+        coords={"time": pd.date_range("2000-01-01", periods=2)},
+    )
+    z3.to_zarr(ds, store, encoding={f"v{i}": {"chunks": (2, 2)} for i in range(2)})
+    store.armed = True
+    step = ds.isel(time=slice(1, 2)).drop_vars("time") + 1
+    z3.to_zarr(step, store, region={"time": slice(1, 2)}, safe_chunks=False)
+    store.armed = False
+    got = xr.open_dataset(store, engine="zarr3").load()
+    for name in ds.data_vars:
+        np.testing.assert_array_equal(got[name].values, [[0.0] * 8, [1.0] * 8])

@@ -1,4 +1,6 @@
-"""Two process-wide thread pools: "io" for store requests, "cpu" for codec work.
+"""Process-wide thread pools: "io" for store requests, "cpu" for codec work, and "tasks" for work
+that itself maps onto those two (several variables written at once), so that their io and cpu
+work still runs on its own pools rather than inline.
 
 Codecs in numcodecs release the GIL, so decoding in threads runs on all cores. A task already
 running on a pool that maps more work onto the same pool runs it inline (no nested deadlock).
@@ -45,8 +47,10 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def pool_size(kind: str) -> int:
-    """The threads of the ``kind`` pool (``"io"`` or ``"cpu"``) as the settings say now."""
-    return setting_value("io_threads" if kind == "io" else "cpu_threads")
+    """The threads of the ``kind`` pool (``"io"``, ``"cpu"`` or ``"tasks"``) as the settings say
+    now; ``"tasks"`` runs work that waits on the other two (one variable's whole write), so it
+    has as many threads as ``"io"``."""
+    return setting_value("cpu_threads" if kind == "cpu" else "io_threads")
 
 
 def _pool(kind: str, size: int | None = None) -> ThreadPoolExecutor:

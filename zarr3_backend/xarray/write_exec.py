@@ -167,7 +167,7 @@ def write_data(plan: WritePlan, data_store: Store, lazy_store: Store, *, align_c
         target.set_region(w.region, np.asarray(w.variable.values))
 
     if data_store.costly_requests:  # the variables together: one round trip for all, not each
-        thread_map(write, eager, kind="io")
+        thread_map(write, eager, kind="tasks")  # each one's own requests still go out together
     else:  # local: one at a time, as memory for encoded values is then one variable's
         for item in eager:
             write(item)
