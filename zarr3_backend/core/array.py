@@ -19,50 +19,18 @@ from ..errors import ReadOnlyError, ShapeError
 from ..stores.base import Store
 from . import rectilinear
 from .attributes import Attributes
-from .commit import Transaction, claimed_shape_change, with_markers
-from .metadata import ArrayMetadata, parse_node_json
-from .metadata_v2 import ARRAY_KEY, V2_MARKER, v2_fill_value_is_null
+from .commit import Transaction, claimed_shape_change
+from .metadata import ArrayMetadata
+from .metadata_v2 import V2_MARKER, v2_fill_value_is_null
 from .metadata_v2_store import shape_documents, stored_node_metadata, update_node_metadata
 from .node_claims import retry_shape_change
 from .paths import node_name
 from .pipeline import ChunkPipeline
 from .read_outputs import output
 from .selection import OIndex, VIndex, fancy_kind, flatten_nd
-from .txn_records import parse_doc
+from .shape_cuts import cut_tails, extent
 from .unit_writes import OneUnit
 from .values import coerce_value
-
-
-def clear_outside_shape(store: Store, doc_key: str, planned: Sequence[int]) -> None:
-    """Clear what lies outside the stored shape of the array whose document (``zarr.json`` or
-    v2 ``.zarray``) is ``doc_key``, as far as a write planned at shape ``planned`` can have put
-    it there (committed after a shrink): the units wholly outside are erased, the part outside
-    of those the end cuts through reset to the fill value (unit by unit, each a conditional
-    read-modify-write). The commit protocol runs it under the array's claim."""
-    path, _, name = doc_key.rpartition("/")
-    if name == ARRAY_KEY:
-        from .group import read_v2_node_metadata  # group imports this module
-
-        meta = read_v2_node_metadata(store, path, use_consolidated=False)
-    else:
-        raw = store.get(doc_key)
-        meta = None if raw is None else parse_node_json(with_markers(parse_doc(raw, doc_key), {}), path)
-    if not isinstance(meta, ArrayMetadata) or len(planned) != len(meta.shape):
-        return
-    store.erase_many(
-        Array(store, path, meta)._pipeline.stored_units_outside(meta.chunk_grid.grid_shape(meta.shape))
-    )
-    wide = Array(
-        store, path, meta.evolve(shape=tuple(max(p, n) for p, n in zip(planned, meta.shape, strict=True)))
-    )
-    for region in wide._cut_tails(meta.shape):
-        indexer = indexing.basic_indexer(region, wide.shape, wide.storage_chunks)
-        wide._write_units(indexer, wide._coerce_value(meta.fill_value, _extent(region)))
-
-
-def _extent(region: tuple[slice, ...]) -> tuple[int, ...]:
-    """The shape of a region of concrete slices."""
-    return tuple(s.stop - s.start for s in region)
 
 
 def _spans_units(indexer: Any) -> bool:
@@ -392,7 +360,7 @@ class Array:
         new_meta = self.metadata.evolve(shape=new_shape)
         shrinks = any(n < o for n, o in zip(new_grid, old_grid, strict=True))
         doomed = self._pipeline.stored_units_outside(new_grid) if shrinks else []
-        tails = self._cut_tails(new_shape)
+        tails = cut_tails(self.metadata.chunk_grid.is_regular, self.storage_chunks, self.shape, new_shape)
         documents = shape_documents(self.path, new_meta)
         shape_from = {key: self.shape for key in documents}
         if not doomed and not tails:  # one document: atomic by itself; only its shape changes (not the
@@ -412,7 +380,7 @@ class Array:
         with Transaction(self.store, guard=(self.path,), documents=documents, shape_from=shape_from) as txn:
             txn.staging.erase_many(doomed)
             fills = [
-                (region, self._coerce_value(self.metadata.fill_value, _extent(region))) for region in tails
+                (region, self._coerce_value(self.metadata.fill_value, extent(region))) for region in tails
             ]
             for region, fill in fills:
                 self._with_store(txn.staging)[region] = fill
@@ -424,27 +392,6 @@ class Array:
             txn.commit(redo=redo)
         self.metadata = new_meta
         self._pipeline.forget()
-
-    def _cut_tails(self, new_shape: tuple[int, ...]) -> list[tuple[slice, ...]]:
-        """The regions (in today's shape) of the units a shrink to ``new_shape`` cuts through
-        that fall outside it: one per shrunk axis whose new end is inside a unit, covering the
-        corners where several meet (regular grids; a rectilinear one keeps them as stored)."""
-        grid = self.metadata.chunk_grid
-        if not grid.is_regular:
-            return []
-        unit, old = self.storage_chunks, self.shape
-
-        def kept(j: int) -> slice:  # along another axis: every element of the units still used
-            if new_shape[j] >= old[j]:
-                return slice(0, old[j])
-            return slice(0, min(old[j], -(-new_shape[j] // unit[j]) * unit[j]))
-
-        tails = []
-        for i, (n, o, c) in enumerate(zip(new_shape, old, unit, strict=True)):
-            if n < o and n % c:
-                cut = slice(n, min(o, -(-n // c) * c))
-                tails.append(tuple(cut if j == i else kept(j) for j in range(len(old))))
-        return tails
 
     def append(self, data: Any, axis: int = 0) -> None:
         """Grow along ``axis`` and write ``data`` into the new part: validated first, then the

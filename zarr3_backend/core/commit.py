@@ -728,7 +728,7 @@ def _shrinks(doc: str | None, key: str, shape_from: Sequence[int]) -> bool:
 
 def _keep_within(store: Store, txn_id: str, within: Mapping[str, Sequence[int]], held: set[str]) -> None:
     """Clear what is stored outside each array's shape (units wholly outside erased, the part
-    outside of units the end cuts through reset to fill: ``array.clear_outside_shape``) when
+    outside of units the end cuts through reset to fill: ``shape_cuts.clear_outside_shape``) when
     that shape is now smaller than the one this write's values were planned for (``within``:
     document key -> that shape), under the array's claim (``held``: the claims this write holds already). A write staged
     before a shrink committed has moved units past the new end, and a shrink may have listed
@@ -737,7 +737,7 @@ def _keep_within(store: Store, txn_id: str, within: Mapping[str, Sequence[int]],
     append holds it until its shape is written), so nothing another writer needs is erased."""
     if not store.supports_conditional_writes:
         return  # no claim to hold: the sweep could erase an append's rows before its shape is written
-    from .array import clear_outside_shape  # array imports this module
+    from .shape_cuts import clear_outside_shape  # it imports this module
 
     keys = sorted(within)
     first = dict(zip(keys, store.get_many(keys), strict=True))  # one round trip for all arrays
