@@ -92,6 +92,10 @@ class BarrierStore(MemoryStore):
         self._meet("set_many", list(items))
         return super().set_many(items)
 
+    def get_versioned(self, key):
+        self._meet("get_versioned", [key])
+        return super().get_versioned(key)
+
 
 def _array_documents(method, keys, expected):
     return method == "set_if" and re.fullmatch(r"v\d+/zarr\.json", keys[0]) is not None
@@ -103,6 +107,12 @@ def _staged_values(method, keys, expected):
 
 def _claims_taken(method, keys, expected):
     return method == "set_if" and keys[0].startswith(CLAIMS_DIR) and expected is None
+
+
+def _assert_holds(store, want: xr.Dataset) -> None:
+    got = xr.open_dataset(store, engine="zarr3").load()
+    for name in want.data_vars:
+        np.testing.assert_array_equal(got[name].values, want[name].values)
 
 
 @pytest.mark.parametrize("how", ["region", "overwrite"])
@@ -119,10 +129,7 @@ def test_the_arrays_documents_are_marked_and_finished_together(how):
         z3.to_zarr(dataset(4, t0=9), store, mode="a")
     assert store.passed >= 8  # marked (4), finished (4)
     store.armed = False
-    got = xr.open_dataset(store, engine="zarr3").load()
-    want = dataset(4, t0=9)
-    for name in want.data_vars:
-        np.testing.assert_array_equal(got[name].values, want[name].values)
+    _assert_holds(store, dataset(4, t0=9))
 
 
 def test_numpy_variables_are_staged_together_on_stores_with_costly_requests():
@@ -132,11 +139,9 @@ def test_numpy_variables_are_staged_together_on_stores_with_costly_requests():
     z3.to_zarr(dataset(4), store)
     store.armed = True
     z3.to_zarr(dataset(4, t0=9).drop_vars("time"), store, region={"time": slice(0, 2)})
+    assert store.passed == 4  # each variable's staged values met the others'
     store.armed = False
-    got = xr.open_dataset(store, engine="zarr3").load()
-    want = dataset(4, t0=9)
-    for name in want.data_vars:
-        np.testing.assert_array_equal(got[name].values, want[name].values)
+    _assert_holds(store, dataset(4, t0=9))
 
 
 def test_the_claims_of_an_append_to_many_arrays_are_taken_together():
@@ -146,6 +151,7 @@ def test_the_claims_of_an_append_to_many_arrays_are_taken_together():
     z3.to_zarr(dataset(4), store)
     store.armed = True
     z3.to_zarr(dataset(4, t0=2), store, append_dim="time")
+    assert store.passed == 5  # the 5 claims met at the barrier
     store.armed = False
     got = xr.open_dataset(store, engine="zarr3").load()
     xr.testing.assert_equal(got, xr.concat([dataset(4), dataset(4, t0=2)], dim="time"))
@@ -217,17 +223,11 @@ def _stale_reads(method, keys, expected):
     return method == "get_versioned" and re.match(r"v\d+/c/", keys[0]) is not None
 
 
-class ReadBarrierStore(BarrierStore):
-    def get_versioned(self, key):
-        self._meet("get_versioned", [key])
-        return super().get_versioned(key)
-
-
 def test_variables_written_together_still_read_their_partial_units_together():
     """Variables staged together each still read the units they cover in part (a step written
     into chunks of 2 steps) in one round: a variable's own requests must not run one after
     another because it is written from a pool thread."""
-    store = ReadBarrierStore(4, _stale_reads)
+    store = BarrierStore(4, _stale_reads)
     ds = xr.Dataset(
         {f"v{i}": (("time", "x"), np.zeros((2, 8))) for i in range(2)},
         coords={"time": pd.date_range("2000-01-01", periods=2)},
@@ -236,6 +236,7 @@ def test_variables_written_together_still_read_their_partial_units_together():
     store.armed = True
     step = ds.isel(time=slice(1, 2)).drop_vars("time") + 1
     z3.to_zarr(step, store, region={"time": slice(1, 2)}, safe_chunks=False)
+    assert store.passed == 8  # 4 partial units of each of the 2 variables
     store.armed = False
     got = xr.open_dataset(store, engine="zarr3").load()
     for name in ds.data_vars:

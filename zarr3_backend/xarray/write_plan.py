@@ -523,9 +523,8 @@ def _plan_existing(
         old = a.shape[axis]
         shape = tuple(old + encoded.shape[axis] if i == axis else n for i, n in enumerate(a.shape))
         meta = a.metadata.evolve(shape=shape)
-        documents = shape_documents(
-            a.path, meta
-        )  # the new shape is stored after the data (v2: .zarray alone)
+        # the new shape is stored after the data (v2: .zarray alone)
+        documents = shape_documents(a.path, meta)
         shape_from = {key: a.shape for key in shape_documents(a.path, meta)}
         reg = tuple(slice(old, shape[axis]) if i == axis else s for i, s in enumerate(reg))
     elif not region:  # the whole array overwritten: claimed at the shape it was planned from
