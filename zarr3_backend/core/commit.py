@@ -735,8 +735,8 @@ def _keep_within(store: Store, txn_id: str, within: Mapping[str, Sequence[int]],
     its units before such a write moved them in: left, a later growth showed them instead of
     the fill value. Units outside an array's shape belong to no one while its claim is held (an
     append holds it until its shape is written), so nothing another writer needs is erased."""
-    if not store.supports_conditional_writes:
-        return  # no claim to hold: the sweep could erase an append's rows before its shape is written
+    if not within or not store.supports_conditional_writes:
+        return  # nothing to look at; or no claim to hold: the sweep could erase an append's rows
     from .shape_cuts import clear_outside_shape  # it imports this module
 
     keys = sorted(within)
