@@ -24,8 +24,8 @@ from zarr3_backend.codecs.crc32c import Crc32cCodec
 from zarr3_backend.codecs.gzip import GzipCodec
 from zarr3_backend.codecs.sharding import ShardingCodec
 from zarr3_backend.codecs.zstd import ZstdCodec
-from zarr3_backend.core.commit import StagingStore
 from zarr3_backend.core.shard_reads import raw_shard_reads
+from zarr3_backend.core.staging_store import StagingStore
 from zarr3_backend.errors import CorruptionError
 from zarr3_backend.stores.base import Store, ValueReader
 from zarr3_backend.stores.local import LocalStore

@@ -13,8 +13,9 @@ import pytest
 
 import zarr3_backend as z3
 from zarr3_backend._owner import current_owner, host_tag
-from zarr3_backend.core.commit import _claim, markers, repair, txn_prefix, wait_for_commits, writer_is_dead
+from zarr3_backend.core.commit import _claim, repair, txn_prefix, wait_for_commits, writer_is_dead
 from zarr3_backend.core.metadata import WRITE_IN_PROGRESS_FIELD
+from zarr3_backend.core.txn_records import markers
 from zarr3_backend.errors import InterruptedWriteError
 from zarr3_backend.stores import LocalStore, MemoryStore
 
@@ -125,7 +126,7 @@ def test_two_read_modify_writes_of_one_unit_in_one_transaction_keep_both():
 
 def test_the_staging_view_keeps_the_stores_own_settings():
     """Writes staged in a transaction run with the settings the user gave the store."""
-    from zarr3_backend.core.commit import StagingStore
+    from zarr3_backend.core.staging_store import StagingStore
     from zarr3_backend.stores import MemoryStore
 
     base = MemoryStore(settings={"requests_in_flight": 7, "coalesce_gap": 123})
@@ -169,7 +170,8 @@ def test_a_consolidating_commit_that_cannot_wait_out_another_writer_still_finish
     """A member marked by another live write past ``commit_wait``: the consolidating commit
     finishes (its own marks gone, its change in place) with the root's consolidated copy
     dropped and a warning, instead of leaving the root marked while its process lives."""
-    from zarr3_backend.core.commit import Transaction, new_txn_id, with_markers
+    from zarr3_backend.core.commit import Transaction, new_txn_id
+    from zarr3_backend.core.txn_records import with_markers
     from zarr3_backend.errors import ConsolidationSkippedWarning
 
     store = MemoryStore(settings={"commit_wait": 0.2})

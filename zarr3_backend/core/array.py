@@ -17,18 +17,17 @@ import numpy as np
 from .. import indexing
 from ..errors import ReadOnlyError, ShapeError
 from ..stores.base import Store
-from . import rectilinear
+from . import rectilinear, shape_changes
 from .attributes import Attributes
-from .commit import Transaction, claimed_shape_change
+from .commit import Transaction
 from .metadata import ArrayMetadata
 from .metadata_v2 import V2_MARKER, v2_fill_value_is_null
-from .metadata_v2_store import shape_documents, stored_node_metadata, update_node_metadata
+from .metadata_v2_store import shape_documents, update_node_metadata
 from .node_claims import retry_shape_change
 from .paths import node_name
 from .pipeline import ChunkPipeline
 from .read_outputs import output
 from .selection import OIndex, VIndex, fancy_kind, flatten_nd
-from .shape_cuts import cut_tails, extent
 from .unit_writes import OneUnit
 from .values import coerce_value
 
@@ -344,81 +343,10 @@ class Array:
             raise ShapeError(f"array {self.path or '/'!r}: new shape must be integers, got {raw!r}") from e
         if len(new_shape) != self.ndim or any(s < 0 for s in new_shape):
             raise ShapeError(f"array {self.path or '/'!r}: cannot resize shape {self.shape} to {new_shape}")
-        retry_shape_change(lambda: self._resize_once(new_shape))
-
-    def _resize_once(self, new_shape: tuple[int, ...]) -> None:
-        """One try of ``resize``: judged from the shape as stored now, not this handle's (a
-        shrink of what another writer grew erases the units outside the new shape; left stored,
-        they came back on growth), as a claimed shape change: the document alone when no stored
-        unit falls outside, else with the erases in one transaction."""
-        self.metadata = stored_node_metadata(self.store, self.path, self.metadata)
-        if new_shape == self.shape:
-            return
-        grid = self.metadata.chunk_grid
-        new_grid = grid.grid_shape(new_shape)
-        old_grid = grid.grid_shape(self.shape)
-        new_meta = self.metadata.evolve(shape=new_shape)
-        shrinks = any(n < o for n, o in zip(new_grid, old_grid, strict=True))
-        doomed = self._pipeline.stored_units_outside(new_grid) if shrinks else []
-        tails = cut_tails(self.metadata.chunk_grid.is_regular, self.storage_chunks, self.shape, new_shape)
-        documents = shape_documents(self.path, new_meta)
-        shape_from = {key: self.shape for key in documents}
-        if not doomed and not tails:  # one document: atomic by itself; only its shape changes (not the
-            # attributes another writer may have set since this handle read it)
-            (key,) = documents
-            self.metadata = claimed_shape_change(
-                self.store,
-                key,
-                self.shape,
-                lambda: update_node_metadata(
-                    self.store, self.path, lambda m: m.evolve(shape=new_shape), self.metadata
-                ),
-            )
-            return
-        # the new shape and the erases in one transaction: a crash never shows the new shape
-        # over chunks it should have dropped (a later growth would bring them back)
-        with Transaction(self.store, guard=(self.path,), documents=documents, shape_from=shape_from) as txn:
-            txn.staging.erase_many(doomed)
-            fills = [
-                (region, self._coerce_value(self.metadata.fill_value, extent(region))) for region in tails
-            ]
-            for region, fill in fills:
-                self._with_store(txn.staging)[region] = fill
-
-            def redo(key: str) -> None:  # another writer changed a cut unit meanwhile: cut it again
-                for region, fill in fills:
-                    self.write_unit_of(region, fill, key)
-
-            txn.commit(redo=redo)
-        self.metadata = new_meta
-        self._pipeline.forget()
+        retry_shape_change(lambda: shape_changes.resize_once(self, new_shape))
 
     def append(self, data: Any, axis: int = 0) -> None:
         """Grow along ``axis`` and write ``data`` into the new part: validated first, then the
         data, then ``zarr.json``; made again after the rows of a writer that got in first."""
         data = np.asarray(data)
-        retry_shape_change(lambda: self._append_once(data, axis))
-
-    def _append_once(self, data: np.ndarray, axis: int) -> None:
-        """One try of ``append``, from the shape as stored now."""
-        # rows another writer appended since this handle read the array are kept (they were
-        # overwritten, then hidden by this handle's smaller shape)
-        self.metadata = stored_node_metadata(self.store, self.path, self.metadata)
-        other = [n for i, n in enumerate(self.shape) if i != axis]
-        if data.ndim != self.ndim or [n for i, n in enumerate(data.shape) if i != axis] != other:
-            raise ShapeError(
-                f"array {self.path or '/'!r}: cannot append data of shape {data.shape} along axis {axis} "
-                f"to shape {self.shape}"
-            )
-        self._check_writable()
-        new_shape = list(self.shape)
-        start = new_shape[axis]
-        new_shape[axis] += data.shape[axis]
-        region = [slice(None)] * self.ndim
-        region[axis] = slice(start, new_shape[axis])
-        # data and the new zarr.json in one transaction: a reader sees the old shape with the old
-        # data or the new shape with all of the new data
-        new_meta = self.metadata.evolve(shape=tuple(new_shape))
-        indexer = indexing.basic_indexer(tuple(region), tuple(new_shape), self.storage_chunks)
-        grown = Array(self.store, self.path, new_meta, write_empty_chunks=self.write_empty_chunks)
-        self._commit_write(new_meta, indexer, grown._coerce_value(data, indexer.shape))
+        retry_shape_change(lambda: shape_changes.append_once(self, data, axis))

@@ -44,12 +44,11 @@ import re
 import secrets
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .._owner import current_owner, host_tag, token_is_dead
 from .._threads import thread_map
-from ..byte_range import ByteRange
 from ..errors import (
     ArrayNotFoundError,
     ConsolidationSkippedWarning,
@@ -59,29 +58,30 @@ from ..errors import (
     WriteConflictError,
 )
 from ..stores import Store
-from ..stores.base import BytesLike, PositionedReader
-from .metadata import WRITE_IN_PROGRESS_FIELD, load_json
+from .metadata import load_json
 from .metadata_v2 import CONSOLIDATED_KEY
 from .metadata_v2_write import is_v2_document_key
 from .node_claims import (
     CLAIMS_DIR,
     claim_nodes,
     release_claims,
-    shape_of,
     shape_only,
-    stored_shape,
     sweep_claims,
 )
 from .paths import metadata_key
+from .shape_cuts import keep_within, shrinks
+from .staging_store import StagingStore
 from .txn_records import (
     MANIFEST,
     TXN_DIR,
     dump_doc,
     is_reserved_key,
+    markers,
     new_txn_id,
     parse_doc,
     parse_manifest,
     txn_prefix,
+    with_markers,
     writer_is_dead,
 )
 
@@ -91,23 +91,6 @@ _DOC_RETRIES = 64
 #: A repairer's claim as ``_claim`` writes it: its process token, its host's tag (absent in
 #: claims written before the tag was added) and a nonce.
 _REPAIRER = re.compile(r"(?P<token>[0-9]+-[^:@]+)(?:@(?P<host>[0-9a-f]{8}))?:[0-9a-f]{8}")
-
-
-# ---- the marker (pure) ---------------------------------------------------------------------------
-def markers(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """The in-flight writes recorded in a parsed ``zarr.json`` (``{txn id: owner}``)."""
-    field = doc.get(WRITE_IN_PROGRESS_FIELD)
-    writes = field.get("writes") if isinstance(field, Mapping) else None
-    return dict(writes) if isinstance(writes, Mapping) else {}
-
-
-def with_markers(doc: Mapping[str, Any], writes: Mapping[str, Any]) -> dict[str, Any]:
-    """``doc`` with exactly ``writes`` as its in-flight writes (the field dropped when empty)."""
-    out = {k: v for k, v in doc.items() if k != WRITE_IN_PROGRESS_FIELD}
-    if writes:
-        latest = max(writes)
-        out[WRITE_IN_PROGRESS_FIELD] = {"must_understand": True, "id": latest, "writes": dict(writes)}
-    return out
 
 
 # ---- conditional document updates ----------------------------------------------------------------
@@ -264,147 +247,10 @@ def claimed_shape_change(
             raise refusal
         result = write()
         # a write planned at the old shape may have stored units past a smaller new one
-        _keep_within(store, txn_id, manifest["shape_from"], held={doc_key})
+        keep_within(store, txn_id, manifest["shape_from"], {doc_key}, _repairer(store))
         return result
     finally:
         _end_records(store, base, manifest["shape_from"], txn_id)
-
-
-# ---- staging -------------------------------------------------------------------------------------
-class StagingStore(Store):
-    """A view of ``base`` whose writes land in one transaction's staging area.
-
-    Reads see the staged values first, then the base; listings show the base only. Conditional
-    reads record the version they saw, so the commit can re-check it (read-modify-writes of
-    units other writers share)."""
-
-    def __init__(self, base: Store, txn_id: str) -> None:
-        super().__init__(read_only=base.read_only)
-        self.base = base
-        self.txn_id = txn_id
-        self._data = txn_prefix(txn_id) + "data/"
-        self._tomb = txn_prefix(txn_id) + "erase/"
-        self.expected: dict[str, Any] = {}
-        self.costly_requests = base.costly_requests
-        self.setting_overrides = base.setting_overrides  # the base store's own settings hold
-        self.default_coalesce_gap = base.default_coalesce_gap
-        self.supports_conditional_writes = base.supports_conditional_writes
-        self.refuses_unguarded_partial_writes = base.refuses_unguarded_partial_writes
-
-    #: Writes through a staging store become visible at its transaction's commit: an Array on
-    #: it writes straight through, with no transaction of its own.
-    commits_externally = True
-
-    def __reduce__(self) -> tuple:
-        return (StagingStore, (self.base, self.txn_id))
-
-    def __repr__(self) -> str:
-        return f"StagingStore({self.base!r}, {self.txn_id!r})"
-
-    # -- read-path capabilities: the base's, of the staged value when there is one
-    @property
-    def inline_io(self) -> bool:  # type: ignore[override]
-        """As the base's: every call is one or two base calls."""
-        return self.base.inline_io
-
-    def get_into(
-        self, key: str, alloc: Callable[[int], memoryview], byte_range: ByteRange | None = None
-    ) -> memoryview | None:
-        """The base's ``get_into`` of the staged value when there is one."""
-        got = self.base.get_into(self._data + key, alloc, byte_range)
-        if got is not None:
-            return got
-        if self.base.exists(self._tomb + key):
-            return None
-        return self.base.get_into(key, alloc, byte_range)
-
-    def open_reader(self, key: str) -> PositionedReader | None:
-        """The base's reader of the staged value when there is one."""
-        reader = self.base.open_reader(self._data + key)
-        if reader is not None:
-            return reader
-        if self.base.exists(self._tomb + key):
-            return None
-        return self.base.open_reader(key)
-
-    def will_need(self, keys: Sequence[str]) -> None:
-        """Passed on to the base, for the staged values and the committed ones."""
-        self.base.will_need([self._data + k for k in keys] + list(keys))
-
-    # -- reading
-    def get(self, key: str, byte_range: ByteRange | None = None) -> bytes | None:
-        got = self.base.get(self._data + key, byte_range)
-        if got is not None:
-            return got
-        if self.base.exists(self._tomb + key):
-            return None
-        return self.base.get(key, byte_range)
-
-    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
-        staged = self.base.get_many([self._data + k for k in keys])
-        missing = [i for i, v in enumerate(staged) if v is None]
-        if missing:
-            gone = self.base.exists_many([self._tomb + keys[i] for i in missing])
-            rest = [i for i, g in zip(missing, gone, strict=True) if not g]
-            for i, v in zip(rest, self.base.get_many([keys[i] for i in rest]), strict=True):
-                staged[i] = v
-        return staged
-
-    def get_partial_values(self, key_ranges: Sequence[tuple[str, ByteRange | None]]) -> list[bytes | None]:
-        return [self.get(k, r) for k, r in key_ranges]
-
-    def get_versioned(self, key: str) -> tuple[bytes | None, Any]:
-        """The value this transaction sees (its own staged value or erase first, else the
-        base's) with the base's version, which the commit re-checks before replacing; the first
-        version read of a key is the one checked."""
-        value, version = self.base.get_versioned(key)
-        self.expected.setdefault(key, version)
-        staged = self.base.get(self._data + key)
-        if staged is not None:
-            return staged, version
-        if self.base.exists(self._tomb + key):
-            return None, version
-        return value, version
-
-    # -- writing
-    def set(self, key: str, value: BytesLike) -> None:
-        self.check_writable(key)
-        self.base.set(self._data + key, value)
-
-    def set_many(self, items: Mapping[str, BytesLike]) -> None:
-        self.base.set_many({self._data + k: v for k, v in items.items()})
-
-    def set_if(self, key: str, value: BytesLike, expected: Any) -> bool:
-        """Staged now; the version check happens when the commit moves it into place."""
-        self.expected.setdefault(key, expected)
-        self.set(key, value)
-        return True
-
-    def erase(self, key: str) -> None:
-        self.erase_many([key])
-
-    def erase_many(self, keys: Iterable[str]) -> None:
-        keys = list(keys)
-        self.base.set_many({self._tomb + k: b"" for k in keys})
-        self.base.erase_many([self._data + k for k in keys])
-
-    def erase_if(self, key: str, expected: Any) -> bool:
-        self.expected.setdefault(key, expected)
-        self.erase(key)
-        return True
-
-    def erase_prefix(self, prefix: str) -> None:
-        raise NotImplementedError("erasing a prefix inside a transaction: pass it to commit()")
-
-    # -- listing
-    def list(self) -> Iterator[str]:
-        return self.base.list()
-
-    def list_prefix(self, prefix: str) -> Iterator[str]:
-        return self.base.list_prefix(prefix)
-
-    def list_dir(self, prefix: str) -> Iterator[str]:
-        return self.base.list_dir(prefix)
 
 
 # ---- the transaction ------------------------------------------------------------------------------
@@ -424,7 +270,7 @@ class Transaction:
     one planned before another writer changed the shape is planned again. ``within`` (array
     document key -> the shape the staged values were planned for) names the arrays whose units
     left outside a smaller stored shape are erased once the values are in place (a shrink that
-    committed meanwhile; ``_keep_within``). On a store that commits by itself (an Icechunk
+    committed meanwhile; ``shape_cuts.keep_within``). On a store that commits by itself (an Icechunk
     session: ``Store.commits_externally``) nothing is staged or marked: the erases and documents
     are written at once, the values straight to their keys, and the store's own commit makes
     them visible together."""
@@ -701,72 +547,14 @@ def _apply(
         store.erase(root)
     else:
         _write_final(store, root, root_doc, txn_id, root_rebase)
-    shrunk = {k: v for k, v in shape_from.items() if _shrinks(manifest["documents"].get(k), k, v)}
-    _keep_within(store, txn_id, {**shrunk, **(manifest.get("within") or {})}, held=set(claimed))
+    shrunk = {k: v for k, v in shape_from.items() if shrinks(manifest["documents"].get(k), k, v)}
+    keep_within(store, txn_id, {**shrunk, **(manifest.get("within") or {})}, set(claimed), _repairer(store))
     _end_records(store, base, claimed, txn_id)  # the new shapes and nodes are stored
     if lost:
         raise WriteConflictError(
             f"{sorted(lost)} were changed by other writers while this write merged into them and could "
             "not be merged again: those units keep the other writers' values, the rest is committed"
         )
-
-
-def _shrinks(doc: str | None, key: str, shape_from: Sequence[int]) -> bool:
-    """Whether the array document ``doc`` a commit writes as ``key`` is smaller than
-    ``shape_from`` along some axis (a shrink: what a write staged at the old shape moved in
-    past its end is erased after it)."""
-    if doc is None:
-        return False
-    try:
-        shape = parse_doc(doc.encode(), key).get("shape")
-    except MetadataError:
-        return False
-    return isinstance(shape, list) and any(
-        isinstance(n, int) and n < o for n, o in zip(shape, shape_from, strict=False)
-    )
-
-
-def _keep_within(store: Store, txn_id: str, within: Mapping[str, Sequence[int]], held: set[str]) -> None:
-    """Clear what is stored outside each array's shape (units wholly outside erased, the part
-    outside of units the end cuts through reset to fill: ``shape_cuts.clear_outside_shape``) when
-    that shape is now smaller than the one this write's values were planned for (``within``:
-    document key -> that shape), under the array's claim (``held``: the claims this write holds already). A write staged
-    before a shrink committed has moved units past the new end, and a shrink may have listed
-    its units before such a write moved them in: left, a later growth showed them instead of
-    the fill value. Units outside an array's shape belong to no one while its claim is held (an
-    append holds it until its shape is written), so nothing another writer needs is erased."""
-    if not within or not store.supports_conditional_writes:
-        return  # nothing to look at; or no claim to hold: the sweep could erase an append's rows
-    from .shape_cuts import clear_outside_shape  # it imports this module
-
-    keys = sorted(within)
-    first = dict(zip(keys, store.get_many(keys), strict=True))  # one round trip for all arrays
-    for doc_key in keys:
-        planned = list(within[doc_key])
-        for attempt in range(_DOC_RETRIES):
-            stored = shape_of(first[doc_key], doc_key) if attempt == 0 else stored_shape(store, doc_key)
-            if (
-                stored is None
-                or len(stored) != len(planned)
-                or all(s >= p for s, p in zip(stored, planned, strict=True))
-            ):
-                break  # gone, or not smaller: nothing of this write lies outside it
-            taken = doc_key not in held
-            if taken:
-                try:
-                    refusal = claim_nodes(store, txn_id, {doc_key: stored}, (), _repairer(store))
-                except WriteConflictError:
-                    # held by a live write past commit_wait: this write is committed; what it left
-                    # outside the shape is invisible until a resize grows the array again
-                    break
-                if refusal is not None:
-                    continue  # the shape changed again (or the array is gone): look again
-            try:
-                clear_outside_shape(store, doc_key, planned)
-            finally:
-                if taken:
-                    release_claims(store, [doc_key], txn_id)
-            break
 
 
 def _consolidated_root(store: Store, root_doc: bytes | None, txn_id: str) -> bytes | None:
@@ -906,15 +694,12 @@ def repair(store: Store, *, only_dead: bool = True) -> list[str]:
 __all__ = [
     "TXN_DIR",
     "claimed_shape_change",
-    "StagingStore",
     "Transaction",
     "is_reserved_key",
-    "markers",
     "pending_writes",
     "repair",
     "replace_document",
     "root_is_consolidated",
     "update_document",
     "wait_for_commits",
-    "with_markers",
 ]

@@ -8,11 +8,12 @@ from collections.abc import Callable
 
 from ..errors import NodeNotFoundError
 from ..stores.base import Store
-from .commit import repair, replace_document, update_document, with_markers
+from .commit import repair, replace_document, update_document
 from .metadata import ArrayMetadata, GroupMetadata, load_json, parse_node, parse_node_json, to_bytes
 from .metadata_v2 import ATTRS_KEY
 from .metadata_v2_write import is_v2, metadata_from_documents, node_documents
 from .paths import join_path, metadata_key
+from .txn_records import with_markers
 
 
 def store_node_metadata(

@@ -8,14 +8,17 @@ there; the commit protocol then clears them (``clear_outside_shape``, under the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from .. import indexing
+from ..errors import MetadataError, WriteConflictError
 from ..stores.base import Store
-from .commit import with_markers
 from .metadata import ArrayMetadata, parse_node_json
 from .metadata_v2 import ARRAY_KEY
-from .txn_records import parse_doc
+from .node_claims import claim_nodes, release_claims, shape_of, stored_shape
+from .txn_records import parse_doc, with_markers
+
+_LOOKS = 64  # shape changes followed before giving up: each is another writer's commit
 
 
 def cut_tails(
@@ -72,3 +75,66 @@ def clear_outside_shape(store: Store, doc_key: str, planned: Sequence[int]) -> N
     for region in cut_tails(meta.chunk_grid.is_regular, wide.storage_chunks, wide.shape, meta.shape):
         indexer = indexing.basic_indexer(region, wide.shape, wide.storage_chunks)
         wide._write_units(indexer, wide._coerce_value(meta.fill_value, extent(region)))
+
+
+def shrinks(doc: str | None, key: str, shape_from: Sequence[int]) -> bool:
+    """Whether the array document ``doc`` a commit writes as ``key`` is smaller than
+    ``shape_from`` along some axis (a shrink: what a write staged at the old shape moved in
+    past its end is erased after it)."""
+    if doc is None:
+        return False
+    try:
+        shape = parse_doc(doc.encode(), key).get("shape")
+    except MetadataError:
+        return False
+    return isinstance(shape, list) and any(
+        isinstance(n, int) and n < o for n, o in zip(shape, shape_from, strict=False)
+    )
+
+
+def keep_within(
+    store: Store,
+    txn_id: str,
+    within: Mapping[str, Sequence[int]],
+    held: set[str],
+    repairer: Callable[[str], object],
+) -> None:
+    """Clear what is stored outside each array's shape (units wholly outside erased, the part
+    outside of units the end cuts through reset to fill: ``shape_cuts.clear_outside_shape``) when
+    that shape is now smaller than the one this write's values were planned for (``within``:
+    document key -> that shape), under the array's claim (``held``: the claims this write holds already; ``repairer``: what a
+    claim waiting on a dead writer runs). A write staged
+    before a shrink committed has moved units past the new end, and a shrink may have listed
+    its units before such a write moved them in: left, a later growth showed them instead of
+    the fill value. Units outside an array's shape belong to no one while its claim is held (an
+    append holds it until its shape is written), so nothing another writer needs is erased."""
+    if not within or not store.supports_conditional_writes:
+        return  # nothing to look at; or no claim to hold: the sweep could erase an append's rows
+    keys = sorted(within)
+    first = dict(zip(keys, store.get_many(keys), strict=True))  # one round trip for all arrays
+    for doc_key in keys:
+        planned = list(within[doc_key])
+        for attempt in range(_LOOKS):
+            stored = shape_of(first[doc_key], doc_key) if attempt == 0 else stored_shape(store, doc_key)
+            if (
+                stored is None
+                or len(stored) != len(planned)
+                or all(s >= p for s, p in zip(stored, planned, strict=True))
+            ):
+                break  # gone, or not smaller: nothing of this write lies outside it
+            taken = doc_key not in held
+            if taken:
+                try:
+                    refusal = claim_nodes(store, txn_id, {doc_key: stored}, (), repairer)
+                except WriteConflictError:
+                    # held by a live write past commit_wait: this write is committed; what it left
+                    # outside the shape is invisible until a resize grows the array again
+                    break
+                if refusal is not None:
+                    continue  # the shape changed again (or the array is gone): look again
+            try:
+                clear_outside_shape(store, doc_key, planned)
+            finally:
+                if taken:
+                    release_claims(store, [doc_key], txn_id)
+            break

@@ -1,6 +1,7 @@
 """The names of the commit protocol's records and the documents it reads and writes: transaction
 ids (who wrote them, on which host, whether that writer is gone), where a write keeps its records
-(``.z3-txn/<id>/``), and how a ``zarr.json`` is parsed and dumped when the protocol changes it."""
+(``.z3-txn/<id>/``), how a ``zarr.json`` is parsed and dumped when the protocol changes it, and
+the marker of the writes in flight a ``zarr.json`` carries."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 from .._owner import current_owner, host_tag, token_is_dead
 from ..errors import InterruptedWriteError, MetadataError
-from .metadata import load_json
+from .metadata import WRITE_IN_PROGRESS_FIELD, load_json
 
 #: Where transactions keep their staged values and manifests (at the store's root).
 TXN_DIR = ".z3-txn"
@@ -127,4 +128,20 @@ def parse_manifest(raw: bytes, txn_id: str) -> dict[str, Any]:
             raise refuse(f"field {name!r} has the wrong form: {doc[name]!r:.80}")
     if out["id"] != txn_id:
         raise refuse(f"field 'id' is {out['id']!r}, not the write's own id")
+    return out
+
+
+def markers(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The in-flight writes recorded in a parsed ``zarr.json`` (``{txn id: owner}``)."""
+    field = doc.get(WRITE_IN_PROGRESS_FIELD)
+    writes = field.get("writes") if isinstance(field, Mapping) else None
+    return dict(writes) if isinstance(writes, Mapping) else {}
+
+
+def with_markers(doc: Mapping[str, Any], writes: Mapping[str, Any]) -> dict[str, Any]:
+    """``doc`` with exactly ``writes`` as its in-flight writes (the field dropped when empty)."""
+    out = {k: v for k, v in doc.items() if k != WRITE_IN_PROGRESS_FIELD}
+    if writes:
+        latest = max(writes)
+        out[WRITE_IN_PROGRESS_FIELD] = {"must_understand": True, "id": latest, "writes": dict(writes)}
     return out
