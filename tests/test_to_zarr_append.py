@@ -173,6 +173,25 @@ def test_mode_a_minus_leaves_variables_without_the_append_dimension_alone():
     assert xr.open_dataset(store, engine="zarr3").orography.min() >= 1000
 
 
+@pytest.mark.parametrize("mode", ["a", "a-"])
+def test_an_append_whose_other_index_is_reordered_or_moved_is_refused(mode):
+    # "a-" never writes lat, but the appended t2m values are labelled by it all the same: the
+    # same latitudes in another order (or other latitudes) would be stored under the store's
+    store = MemoryStore()
+    z3.to_zarr(hourly("2000-01-01", 4), store)
+    before = snapshot(store)
+    step = hourly("2000-01-01T04", 4)
+    for wrong in (step.isel(lat=slice(None, None, -1)), step.assign_coords(lat=step.lat + 1)):
+        with pytest.raises(ValueError, match="coordinate 'lat' differs.*reindex"):
+            z3.to_zarr(wrong, store, append_dim="time", mode=mode)
+        assert snapshot(store) == before
+    z3.to_zarr(
+        step.isel(lat=slice(None, None, -1)).reindex(lat=step.lat), store, append_dim="time", mode=mode
+    )
+    back = xr.open_dataset(store, engine="zarr3").load()
+    np.testing.assert_array_equal(back.t2m.isel(time=slice(4, 8)).values, step.t2m.values)
+
+
 def daily(start, n, seed=0, width=4):
     rng = np.random.default_rng(seed)
     return xr.Dataset(

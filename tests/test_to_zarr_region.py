@@ -262,3 +262,27 @@ def test_numpy_regions_that_cut_a_rectilinear_chunk_are_refused(tmp_path):
     assert snapshot(LocalStore(path)) == before
     z3.to_zarr(xr.Dataset({"v": ("x", full[:5])}), path, region={"x": slice(0, 5)})  # whole chunks
     np.testing.assert_array_equal(z3.open_array(path, "v")[:5], full[:5])
+
+
+def test_a_region_write_checks_the_indexes_of_the_other_dimensions():
+    # xarray's engine refuses an index that shares no dimension with the region; dropped
+    # unchecked, latitudes in another order stored the values under the store's latitudes
+    ds, store = dataset(), MemoryStore()
+    template(store, ds)
+    before = snapshot(store)
+    part = ds.isel(time=slice(0, 4)).drop_vars("flag")
+    for wrong in (part.isel(lat=slice(None, None, -1)), part.assign_coords(lon=part.lon + 1)):
+        with pytest.raises(ValueError, match="differs from the one in the store.*region write"):
+            z3.to_zarr(wrong, store, region={"time": slice(0, 4)})
+        assert snapshot(store) == before
+    z3.to_zarr(part, store, region={"time": slice(0, 4)})  # the same indexes: checked, not written
+    back = xr.open_dataset(store, engine="zarr3").load()
+    np.testing.assert_array_equal(back.t2m.isel(time=slice(0, 4)).values, part.t2m.values)
+    np.testing.assert_array_equal(back.lat.values, ds.lat.values)
+    # an index the store does not hold is left out, as before
+    z3.to_zarr(
+        part.assign_coords(extra=("lat", np.arange(4))).set_xindex("extra"),
+        store,
+        region={"time": slice(0, 4)},
+    )
+    assert "extra" not in xr.open_dataset(store, engine="zarr3").variables

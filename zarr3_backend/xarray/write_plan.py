@@ -509,11 +509,15 @@ def _plan_existing(
     dims = _array_dims(a)
     has_append = append_dim is not None and append_dim in dims
     if append_dim is not None and not has_append:
-        if mode == "a-":
-            return None
-        if name in ds.coords:
-            _check_same_coordinate(name, var, a, stored, dims, append_dim)
+        if mode == "a-" or name in ds.coords:
+            # the coordinates label the appended values too: one that differs (other values, or
+            # the same in another order) would mislabel them, also with "a-", which never writes it
+            if name in ds.coords and (mode != "a-" or name in ds.indexes):
+                _check_same_coordinate(name, var, a, stored, dims, f"appending along {append_dim!r}")
             return None  # identical once encoded: nothing to write
+    if region and not set(region) & set(dims) and name in ds.indexes:
+        _check_same_coordinate(name, var, a, stored, dims, f"a region write along {sorted(region)}")
+        return None
     encoded = _match_dims(name, encode_like_stored(var, stored, name), dims, a.shape, region, append_dim)
     wec = a.write_empty_chunks if write_empty_chunks is None else write_empty_chunks
     reg = _region_tuple(dims, region)
@@ -534,11 +538,11 @@ def _plan_existing(
 
 
 def _check_same_coordinate(
-    name: str, var: Variable, a: Array, stored: Variable, dims: tuple[str, ...], append_dim: Hashable
+    name: str, var: Variable, a: Array, stored: Variable, dims: tuple[str, ...], write: str
 ) -> None:
-    """Refuse a non-append coordinate whose values, encoded as the store encodes them (its
-    dtype, units, packing), differ from the stored ones: a float64 latitude equals a float32
-    stored one when it rounds to the same float32 values."""
+    """Refuse a coordinate the write (``write`` names it) leaves as stored whose values, encoded
+    as the store encodes them (its dtype, units, packing), differ from the stored ones: a
+    float64 latitude equals a float32 stored one when it rounds to the same float32 values."""
     why = ""
     try:
         with warnings.catch_warnings():
@@ -557,8 +561,9 @@ def _check_same_coordinate(
         same, why = False, f" ({e})"
     if not same:
         raise ArgumentError(
-            f"coordinate {name!r} differs from the one in the store{why}; appending along "
-            f"{append_dim!r} needs the other coordinates unchanged"
+            f"coordinate {name!r} differs from the one in the store{why}; {write} needs the other "
+            f"coordinates unchanged (the values would be stored under the store's labels: reindex "
+            f"the dataset to them first)"
         )
 
 

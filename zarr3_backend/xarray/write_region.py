@@ -77,7 +77,7 @@ def resolve_region(
             raise ArgumentTypeError(f"region values must be slice objects, got {sel!r} for dimension {dim!r}")
         if sel.step not in (None, 1):
             raise ArgumentError(f"step on all slices must be 1 or None, got {sel!r} for dimension {dim!r}")
-    # index coordinates are dropped below anyway (a region write cannot change them)
+    # index coordinates are dropped or checked below (a region write cannot change them)
     unmatched = [k for k, v in ds.variables.items() if not set(region) & set(v.dims) and k not in ds.indexes]
     if region and unmatched:
         raise ArgumentError(
@@ -89,4 +89,9 @@ def resolve_region(
         raise ArgumentError(
             f"cannot list the same dimension in both ``append_dim`` and ``region``: {append_dim!r}"
         )
-    return ds.drop_vars(list(ds.indexes)), region
+    # an index along a region dimension is the stored one's slice (a region write cannot change
+    # it); one along another dimension labels all of it: the plan checks it equals the stored one
+    # (xarray's engine refuses it; dropped unchecked, values in another order would be mislabelled);
+    # one the store does not hold is dropped as before
+    along = [k for k in ds.indexes if not region or set(region) & set(ds[k].dims) or k not in arrays]
+    return ds.drop_vars(along), region
