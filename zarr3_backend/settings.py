@@ -66,6 +66,11 @@ class Settings:
     #: return memory promptly (``MALLOC_TRIM_THRESHOLD_`` set, as in dask's workers). Its
     #: environment variable counts MiB: ``ZARR3_BUFFER_POOL_MB``.
     buffer_pool_bytes: int | None = None
+    #: Local stores: every step of a write survives a power loss or a crash of the machine
+    #: (the file system is flushed between the commit's steps, and after a write or document
+    #: change outside a commit). Off, writes are as durable as the page cache (as in
+    #: zarr-python): a crash of the process never tears a store, a crash of the machine can.
+    durable: bool = False
 
 
 #: The environment variable of each setting.
@@ -82,6 +87,7 @@ ENVIRONMENT: Mapping[str, str] = types.MappingProxyType(
         "commit_wait": "ZARR3_COMMIT_WAIT",
         "remote_task_bytes": "ZARR3_REMOTE_TASK_BYTES",
         "buffer_pool_bytes": "ZARR3_BUFFER_POOL_MB",
+        "durable": "ZARR3_DURABLE",
     }
 )
 #: Environment variables counting another unit than the setting: the setting's value per unit.
@@ -91,6 +97,18 @@ ENVIRONMENT_UNITS: Mapping[str, int] = types.MappingProxyType({"buffer_pool_byte
 _AT_LEAST_ONE = frozenset({"io_threads", "cpu_threads", "requests_in_flight"})
 #: Settings that take a fractional number; the others are whole numbers.
 _FRACTIONAL = frozenset({"commit_wait"})
+#: Settings that are on or off (environment: 1/0, true/false, yes/no, on/off).
+_SWITCHES = frozenset({"durable"})
+_SWITCH_WORDS = {
+    "1": True,
+    "true": True,
+    "yes": True,
+    "on": True,
+    "0": False,
+    "false": False,
+    "no": False,
+    "off": False,
+}
 #: Settings for which ``None`` means "the default rule" (a value cannot be written for it).
 _OPTIONAL = frozenset({"coalesce_gap", "buffer_pool_bytes"})
 NAMES: frozenset[str] = frozenset(f.name for f in fields(Settings))
@@ -105,6 +123,8 @@ def _problem(name: str, value: Any) -> str | None:
     """Why ``value`` cannot be setting ``name``; None when it can."""
     if value is None:
         return None if name in _OPTIONAL else "must not be None"
+    if name in _SWITCHES:
+        return None if isinstance(value, bool) else "must be True or False"
     kinds = (int, float) if name in _FRACTIONAL else (int,)
     if isinstance(value, bool) or not isinstance(value, kinds):
         return "must be a number" if name in _FRACTIONAL else "must be a whole number"
@@ -120,6 +140,13 @@ def _parse(name: str, raw: str) -> Any:
     """The value of environment variable text for setting ``name``; ``None`` (after a
     warning naming the variable) when the text is not a valid value."""
     var = ENVIRONMENT[name]
+    if name in _SWITCHES:
+        switch = _SWITCH_WORDS.get(raw.strip().lower())
+        if switch is None:
+            warnings.warn(
+                f"{var}={raw!r} is not one of {', '.join(_SWITCH_WORDS)}: using the default", stacklevel=4
+            )
+        return switch
     try:
         number = float(raw)
         unit = ENVIRONMENT_UNITS.get(name, 1)

@@ -240,6 +240,7 @@ class Array:
             self._write_atomically(indexer, value)
         else:
             self._write_units(indexer, value)
+            self.store.barrier()  # one unit, no commit: kept once this returns (``durable``)
 
     def _write_units(self, indexer: Any, value: Any) -> None:
         """Encode and store each unit ``indexer`` touches (read-modify-write for partial ones)."""

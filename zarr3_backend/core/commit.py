@@ -32,6 +32,10 @@ claims the arrays it adds (planned again over one another writer added first) an
 overwrites whole (by the shape it planned from), so one array never holds two writers' chunks.
 The claims are given up once the new documents are written.
 
+Each step is kept only with the ones before it after a crash of the machine too, where the store
+is asked to (the ``durable`` setting): ``Store.barrier()`` flushes it before the manifest, the
+claims and markers, the record of the erases, the new documents and the removal of the records.
+
 Markers of several writers share the field (one entry per write), and are added and removed
 with conditional writes where the store offers them. A write whose process is gone is finished
 by the next write; a live writer's records are never touched (see ``_owner``).
@@ -184,6 +188,7 @@ def replace_document(store: Store, key: str, doc: bytes) -> None:
     """Write ``doc`` as ``key``, keeping the markers of writes in flight on it (conditionally
     where the store can), so that a document written outside a transaction never unmarks one."""
     _write_final(store, key, doc, "")
+    store.barrier()
 
 
 def update_document(store: Store, key: str, change: Callable[[bytes | None], bytes | None]) -> bytes | None:
@@ -207,6 +212,7 @@ def update_document(store: Store, key: str, change: Callable[[bytes | None], byt
         return dump_doc(with_markers(parse_doc(new, key), writes)) if writes and new is not None else new
 
     _update(store, key, apply)
+    store.barrier()
     return written[0]
 
 
@@ -362,7 +368,12 @@ class Transaction:
             "add": self.add,
             "within": self.within,
         }
-        self.store.set(txn_prefix(self.id) + MANIFEST, json.dumps(manifest).encode())
+        try:
+            self.store.barrier()  # the staged values kept before the manifest that points at them
+            self.store.set(txn_prefix(self.id) + MANIFEST, json.dumps(manifest).encode())
+        except BaseException:
+            self.abort()  # nothing refers to the staged values yet (nor to a manifest half-sent)
+            raise
         _apply(self.store, manifest, self.staging.expected, redo)
 
 
@@ -428,6 +439,7 @@ def _apply(
     create = manifest.get("create", ())
     add = manifest.get("add", ())
     claimed = sorted({*shape_from, *create, *add})
+    store.barrier()  # the manifest kept before any claim or marker that a repair must follow
     if claimed:
         # a run that finds the claims checked (an earlier run of this commit, which may have
         # moved values since) does not check again; otherwise nothing of this write has moved
@@ -471,6 +483,7 @@ def _apply(
             store.erase_many(
                 [k for k in store.list_prefix(prefix) if k not in keep and not is_reserved_key(k)]
             )
+        store.barrier()  # the erases kept before the record that says they are done
         store.set(base + _ERASED, json.dumps(docs_gone).encode())
 
     data, tomb = base + "data/", base + "erase/"
@@ -507,6 +520,7 @@ def _apply(
             except WriteConflictError:
                 lost.append(key)  # as in place(): the other writer's value stays, the commit goes on
 
+    store.barrier()  # the values kept in place before the documents that show them
     docs = {k: v.encode() for k, v in manifest["documents"].items()}
     rebase = {k: shape_only(k, docs[k]) for k in shape_from if k in docs and not is_v2_document_key(k)}
     root = metadata_key("")
@@ -549,6 +563,7 @@ def _apply(
         _write_final(store, root, root_doc, txn_id, root_rebase)
     shrunk = {k: v for k, v in shape_from.items() if shrinks(manifest["documents"].get(k), k, v)}
     keep_within(store, txn_id, {**shrunk, **(manifest.get("within") or {})}, set(claimed), _repairer(store))
+    store.barrier()  # the documents kept before the records a repair would finish them from
     _end_records(store, base, claimed, txn_id)  # the new shapes and nodes are stored
     if lost:
         raise WriteConflictError(

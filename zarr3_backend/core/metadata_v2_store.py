@@ -33,6 +33,7 @@ def store_node_metadata(
     from .consolidate import refresh_v2_consolidated  # consolidate lists groups, which hold arrays
 
     refresh_v2_consolidated(store, docs, rebuild=False)
+    store.barrier()
     return seen
 
 

@@ -111,6 +111,11 @@ class StagingStore(Store):
         return value, version
 
     # -- writing
+    def barrier(self) -> None:
+        """The base's: values staged by other processes (dask tasks on other machines) are
+        kept before the committing process writes the manifest that points at them."""
+        self.base.barrier()
+
     def set(self, key: str, value: BytesLike) -> None:
         self.check_writable(key)
         self.base.set(self._data + key, value)

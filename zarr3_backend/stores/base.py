@@ -309,6 +309,13 @@ class Store(ABC):
             self.set(dst, value)
             self.erase(src)
 
+    def barrier(self) -> None:  # noqa: B027 - a no-op default, not an abstract method
+        """Make every write this store has acknowledged survive a crash of the machine (power
+        loss) before returning, where the ``durable`` setting asks for it: the commit protocol
+        calls it between its steps, so no step is kept without the ones before it. Default:
+        nothing to do (an object store acknowledges a write once it is durable; memory keeps
+        nothing)."""
+
     def remove_dead_temporaries(self) -> list[str]:
         """Remove what killed writers of this store left beside the keys (temporary files);
         returns where they were. Stores whose writes leave nothing of the kind: nothing to do."""
