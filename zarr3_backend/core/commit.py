@@ -34,7 +34,9 @@ The claims are given up once the new documents are written.
 
 Each step is kept only with the ones before it after a crash of the machine too, where the store
 is asked to (the ``durable`` setting): ``Store.barrier()`` flushes it before the manifest, the
-claims and markers, the record of the erases, the new documents and the removal of the records.
+claims and markers, around the record of the erases, before a merged unit's staged copy goes,
+before the new documents, and between the manifest's removal and the other records' (a re-run
+trusts the erases' record: kept without the manifest's removal, it would erase moved values).
 
 Markers of several writers share the field (one entry per write), and are added and removed
 with conditional writes where the store offers them. A write whose process is gone is finished
@@ -221,6 +223,7 @@ def _end_records(store: Store, base: str, claimed: Iterable[str], txn_id: str) -
     this one finds nothing to roll forward, and a claim whose holder has no manifest is free to
     take over), then its claims, then the rest of its records."""
     store.erase(base + MANIFEST)
+    store.barrier()  # gone for good before the records a re-run would trust (the erases' one)
     release_claims(store, claimed, txn_id)
     store.erase_prefix(base)
 
@@ -485,6 +488,7 @@ def _apply(
             )
         store.barrier()  # the erases kept before the record that says they are done
         store.set(base + _ERASED, json.dumps(docs_gone).encode())
+        store.barrier()  # kept before any value moves in: a re-run without it erases them again
 
     data, tomb = base + "data/", base + "erase/"
     staged = [k[len(data) :] for k in store.list_prefix(data)]
@@ -501,11 +505,12 @@ def _apply(
                 _conflict(key, redo)
             except WriteConflictError:
                 lost.append(key)  # the other writer's value stays; the commit goes on without it
-        store.erase(data + key)
 
     checked = [k for k in staged if k in expected]
     if checked:
         thread_map(place, checked, kind="io")
+        store.barrier()  # the placed values kept before their staged copies go
+        store.erase_many([data + k for k in checked])
     if len(checked) < len(staged):
         store.move_prefix(data, "")  # the rest at once (whole new directories in one rename)
     erased = [k[len(tomb) :] for k in store.list_prefix(tomb)]
