@@ -1,0 +1,92 @@
+"""Is this HTTP answer the bytes that were asked for? The rule every remote store applies to a
+GET before its body is handed on (pure: the stores do the I/O).
+
+A server, proxy or CDN can answer wrongly but plausibly: a ``206`` naming another range than
+the one asked (same length, other offset), a ``206`` shorter than the range inside the value,
+a ``304`` to a request that had no condition. Bytes of the right length decode to wrong values
+where no checksum guards them (uncompressed chunks, inner chunks of a shard), so such an answer
+is refused here, naming the key, before anything is decoded from it. A ``200`` to a ranged
+request is the whole value (a server that ignores ``Range``): right, and cut by the store.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..byte_range import ByteRange
+
+#: Statuses whose body is the whole value (203: the same, through a transforming proxy).
+WHOLE_VALUE_STATUSES = frozenset({200, 203})
+PARTIAL_CONTENT = 206
+
+# RFC 9110 section 14.4: "bytes first-last/complete-length", the length may be "*"
+_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
+
+
+def parse_content_range(header: str | None) -> tuple[int, int, int | None] | None:
+    """``(first, stop, complete_length)`` of a ``Content-Range: bytes first-last/length``
+    header (``stop`` is ``last + 1``; the length None for ``*``); None when absent or not that
+    form (an unsatisfied ``bytes */length`` or another unit)."""
+    if header is None:
+        return None
+    m = _CONTENT_RANGE.match(header)
+    if m is None:
+        return None
+    first, last = int(m.group(1)), int(m.group(2))
+    if last < first:
+        return None
+    total = None if m.group(3) == "*" else int(m.group(3))
+    if total is not None and last >= total:
+        return None
+    return first, last + 1, total
+
+
+def _expected(start: int | None, end: int | None, total: int | None) -> tuple[int | None, int | None]:
+    """The ``(first, stop)`` a correct 206 names for a request ``(start, end)`` (fsspec's form:
+    ``start < 0`` with no end is the last ``-start`` bytes; ``end`` exclusive) from a value of
+    ``total`` bytes; None where ``total`` is needed and unknown."""
+    if start is not None and start < 0:
+        if total is None:
+            return None, None
+        return max(total + start, 0), total
+    first = start or 0
+    if end is None:
+        return first, total
+    return first, end if total is None else min(end, total)
+
+
+def range_answer_problem(
+    start: int | None, end: int | None, status: int, content_range: str | None, nbytes: int
+) -> str | None:
+    """What is wrong with an answer of ``status`` (its ``Content-Range`` header and body of
+    ``nbytes`` bytes) to a GET of ``(start, end)`` (both None: no ``Range`` header); None when
+    it is the bytes asked for, or the whole value (a 200, cut by the caller)."""
+    if status in WHOLE_VALUE_STATUSES:
+        return None
+    if status != PARTIAL_CONTENT:
+        return f"HTTP {status} to a GET that had no condition: no body to read"
+    parsed = parse_content_range(content_range)
+    if parsed is None:
+        return f"206 answer with Content-Range {content_range!r}: not one satisfied byte range"
+    first, stop, total = parsed
+    if nbytes != stop - first:
+        return f"206 answer naming bytes [{first}, {stop}) has a body of {nbytes} bytes"
+    want_first, want_stop = _expected(start, end, total)
+    asked = _describe(start, end)
+    if want_first is not None and first != want_first:
+        return f"206 answer names bytes [{first}, {stop}) of {total or '?'} for {asked}"
+    if want_stop is not None and stop != want_stop:
+        return f"206 answer names bytes [{first}, {stop}) of {total or '?'} for {asked}"
+    if want_stop is None and end is not None and stop > end:  # an unknown length: not past the end asked
+        return f"206 answer names bytes [{first}, {stop}) for {asked}"
+    if want_first is None and start is not None and start < 0 and stop - first > -start:
+        return f"206 answer names bytes [{first}, {stop}) (length unknown) for {asked}"
+    return None
+
+
+def _describe(start: int | None, end: int | None) -> str:
+    """The request ``(start, end)`` as a message names it (``ByteRange``'s words)."""
+    if start is not None and start < 0:
+        return str(ByteRange.suffix(-start))
+    first = start or 0
+    return str(ByteRange(first, None if end is None else end - first))
