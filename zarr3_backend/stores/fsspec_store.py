@@ -36,7 +36,6 @@ from .base import BytesLike, Store, StoreArgumentError, Version, dir_prefix, val
 from .fsspec_conditional import conditional_backend
 from .fsspec_errors import (
     BucketNotFoundError,
-    ResponseMismatchError,
     is_endpoint_down,
     is_missing_container,
     is_range_refused,
@@ -44,7 +43,6 @@ from .fsspec_errors import (
     is_unsatisfiable_range,
     store_error,
 )
-from .fsspec_http import cat_checked, checks_answers
 from .fsspec_options import (
     DEFAULT_RETRIES,
     HTTP_PROTOCOLS,
@@ -388,9 +386,8 @@ class FsspecStore(Store):
         def once(indices: list[int]) -> list[object]:
             batch = [sent[i] for i in indices]
             if _is_async(fs):
-                cat = _cat(fs)
                 return self._concurrently(
-                    "reading", [functools.partial(cat, p, start=s, end=e) for p, s, e in batch]
+                    "reading", [functools.partial(fs._cat_file, p, start=s, end=e) for p, s, e in batch]
                 )
             call = functools.partial(
                 fs.cat_ranges,
@@ -513,11 +510,9 @@ class FsspecStore(Store):
             asked = self._requests([key_ranges[i]])[0]
             return asked, _as_sent(asked) if http else asked
 
-        cat = _cat(fs)
-
         def call(i: int) -> Any:
             path, start, end = request(i)[1]
-            return cat(path, start=start, end=end)
+            return fs._cat_file(path, start=start, end=end)
 
         landed = stream_bounded(fs.loop, key_ranges, call, limit, is_endpoint_down)
         return self._settle_stream(landed, key_ranges, request, http)
@@ -563,8 +558,7 @@ class FsspecStore(Store):
         key_ranges: Sequence[tuple[str, ByteRange | None]],
         out: list[object],
     ) -> None:
-        """Refused ranges: look the sizes up (one batch), clip, fetch absolute offsets (one more).
-        A range inside the value refused again is a broken answer (ResponseMismatchError)."""
+        """Refused ranges: look the sizes up (one batch), clip, fetch absolute offsets (one more)."""
         sizes = self._sizes([requests[i][0] for i in indices])
         again = []
         for i, size in zip(indices, sizes, strict=True):
@@ -575,16 +569,8 @@ class FsspecStore(Store):
             if window.start >= window.stop:
                 out[i] = b""
             else:
-                again.append((i, (requests[i][0], window.start, window.stop), size))
-        for (i, (_, start, stop), size), result in zip(
-            again, self._fetch([req for _, req, _ in again]), strict=True
-        ):
-            if _is_error(result) and is_unsatisfiable_range(result):
-                refused = ResponseMismatchError(
-                    f"HTTP 416 for bytes [{start}, {stop}) of a value of {size} bytes"
-                )
-                refused.__cause__ = result
-                result = refused
+                again.append((i, (requests[i][0], window.start, window.stop)))
+        for (i, _), result in zip(again, self._fetch([req for _, req in again]), strict=True):
             out[i] = result
 
     def exists(self, key: str) -> bool:
@@ -907,12 +893,6 @@ class FsspecStore(Store):
             self._origin,
             self.unguarded_partial_writes,
         )
-
-
-def _cat(fs: fsspec.AbstractFileSystem) -> Callable[..., Awaitable[bytes]]:
-    """An async filesystem's GET of ``(path, start=, end=)``: on HTTP one whose answer is
-    checked to be the bytes asked for (``fsspec_http``), elsewhere the filesystem's own."""
-    return functools.partial(cat_checked, fs) if checks_answers(fs) else fs._cat_file
 
 
 def _zero_length(result: object) -> object:

@@ -7,13 +7,18 @@ a ``304`` to a request that had no condition. Bytes of the right length decode t
 where no checksum guards them (uncompressed chunks, inner chunks of a shard), so such an answer
 is refused here, naming the key, before anything is decoded from it. A ``200`` to a ranged
 request is the whole value (a server that ignores ``Range``): right, and cut by the store.
+A body sent with a ``Content-Encoding`` (a CDN's gzip) is the value once that is undone, which
+only a whole value allows (``undo_content_encoding``).
 """
 
 from __future__ import annotations
 
+import gzip
 import re
+import zlib
 
 from ..byte_range import ByteRange
+from .fsspec_errors import ResponseMismatchError
 
 #: Statuses whose body is the whole value (203: the same, through a transforming proxy).
 WHOLE_VALUE_STATUSES = frozenset({200, 203})
@@ -90,3 +95,36 @@ def _describe(start: int | None, end: int | None) -> str:
         return str(ByteRange.suffix(-start))
     first = start or 0
     return str(ByteRange(first, None if end is None else end - first))
+
+
+def is_whole_answer(status: int, content_range: str | None) -> bool:
+    """Whether an answer's body is the whole value: a 200, or a 206 naming all of it."""
+    if status in WHOLE_VALUE_STATUSES:
+        return True
+    parsed = parse_content_range(content_range)
+    return parsed is not None and parsed[0] == 0 and parsed[1] == parsed[2]
+
+
+def undo_content_encoding(body: bytes, encoding: str | None, whole: bool) -> bytes:
+    """The value's bytes of a ``body`` sent with ``Content-Encoding: encoding`` (None or
+    ``identity``: as it is); gzip and deflate are undone (stdlib), for a ``whole`` value
+    only: a range of an encoded value is a range of its encoded form, not of the value.
+    ResponseMismatchError for those and for encodings this rule cannot undo."""
+    name = (encoding or "identity").strip().lower()
+    if name in ("", "identity"):
+        return body
+    if not whole:
+        raise ResponseMismatchError(
+            f"a byte range of a value sent with Content-Encoding {name!r}: a range of its encoded form"
+        )
+    try:
+        if name in ("gzip", "x-gzip"):
+            return gzip.decompress(body)
+        if name == "deflate":  # zlib-wrapped as the RFC says; raw deflate from some servers
+            try:
+                return zlib.decompress(body)
+            except zlib.error:
+                return zlib.decompress(body, -zlib.MAX_WBITS)
+    except (OSError, EOFError, zlib.error) as e:
+        raise ResponseMismatchError(f"a body sent with Content-Encoding {name!r} does not decode: {e}") from e
+    raise ResponseMismatchError(f"a body sent with Content-Encoding {name!r}, which this store cannot undo")
