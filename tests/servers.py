@@ -335,7 +335,8 @@ class Proxy:
     """An HTTP proxy on 127.0.0.1 in front of ``upstream`` that logs and breaks requests.
 
     Faults (each applies to requests that ``match`` accepts, default: all):
-    ``fail(n, status, code)`` answers the next n with an S3-style error; ``deny(match)`` answers
+    ``fail(n, status, code)`` answers the next n with an S3-style error; ``reset(n)`` closes the
+    connection of the next n without an answer (a connection reset); ``deny(match)`` answers
     403 AccessDenied; ``stall`` holds requests without answering; ``cut_after(n)`` forwards n
     more requests, then the proxy goes away (connections dropped, new ones refused);
     ``delay`` holds each forwarded request that long first (to make concurrency visible);
@@ -351,6 +352,7 @@ class Proxy:
         self.released = threading.Event()  # set on stop: frees stalled and delayed requests
         self._lock = threading.Lock()
         self._fail: list[tuple[Callable[[Request], bool], int, str]] = []
+        self._resets: list[Callable[[Request], bool]] = []
         self._deny: Callable[[Request], bool] | None = None
         self._stall: Callable[[Request], bool] | None = None
         self._cut_after: int | None = None
@@ -370,6 +372,17 @@ class Proxy:
     def fail(self, n: int, status: int = 500, code: str = "InternalError", match=None) -> None:
         with self._lock:
             self._fail.extend([(match or (lambda r: True), status, code)] * n)
+
+    def reset(self, n: int, match=None) -> None:
+        """Close the connections of the next ``n`` requests ``match`` accepts, unanswered."""
+        with self._lock:
+            self._resets.extend([match or (lambda r: True)] * n)
+
+    def clear_faults(self) -> None:
+        """Drop the ``fail`` and ``reset`` faults not yet used (a read that stopped early)."""
+        with self._lock:
+            self._fail.clear()
+            self._resets.clear()
 
     def deny(self, match: Callable[[Request], bool]) -> None:
         self._deny = match
@@ -424,6 +437,10 @@ class Proxy:
                 if match(request):
                     del self._fail[i]
                     return (status, code)
+            for i, match in enumerate(self._resets):
+                if match(request):
+                    del self._resets[i]
+                    return "drop"
         if self._deny is not None and self._deny(request):
             return (403, "AccessDenied")
         if self._stall is not None and self._stall(request):
