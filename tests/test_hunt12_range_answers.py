@@ -265,6 +265,18 @@ def test_a_body_cut_short_is_a_store_error_naming_the_key(proxy, backend, chunke
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_whole_chunked_answer_reads_or_says_which_backend_can(proxy, backend):
+    """obstore's HTTP store reads no answer without a Content-Length (chunked transfer
+    encoding): a typed error that names the key and the way out."""
+    proxy.rewrite(lambda req, resp: Response(**{**vars(resp), "chunked": True}), match=chunks)
+    if backend == "fsspec":
+        np.testing.assert_array_equal(read(proxy, backend, "raw", sel=slice(None)), DATA)
+        return
+    with pytest.raises(StoreError, match=r"raw/c/\d.*no Content-Length.*'backend': 'fsspec'"):
+        read(proxy, backend, "raw", sel=slice(None))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_body_longer_than_its_content_length_reads_right_or_fails_typed(proxy, backend):
     def longer(req: Request, resp: Response) -> Response:
         resp.content_length, resp.body = len(resp.body), resp.body + b"\0" * 8

@@ -31,10 +31,11 @@ class StoreUnreachableError(StoreError, ConnectionError):
 
 
 class ResponseMismatchError(StoreError):
-    """A server, proxy or CDN answered a read with other bytes than asked for: a 206 naming
-    another byte range, a body shorter than its range, a 416 for a range inside the value, a
-    304 to a request that had no condition. Nothing was decoded from it; a transient failure
-    (sent again while retries last)."""
+    """A server, proxy, CDN or wrapped store answered a read with other bytes than asked for:
+    a 206 naming another byte range, a body shorter or longer than its range, a 416 for a
+    range inside the value, a 304 to a request that had no condition, an encoding that cannot
+    be undone. Nothing was decoded from it; a transient failure (sent again while retries
+    last)."""
 
 
 _ACCESS_CODES = frozenset(

@@ -66,6 +66,8 @@ _CONNECT_FAILURES = (
     "connection closed",
 )
 _TIMED_OUT = re.compile(r"timed ?out")
+# object_store's HTTP store reads only answers that declare their length
+_NO_LENGTH = "content-length header missing"
 # object_store's check of a 206 answer's Content-Range against the range asked
 _OTHER_RANGE = re.compile(r"requested (\d+)\.\.(\d+), got (\d+)\.\.(\d+)")
 
@@ -179,6 +181,12 @@ def _typed(action: str, where: str, exc: BaseException, note: str = "") -> Store
         a, b, c, d = other.groups()
         detail = f"ResponseMismatchError: 206 answer names bytes [{c}, {d}) for bytes [{a}, {b})"
         return ResponseMismatchError(f"{action} {where!r} failed{note}: {detail}")
+    if _NO_LENGTH in _text(exc):
+        note += (
+            " (the server sent no Content-Length, as with chunked transfer encoding, which obstore's "
+            "HTTP store cannot read: use the fsspec backend, "
+            f"storage_options={{{SETTINGS_KEY!r}: {{'backend': 'fsspec'}}}})"
+        )
     return _error_class(exc)(f"{action} {where!r} failed{note}: {type(exc).__name__}: {exc}")
 
 

@@ -128,3 +128,30 @@ def undo_content_encoding(body: bytes, encoding: str | None, whole: bool) -> byt
     except (OSError, EOFError, zlib.error) as e:
         raise ResponseMismatchError(f"a body sent with Content-Encoding {name!r} does not decode: {e}") from e
     raise ResponseMismatchError(f"a body sent with Content-Encoding {name!r}, which this store cannot undo")
+
+
+def range_length_problem(r: ByteRange, nbytes: int, size: int | None = None) -> str | None:
+    """What is wrong with ``nbytes`` bytes given for range ``r`` of a value of ``size`` bytes
+    (None: not known; then only more bytes than ``r`` spans is wrong); None when right. For
+    stores whose answers carry no Content-Range (zarr-python store objects)."""
+    if r.is_suffix:
+        most = -r.offset
+        expected = None if size is None else min(most, size)
+    elif r.length is None:
+        most = None
+        expected = None if size is None else max(size - r.offset, 0)
+    else:
+        most = r.length
+        expected = None if size is None else max(min(r.offset + r.length, size) - r.offset, 0)
+    if most is not None and nbytes > most:
+        return f"{nbytes} bytes given for {r}"
+    if expected is not None and nbytes != expected:
+        return f"{nbytes} bytes given for {r} of a value of {size} bytes"
+    return None
+
+
+def may_be_short(r: ByteRange, nbytes: int) -> bool:
+    """Whether ``nbytes`` for range ``r`` is fewer than it spans: right only at the value's end,
+    which its size tells (``range_length_problem``)."""
+    most = -r.offset if r.is_suffix else r.length
+    return most is not None and nbytes < most
