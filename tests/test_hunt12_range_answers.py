@@ -179,9 +179,9 @@ def whole_of(site):
     return lambda req: (root / req.path.lstrip("/")).read_bytes()
 
 
-def options(backend: str, **zarr3) -> dict:
-    """No retries, and shards read by their index first, then ranges (never whole)."""
-    return {"zarr3": {"backend": backend, "retries": 0, "round_trip_bytes": 0, **zarr3}}
+def options(backend: str, retries: int = 0) -> dict:
+    """No retries (by default), and shards read by their index first, then ranges (never whole)."""
+    return {"zarr3": {"backend": backend, "retries": retries, "round_trip_bytes": 0}}
 
 
 def read(proxy: Proxy, backend: str, name: str, how: str = "array", sel=slice(5, 20)) -> np.ndarray:
@@ -362,6 +362,38 @@ def test_s3_range_answers_that_do_not_match_are_refused(s3_site, backend, rewrit
         a[5:20]
     proxy.clear_rewrites()
     np.testing.assert_array_equal(a[5:20], DATA[5:20])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_s3_gzip_content_encoding_is_undone(s3_site, backend):
+    """An object answered with ``Content-Encoding: gzip`` (uploaded gzipped, or a proxy
+    compressing): botocore leaves it to its caller, as obstore does."""
+    url, proxy, whole_of = s3_site
+    proxy.clear_rewrites()
+    gzip_it = gzipped(whole_of)
+
+    def rewrite(req: Request, resp: Response) -> Response:
+        resp = gzip_it(req, resp)  # an upload's checksum would be of the gzipped bytes: none here
+        resp.headers = [(k, v) for k, v in resp.headers if not k.lower().startswith("x-amz-checksum")]
+        return resp
+
+    proxy.rewrite(rewrite, match=lambda r: r.method == "GET" and chunks(r))
+    opts = {**s3_options(proxy.endpoint, attempts=1), **options(backend)}
+    np.testing.assert_array_equal(z3.open_array(url, "shn", mode="r", storage_options=opts)[...], DATA)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_one_off_wrong_answer_is_sent_again_while_retries_last(proxy, whole_of, backend):
+    """ResponseMismatchError is transient on fsspec's stores (their retry layer sends the
+    request again); obstore's retry layer is obstore's own, which does not: typed at once."""
+    proxy.rewrite(shifted(whole_of), match=bounded, times=1)
+    a = z3.open_array(f"{proxy.endpoint}/d.zarr", "sh", storage_options=options(backend, retries=2))
+    if backend == "fsspec":
+        np.testing.assert_array_equal(a[5:20], DATA[5:20])
+    else:
+        with pytest.raises(ResponseMismatchError, match="sh/c/0"):
+            a[5:20]
+    assert sum(1 for r in proxy.log.snapshot() if bounded(r)) == (2 if backend == "fsspec" else 1)
 
 
 # ---- the rule itself ---------------------------------------------------------------------------------

@@ -59,8 +59,11 @@ async def _http_cat(fs: HTTPFileSystem, url: str, start: int | None, end: int | 
 
 
 async def _s3_cat(fs: Any, path: str, start: int | None, end: int | None) -> bytes:
-    """s3fs' ``_cat_file`` (one GetObject; errors translated by s3fs: a missing key raises
-    FileNotFoundError), its answer checked."""
+    """s3fs' ``_cat_file``: one GetObject and its body read, retried together as s3fs does
+    (``fs.retries``; errors translated by s3fs: a missing key raises FileNotFoundError), the
+    answer checked."""
+    from s3fs.core import _error_wrapper  # s3fs is there: this filesystem is its
+
     bucket, key, version = fs.split_path(path)
     kwargs: dict[str, Any] = {"VersionId": version} if version else {}
     ranged = start is not None or end is not None
@@ -68,12 +71,16 @@ async def _s3_cat(fs: Any, path: str, start: int | None, end: int | None) -> byt
         if start == end:
             return b""
         kwargs["Range"] = await fs._process_limits(path, start, end)
-    response = await fs._call_s3("get_object", Bucket=bucket, Key=key, **kwargs)
-    body = response["Body"]
-    try:
-        out = await body.read()
-    finally:
-        body.close()
+
+    async def call_and_read() -> tuple[bytes, dict[str, Any]]:
+        response = await fs._call_s3("get_object", Bucket=bucket, Key=key, **kwargs)
+        body = response["Body"]
+        try:
+            return await body.read(), response
+        finally:
+            body.close()
+
+    out, response = await _error_wrapper(call_and_read, retries=fs.retries)
     status = response.get("ResponseMetadata", {}).get("HTTPStatusCode", 200)
     content_range = response.get("ContentRange")
     out = _check(start if ranged else None, end if ranged else None, status, content_range, out)
