@@ -268,7 +268,12 @@ def test_a_body_cut_short_is_a_store_error_naming_the_key(proxy, backend, chunke
 def test_a_whole_chunked_answer_reads_or_says_which_backend_can(proxy, backend):
     """obstore's HTTP store reads no answer without a Content-Length (chunked transfer
     encoding): a typed error that names the key and the way out."""
-    proxy.rewrite(lambda req, resp: Response(**{**vars(resp), "chunked": True}), match=chunks)
+
+    def chunked(req: Request, resp: Response) -> Response:
+        resp.chunked = True
+        return resp
+
+    proxy.rewrite(chunked, match=chunks)
     if backend == "fsspec":
         np.testing.assert_array_equal(read(proxy, backend, "raw", sel=slice(None)), DATA)
         return
@@ -405,6 +410,9 @@ def test_a_one_off_wrong_answer_is_sent_again_while_retries_last(proxy, whole_of
         (-10, None, 206, "bytes 90-99/100", 10, None),
         (-200, None, 206, "bytes 0-99/100", 100, None),  # a suffix longer than the value
         (10, None, 206, "bytes 10-99/*", 90, None),
+        (10, 20, 206, "bytes 10-14/*", 5, None),  # the length unknown: maybe the value's end
+        (10, 20, 206, "bytes 12-21/*", 10, "names bytes"),
+        (10, 20, 206, "bytes 10-29/*", 20, "names bytes"),
         (0, 10, 200, None, 100, None),  # the whole value: cut by the store
         (0, 10, 206, "bytes 16-25/100", 10, "names bytes"),
         (0, 10, 206, "bytes 0-5/100", 6, "names bytes"),

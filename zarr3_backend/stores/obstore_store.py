@@ -168,11 +168,8 @@ async def _body(got: Any, r: ByteRange | None = None) -> Any:
         raise ResponseMismatchError(
             f"the answer to {asked} names bytes [{start}, {stop}) but its body holds {len(body)} bytes"
         )
-    encoding = got.attributes.get("Content-Encoding")
-    if encoding is None:
-        return body
     whole = start == 0 and stop == int(got.meta["size"])
-    return undo_content_encoding(bytes(body), encoding, whole)
+    return undo_content_encoding(body, got.attributes.get("Content-Encoding"), whole)
 
 
 def _typed(action: str, where: str, exc: BaseException, note: str = "") -> StoreError:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import gzip
 import re
 import zlib
+from typing import Any
 
 from ..byte_range import ByteRange
 from .fsspec_errors import ResponseMismatchError
@@ -49,15 +50,13 @@ def parse_content_range(header: str | None) -> tuple[int, int, int | None] | Non
 def _expected(start: int | None, end: int | None, total: int | None) -> tuple[int | None, int | None]:
     """The ``(first, stop)`` a correct 206 names for a request ``(start, end)`` (fsspec's form:
     ``start < 0`` with no end is the last ``-start`` bytes; ``end`` exclusive) from a value of
-    ``total`` bytes; None where ``total`` is needed and unknown."""
+    ``total`` bytes; None where that depends on ``total`` and it is unknown."""
     if start is not None and start < 0:
-        if total is None:
-            return None, None
-        return max(total + start, 0), total
+        return (None, None) if total is None else (max(total + start, 0), total)
     first = start or 0
-    if end is None:
-        return first, total
-    return first, end if total is None else min(end, total)
+    if total is None:
+        return first, None
+    return first, total if end is None else min(end, total)
 
 
 def range_answer_problem(
@@ -77,15 +76,16 @@ def range_answer_problem(
     if nbytes != stop - first:
         return f"206 answer naming bytes [{first}, {stop}) has a body of {nbytes} bytes"
     want_first, want_stop = _expected(start, end, total)
-    asked = _describe(start, end)
-    if want_first is not None and first != want_first:
-        return f"206 answer names bytes [{first}, {stop}) of {total or '?'} for {asked}"
-    if want_stop is not None and stop != want_stop:
-        return f"206 answer names bytes [{first}, {stop}) of {total or '?'} for {asked}"
-    if want_stop is None and end is not None and stop > end:  # an unknown length: not past the end asked
-        return f"206 answer names bytes [{first}, {stop}) for {asked}"
-    if want_first is None and start is not None and start < 0 and stop - first > -start:
-        return f"206 answer names bytes [{first}, {stop}) (length unknown) for {asked}"
+    suffix = start is not None and start < 0
+    wrong = (
+        (want_first is not None and first != want_first)
+        or (want_stop is not None and stop != want_stop)
+        # a complete length of "*": no more than was asked
+        or (not suffix and end is not None and stop > end)
+        or (suffix and stop - first > -start)  # type: ignore[operator]
+    )
+    if wrong:
+        return f"206 answer names bytes [{first}, {stop}) of {total or '?'} for {_describe(start, end)}"
     return None
 
 
@@ -105,9 +105,9 @@ def is_whole_answer(status: int, content_range: str | None) -> bool:
     return parsed is not None and parsed[0] == 0 and parsed[1] == parsed[2]
 
 
-def undo_content_encoding(body: bytes, encoding: str | None, whole: bool) -> bytes:
-    """The value's bytes of a ``body`` sent with ``Content-Encoding: encoding`` (None or
-    ``identity``: as it is); gzip and deflate are undone (stdlib), for a ``whole`` value
+def undo_content_encoding(body: Any, encoding: str | None, whole: bool) -> Any:
+    """The value's bytes of a ``body`` (a bytes-like buffer) sent with ``Content-Encoding:
+    encoding`` (None or ``identity``: the body itself, not copied); gzip and deflate are undone (stdlib), for a ``whole`` value
     only: a range of an encoded value is a range of its encoded form, not of the value.
     ResponseMismatchError for those and for encodings this rule cannot undo."""
     name = (encoding or "identity").strip().lower()
