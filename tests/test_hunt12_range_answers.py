@@ -233,6 +233,23 @@ def test_a_206_shorter_than_asked_inside_the_value_is_refused(proxy, backend, ta
         read(proxy, backend, "sh")
 
 
+def test_a_206_to_a_get_of_the_whole_value_is_refused(proxy, whole_of):
+    """A whole chunk asked for (fsspec: ``bytes=0-``) and answered with another part of it.
+    Not obstore: to a GET with no Range object_store reports any answer as the whole value
+    (its status and Content-Range are not exposed), and a 206 there breaks HTTP itself."""
+    backend = "fsspec"
+
+    def partial(req: Request, resp: Response) -> Response:
+        whole = whole_of(req) + b"\0" * 16
+        resp.status, resp.reason, resp.body = 206, "Partial Content", whole[16:]
+        resp.set_header("Content-Range", f"bytes 16-{len(whole) - 1}/{len(whole)}")
+        return resp
+
+    proxy.rewrite(partial, match=lambda r: chunks(r) and r.range in (None, "bytes=0-"))
+    with pytest.raises(ResponseMismatchError, match=r"raw/c/\d.*names bytes \[16, "):
+        read(proxy, backend, "raw", sel=slice(None))
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("target", ["suffix", "bounded"])
 def test_a_200_with_the_whole_value_gives_the_range_asked_for(proxy, whole_of, backend, target):

@@ -160,7 +160,8 @@ async def _body(got: Any, r: ByteRange | None = None) -> Any:
     """The value's bytes (or range ``r`` of them) in obstore's answer ``got``: its body, when
     it holds the bytes its range names (obstore checks that range against the one asked) in
     no Content-Encoding, or one undone for a whole value (``range_answers``); else
-    ResponseMismatchError. Not copied unless decoded."""
+    ResponseMismatchError. Not copied unless decoded. (To a GET with no range, object_store
+    reports any answer as the whole value: a 206 naming a part of it cannot be told here.)"""
     body = await got.bytes_async()
     start, stop = got.range
     if len(body) != stop - start:
