@@ -3,7 +3,8 @@
 - ``MotoS3``: moto's standalone S3 server in a thread of the test process.
 - ``Proxy``: an HTTP proxy in front of any server that logs every request and injects faults
   (5xx answers, denied access, stalls, a server that goes away), so tests can count requests
-  and break the network on purpose.
+  and break the network on purpose; ``rewrite`` makes it answer wrongly but plausibly (another
+  range, a body cut short, an HTML page with status 200, ...), as a broken CDN would.
 - ``RangeHTTPServer``: a static file server honouring ``Range: bytes=a-b``, ``bytes=a-`` and
   ``bytes=-n`` (like an object store's public HTTP endpoint), or ignoring it, with a request log.
 """
@@ -185,6 +186,40 @@ _HOP_BY_HOP = {
 }
 
 
+@dataclass
+class Response:
+    """An upstream answer the proxy is about to send, for ``Proxy.rewrite`` to change.
+
+    ``headers`` are the end-to-end ones (no Content-Length, Transfer-Encoding or Connection:
+    those follow from the fields below). The body is sent with ``Content-Length:
+    content_length`` (None: its length), or with chunked transfer encoding (``chunked``; the
+    closing empty chunk only with ``chunked_end``); ``close_after`` sends only that many bytes
+    of the body, then closes the connection (a body cut short)."""
+
+    status: int
+    reason: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    content_length: int | None = None
+    close_after: int | None = None
+    chunked: bool = False
+    chunked_end: bool = True
+
+    def header(self, name: str) -> str | None:
+        """The value of header ``name`` (any case), or None."""
+        return next((v for k, v in self.headers if k.lower() == name.lower()), None)
+
+    def set_header(self, name: str, value: str | None) -> None:
+        """Replace header ``name`` (None: remove it)."""
+        self.headers = [(k, v) for k, v in self.headers if k.lower() != name.lower()]
+        if value is not None:
+            self.headers.append((name, value))
+
+
+#: ``Proxy.rewrite``'s function: the request and its upstream answer -> the answer to send.
+Rewrite = Callable[[Request, Response], Response]
+
+
 class _ProxyHandler(http.server.BaseHTTPRequestHandler):
     # HTTP/1.1 (so "Expect: 100-continue" is answered) but one request per connection, so a
     # stopped proxy leaves no kept-alive connection behind
@@ -242,21 +277,50 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
         try:
             headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP | {"expect"}}
             conn.request(self.command, self.path, body=body if body else None, headers=headers)
-            response = conn.getresponse()
-            payload = response.read()
-            request.status = response.status
-            self.send_response(response.status, response.reason)
-            for k, v in response.getheaders():
-                if k.lower() not in _HOP_BY_HOP | {"content-length", "date", "server"}:
-                    self.send_header(k, v)
-            length = response.getheader("Content-Length") if self.command == "HEAD" else None
-            self.send_header("Content-Length", length or str(len(payload)))
-            self.send_header("Connection", "close")
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(payload)
+            upstream = conn.getresponse()
+            payload = upstream.read()
+            kept = [
+                (k, v)
+                for k, v in upstream.getheaders()
+                if k.lower() not in _HOP_BY_HOP | {"content-length", "date", "server"}
+            ]
+            length = upstream.getheader("Content-Length") if self.command == "HEAD" else None
+            response = Response(
+                upstream.status, upstream.reason, kept, payload, None if length is None else int(length)
+            )
         finally:
             conn.close()
+        response = proxy.rewritten(request, response)
+        request.status = response.status
+        self._send(response)
+
+    def _send(self, response: Response) -> None:
+        self.send_response(response.status, response.reason)
+        for k, v in response.headers:
+            self.send_header(k, v)
+        if response.chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            length = len(response.body) if response.content_length is None else response.content_length
+            self.send_header("Content-Length", str(length))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        body = response.body if response.close_after is None else response.body[: response.close_after]
+        with contextlib.suppress(OSError):  # a client that gave up on a broken answer
+            if response.chunked:
+                step = 1 << 12
+                for start in range(0, len(body), step):
+                    part = body[start : start + step]
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                if response.chunked_end and response.close_after is None:
+                    self.wfile.write(b"0\r\n\r\n")
+            else:
+                self.wfile.write(body)
+            self.wfile.flush()
+            if response.close_after is not None or not response.chunked_end:
+                self.connection.shutdown(socket.SHUT_RDWR)
 
     do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _handle
 
@@ -271,10 +335,12 @@ class Proxy:
     """An HTTP proxy on 127.0.0.1 in front of ``upstream`` that logs and breaks requests.
 
     Faults (each applies to requests that ``match`` accepts, default: all):
-    ``fail(n, status, code)`` answers the next n with an S3-style error; ``deny(match)`` answers
+    ``fail(n, status, code)`` answers the next n with an S3-style error; ``reset(n)`` closes the
+    connection of the next n without an answer (a connection reset); ``deny(match)`` answers
     403 AccessDenied; ``stall`` holds requests without answering; ``cut_after(n)`` forwards n
     more requests, then the proxy goes away (connections dropped, new ones refused);
-    ``delay`` holds each forwarded request that long first (to make concurrency visible).
+    ``delay`` holds each forwarded request that long first (to make concurrency visible);
+    ``rewrite(fn, match, times)`` changes the upstream answers to requests ``match`` accepts.
     """
 
     def __init__(self, upstream: str) -> None:
@@ -286,9 +352,11 @@ class Proxy:
         self.released = threading.Event()  # set on stop: frees stalled and delayed requests
         self._lock = threading.Lock()
         self._fail: list[tuple[Callable[[Request], bool], int, str]] = []
+        self._resets: list[Callable[[Request], bool]] = []
         self._deny: Callable[[Request], bool] | None = None
         self._stall: Callable[[Request], bool] | None = None
         self._cut_after: int | None = None
+        self._rewrites: list[list] = []  # [match, fn, times left (None: for ever)]
         self._server = _ProxyServer((HOST, 0), _ProxyHandler)
         self._server.proxy = self
         self.port = self._server.server_address[1]
@@ -305,6 +373,17 @@ class Proxy:
         with self._lock:
             self._fail.extend([(match or (lambda r: True), status, code)] * n)
 
+    def reset(self, n: int, match=None) -> None:
+        """Close the connections of the next ``n`` requests ``match`` accepts, unanswered."""
+        with self._lock:
+            self._resets.extend([match or (lambda r: True)] * n)
+
+    def clear_faults(self) -> None:
+        """Drop the ``fail`` and ``reset`` faults not yet used (a read that stopped early)."""
+        with self._lock:
+            self._fail.clear()
+            self._resets.clear()
+
     def deny(self, match: Callable[[Request], bool]) -> None:
         self._deny = match
 
@@ -315,6 +394,33 @@ class Proxy:
     def cut_after(self, n: int) -> None:
         with self._lock:
             self._cut_after = n
+
+    def rewrite(
+        self, fn: Rewrite, match: Callable[[Request], bool] | None = None, times: int | None = None
+    ) -> None:
+        """Send ``fn(request, response)`` instead of the upstream answer to the requests that
+        ``match`` accepts (default: all), the next ``times`` of them (None: all); the first
+        matching rewrite applies."""
+        with self._lock:
+            self._rewrites.append([match or (lambda r: True), fn, times])
+
+    def clear_rewrites(self) -> None:
+        """Forward upstream answers unchanged again."""
+        with self._lock:
+            self._rewrites.clear()
+
+    def rewritten(self, request: Request, response: Response) -> Response:
+        """The answer to send for ``request``: ``response`` through the first matching rewrite."""
+        with self._lock:
+            for rule in self._rewrites:
+                match, fn, times = rule
+                if (times is None or times > 0) and match(request):
+                    if times is not None:
+                        rule[2] = times - 1
+                    break
+            else:
+                return response
+        return fn(request, response)
 
     def decide(self, request: Request) -> str | tuple[int, str] | None:
         """What to do with one request: None (forward), "drop", "stall" or (status, code)."""
@@ -331,6 +437,10 @@ class Proxy:
                 if match(request):
                     del self._fail[i]
                     return (status, code)
+            for i, match in enumerate(self._resets):
+                if match(request):
+                    del self._resets[i]
+                    return "drop"
         if self._deny is not None and self._deny(request):
             return (403, "AccessDenied")
         if self._stall is not None and self._stall(request):

@@ -34,6 +34,12 @@ class ByteRange:
     def is_suffix(self) -> bool:
         return self.offset < 0
 
+    def __str__(self) -> str:
+        """How a message names the range: ``bytes [a, b)``, ``bytes [a, end)``, ``the last n bytes``."""
+        if self.offset < 0:
+            return f"the last {-self.offset} bytes"
+        return f"bytes [{self.offset}, {'end' if self.length is None else self.offset + self.length})"
+
     def slice(self, size: int) -> slice:
         """The Python slice this range selects from a value of ``size`` bytes."""
         if self.offset < 0:

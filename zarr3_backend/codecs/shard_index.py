@@ -264,10 +264,12 @@ def whole_shard_index(layout: ShardLayout, view: memoryview) -> np.ndarray:
 def fetched_index(layout: ShardLayout, raw: Buffer) -> np.ndarray:
     """The index from its own bytes (``layout.index_range()`` of a shard whose size is not
     known), every entry checked as far as it can be without the shard's size."""
-    if len(raw) != layout.index_size:
+    if len(raw) < layout.index_size:
         raise CorruptionError(
             f"shard is shorter than its {layout.index_size}-byte index: read {len(raw)} bytes (truncated)"
         )
+    if len(raw) > layout.index_size:  # a store answered its range with more bytes than asked
+        raise CorruptionError(f"shard index read as {len(raw)} bytes, not its {layout.index_size}")
     index = decode_index(raw, layout.index)
     check_index(index, layout.data_start, EMPTY, max_nbytes=layout.max_inner_nbytes)
     return index

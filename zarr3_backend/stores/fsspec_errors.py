@@ -30,6 +30,14 @@ class StoreUnreachableError(StoreError, ConnectionError):
     """The endpoint could not be reached, or dropped the connection (refused, reset, DNS)."""
 
 
+class ResponseMismatchError(StoreError):
+    """A server, proxy, CDN or wrapped store answered a read with other bytes than asked for:
+    a 206 naming another byte range, a body shorter or longer than its range, a 416 for a
+    range inside the value, a 304 to a request that had no condition, an encoding that cannot
+    be undone. Nothing was decoded from it; a transient failure (sent again while retries
+    last)."""
+
+
 _ACCESS_CODES = frozenset(
     {
         "AccessDenied",
@@ -115,6 +123,8 @@ def is_missing_container(exc: BaseException) -> bool:
 def error_class(exc: BaseException) -> type[StoreError]:
     """The StoreError subclass that describes ``exc`` (plain StoreError when none fits)."""
     for e in _chain(exc):
+        if isinstance(e, ResponseMismatchError):
+            return ResponseMismatchError
         code, status, names = _code(e), _status(e), _class_names(e)
         if code in _MISSING_BUCKET_CODES or _says_bucket_missing(e):
             return BucketNotFoundError
@@ -136,7 +146,7 @@ def is_transient(exc: BaseException) -> bool:
     """True for failures worth retrying: timeouts, dropped connections, 5xx and throttling."""
     if isinstance(exc, FileNotFoundError | IsADirectoryError | NotADirectoryError):
         return False
-    if error_class(exc) in (StoreTimeoutError, StoreUnreachableError):
+    if error_class(exc) in (StoreTimeoutError, StoreUnreachableError, ResponseMismatchError):
         return True
     return any(
         _status(e) in _TRANSIENT_STATUS
@@ -198,6 +208,7 @@ def store_error(action: str, where: str, exc: BaseException, note: str = "") -> 
 
 __all__ = [
     "BucketNotFoundError",
+    "ResponseMismatchError",
     "StoreAccessError",
     "StoreTimeoutError",
     "StoreUnreachableError",

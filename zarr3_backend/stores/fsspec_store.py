@@ -33,9 +33,11 @@ from ..errors import Zarr3Error
 from ..settings import current as current_settings
 from ._aio import run_bounded, stream_bounded
 from .base import BytesLike, Store, StoreArgumentError, Version, dir_prefix, validate_key, validate_prefix
+from .fsspec_checked import checked_cat
 from .fsspec_conditional import conditional_backend
 from .fsspec_errors import (
     BucketNotFoundError,
+    ResponseMismatchError,
     is_endpoint_down,
     is_missing_container,
     is_range_refused,
@@ -386,8 +388,9 @@ class FsspecStore(Store):
         def once(indices: list[int]) -> list[object]:
             batch = [sent[i] for i in indices]
             if _is_async(fs):
+                cat = checked_cat(fs)
                 return self._concurrently(
-                    "reading", [functools.partial(fs._cat_file, p, start=s, end=e) for p, s, e in batch]
+                    "reading", [functools.partial(cat, p, start=s, end=e) for p, s, e in batch]
                 )
             call = functools.partial(
                 fs.cat_ranges,
@@ -510,9 +513,11 @@ class FsspecStore(Store):
             asked = self._requests([key_ranges[i]])[0]
             return asked, _as_sent(asked) if http else asked
 
+        cat = checked_cat(fs)
+
         def call(i: int) -> Any:
             path, start, end = request(i)[1]
-            return fs._cat_file(path, start=start, end=end)
+            return cat(path, start=start, end=end)
 
         landed = stream_bounded(fs.loop, key_ranges, call, limit, is_endpoint_down)
         return self._settle_stream(landed, key_ranges, request, http)
@@ -558,7 +563,8 @@ class FsspecStore(Store):
         key_ranges: Sequence[tuple[str, ByteRange | None]],
         out: list[object],
     ) -> None:
-        """Refused ranges: look the sizes up (one batch), clip, fetch absolute offsets (one more)."""
+        """Refused ranges: look the sizes up (one batch), clip, fetch absolute offsets (one more).
+        A range inside the value refused again is a broken answer (ResponseMismatchError)."""
         sizes = self._sizes([requests[i][0] for i in indices])
         again = []
         for i, size in zip(indices, sizes, strict=True):
@@ -569,8 +575,16 @@ class FsspecStore(Store):
             if window.start >= window.stop:
                 out[i] = b""
             else:
-                again.append((i, (requests[i][0], window.start, window.stop)))
-        for (i, _), result in zip(again, self._fetch([req for _, req in again]), strict=True):
+                again.append((i, (requests[i][0], window.start, window.stop), size))
+        for (i, (_, start, stop), size), result in zip(
+            again, self._fetch([req for _, req, _ in again]), strict=True
+        ):
+            if _is_error(result) and is_unsatisfiable_range(result):
+                refused = ResponseMismatchError(
+                    f"HTTP 416 for bytes [{start}, {stop}) of a value of {size} bytes"
+                )
+                refused.__cause__ = result
+                result = refused
             out[i] = result
 
     def exists(self, key: str) -> bool:

@@ -31,6 +31,7 @@ import obstore
 from obstore.exceptions import (
     AlreadyExistsError,
     NotFoundError,
+    NotModifiedError,
     PermissionDeniedError,
     PreconditionError,
     UnauthenticatedError,
@@ -42,6 +43,7 @@ from ._aio import ByteGate, _bounded, stream_bounded
 from .base import BytesLike, Store, StoreArgumentError, dir_prefix, validate_key, validate_prefix
 from .fsspec_errors import (
     BucketNotFoundError,
+    ResponseMismatchError,
     StoreAccessError,
     StoreTimeoutError,
     StoreUnreachableError,
@@ -51,6 +53,7 @@ from .fsspec_errors import (
 )
 from .fsspec_options import OBJECT_STORE_COALESCE_GAP, SETTINGS_KEY, split_storage_options
 from .obstore_options import ObstoreTarget, obstore_target
+from .range_answers import undo_content_encoding
 
 #: How long a presigned conditional DELETE URL stays valid (it is used at once).
 _SIGN_FOR = timedelta(minutes=5)
@@ -64,6 +67,10 @@ _CONNECT_FAILURES = (
     "connection closed",
 )
 _TIMED_OUT = re.compile(r"timed ?out")
+# object_store's HTTP store reads only answers that declare their length
+_NO_LENGTH = "content-length header missing"
+# object_store's check of a 206 answer's Content-Range against the range asked
+_OTHER_RANGE = re.compile(r"requested (\d+)\.\.(\d+), got (\d+)\.\.(\d+)")
 
 
 # ---- the one event loop -------------------------------------------------------------------------
@@ -124,6 +131,9 @@ def _error_class(exc: BaseException) -> type[StoreError]:
     text = _text(exc)
     if is_missing_container(exc):
         return BucketNotFoundError
+    # this store sends no conditional GET: a 304 is a broken answer, as a range not asked for
+    if _OTHER_RANGE.search(text) or isinstance(exc, NotModifiedError):
+        return ResponseMismatchError
     if isinstance(exc, PermissionDeniedError | UnauthenticatedError) or " 403 " in text or " 401 " in text:
         return StoreAccessError
     if any(s in text for s in _CONNECT_FAILURES):
@@ -148,7 +158,35 @@ def _range_refused(exc: BaseException) -> bool:
     )
 
 
+async def _body(got: Any, r: ByteRange | None = None) -> Any:
+    """The value's bytes (or range ``r`` of them) in obstore's answer ``got``: its body, when
+    it holds the bytes its range names (obstore checks that range against the one asked) in
+    no Content-Encoding, or one undone for a whole value (``range_answers``); else
+    ResponseMismatchError. Not copied unless decoded. (To a GET with no range, object_store
+    reports any answer as the whole value: a 206 naming a part of it cannot be told here.)"""
+    body = await got.bytes_async()
+    start, stop = got.range
+    if len(body) != stop - start:
+        asked = "the value" if r is None else str(r)
+        raise ResponseMismatchError(
+            f"the answer to {asked} names bytes [{start}, {stop}) but its body holds {len(body)} bytes"
+        )
+    whole = start == 0 and stop == int(got.meta["size"])
+    return undo_content_encoding(body, got.attributes.get("Content-Encoding"), whole)
+
+
 def _typed(action: str, where: str, exc: BaseException, note: str = "") -> StoreError:
+    other = _OTHER_RANGE.search(_text(exc))
+    if other is not None:  # in range_answers' words, without obstore's debug dump
+        a, b, c, d = other.groups()
+        detail = f"ResponseMismatchError: 206 answer names bytes [{c}, {d}) for bytes [{a}, {b})"
+        return ResponseMismatchError(f"{action} {where!r} failed{note}: {detail}")
+    if _NO_LENGTH in _text(exc):
+        note += (
+            " (the server sent no Content-Length, as with chunked transfer encoding, which obstore's "
+            "HTTP store cannot read: use the fsspec backend, "
+            f"storage_options={{{SETTINGS_KEY!r}: {{'backend': 'fsspec'}}}})"
+        )
     return _error_class(exc)(f"{action} {where!r} failed{note}: {type(exc).__name__}: {exc}")
 
 
@@ -412,27 +450,34 @@ class ObstoreStore(Store):
         filled (not copied); raises when missing."""
         client = self._client
         if r is None or (r.offset == 0 and r.length is None):
-            return await (await obstore.get_async(client, key)).bytes_async()
+            return await _body(await obstore.get_async(client, key))
         if r.length == 0:  # no request can say "0 bytes": ask whether it exists
             await self._exists(key)
             return b""
+        if r.is_suffix:
+            asked: Any = {"suffix": -r.offset}
+        else:
+            asked = {"offset": r.offset} if r.length is None else (r.offset, r.offset + r.length)
         try:
-            if r.is_suffix:
-                got = await obstore.get_async(client, key, options={"range": {"suffix": -r.offset}})
-                return await got.bytes_async()
-            if r.length is None:
-                got = await obstore.get_async(client, key, options={"range": {"offset": r.offset}})
-                return await got.bytes_async()
-            return await obstore.get_range_async(client, key, start=r.offset, length=r.length)
+            return await _body(await obstore.get_async(client, key, options={"range": asked}), r)
         except _MISSING:
             raise
         except Exception as e:
-            if is_unsatisfiable_range(e):  # 416: starts past the end of a value that exists
+            if is_unsatisfiable_range(e):  # 416: starts past the end of a value that exists?
+                await self._check_past_end(key, r)
                 return b""
             if not _range_refused(e):
                 raise
-        whole = await (await obstore.get_async(client, key)).bytes_async()  # e.g. an empty value
+        whole = await _body(await obstore.get_async(client, key))  # e.g. an empty value
         return r.apply(memoryview(whole))
+
+    async def _check_past_end(self, key: str, r: ByteRange) -> None:
+        """A 416 answered range ``r`` of ``key``: right only when it starts past the end of the
+        value (a suffix: of an empty value), which its size (a HEAD, only on this rare path)
+        tells; a 416 for a range inside the value raises ResponseMismatchError."""
+        size = int((await obstore.head_async(self._client, key))["size"])
+        if (size > 0) if r.is_suffix else (r.offset < size):
+            raise ResponseMismatchError(f"HTTP 416 for {r} of a value of {size} bytes")
 
     async def _exists(self, key: str) -> bool:
         """True when ``key`` holds a value: a GET of its first byte (not HEAD: a HEAD answer has
@@ -498,7 +543,7 @@ class ObstoreStore(Store):
         got = await obstore.get_async(self._client, key)
         await gate.enter(call, int(got.meta["size"]))
         try:
-            return await got.bytes_async()
+            return await _body(got)
         except BaseException:
             gate.leave(call)
             raise
@@ -627,7 +672,7 @@ class ObstoreStore(Store):
         async def read() -> tuple[bytes, Hashable]:
             got = await obstore.get_async(client, key)
             meta = got.meta
-            return bytes(await got.bytes_async()), (meta["e_tag"], meta["version"])
+            return bytes(await _body(got)), (meta["e_tag"], meta["version"])
 
         result = self._batch("reading", [read])[0]
         if isinstance(result, _MISSING):

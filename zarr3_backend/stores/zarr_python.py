@@ -25,6 +25,8 @@ from ..byte_range import ByteRange
 from ..errors import ReadOnlyError, StoreError, WriteConflictError, Zarr3Error
 from ._aio import _bounded
 from .base import BytesLike, Store, StoreArgumentError, dir_prefix, validate_key, validate_prefix
+from .fsspec_errors import ResponseMismatchError
+from .range_answers import may_be_short, range_length_problem
 
 T = TypeVar("T")
 
@@ -224,6 +226,16 @@ class ZarrPythonStore(Store):
         return self._call(what, _all(calls, self.concurrency))
 
     async def _get(self, key: str, byte_range: ByteRange | None) -> bytes | None:
+        """``key``'s value or ``byte_range`` of it, checked to be as many bytes as the range
+        spans; a failure of the wrapped store raises StoreError naming the key."""
+        try:
+            return await self._get_checked(key, byte_range)
+        except Zarr3Error:
+            raise
+        except Exception as e:
+            raise StoreError(f"{self.store!r}: get {key!r} failed: {type(e).__name__}: {e}") from e
+
+    async def _get_checked(self, key: str, byte_range: ByteRange | None) -> bytes | None:
         buffers = self._buffers()
         try:
             value = await self.store.get(key, buffers, _byte_request(byte_range))
@@ -234,7 +246,18 @@ class ZarrPythonStore(Store):
             # our contract clips such a range, so read the whole value and cut it here.
             value = await self.store.get(key, buffers, None)
             return None if value is None else byte_range.apply(value.to_bytes())
-        return None if value is None else value.to_bytes()
+        if value is None:
+            return None
+        data = value.to_bytes()
+        if byte_range is not None:
+            # a store that gave more than the range (the whole value?) or less inside the
+            # value would have its bytes decoded as another part of the value
+            problem = range_length_problem(byte_range, len(data))
+            if problem is None and may_be_short(byte_range, len(data)):
+                problem = range_length_problem(byte_range, len(data), await self.store.getsize(key))
+            if problem is not None:
+                raise ResponseMismatchError(f"{self.store!r}: get {key!r}: {problem}")
+        return data
 
     async def _exists(self, key: str) -> bool:
         try:
