@@ -39,6 +39,7 @@ from ..core.paths import (
     parent_path,
     validate_new_node_path,
 )
+from ..core.txn_records import new_txn_id, txn_prefix
 from ..errors import CodecError, InvalidKeyError, MetadataError, Zarr3Error
 from ..numeric_json import non_finite_spelled
 from ..stores.base import Store
@@ -232,16 +233,30 @@ def plan_migration(store: Store, root: str = "") -> Plan:
 
 
 def apply_migration(store: Store, plan: Plan, root: str = "") -> None:
-    """Write every new ``zarr.json`` (root last, consolidated if the v2 root was), then remove
-    the v2 documents (``.zmetadata`` last)."""
-    for node in plan.nodes:
-        store.set(metadata_key(node.path), document_bytes(node))
+    """Put every new ``zarr.json`` in place (root last, consolidated if the v2 root was), then
+    remove the v2 documents (``.zmetadata`` last).
+
+    The documents are written aside first (a write's staging area, which ``repair`` drops) and
+    renamed into place once on disk, and each step is flushed before the next (``Store.barrier``,
+    the ``durable`` setting): a crash of the machine never leaves an empty ``zarr.json``, nor a
+    node whose v2 documents are gone while its v3 one did not reach the disk."""
+    txn_id = new_txn_id()
+    aside = txn_prefix(txn_id) + "data/"
+    keys = [metadata_key(node.path) for node in plan.nodes]  # the root's last (plan_migration)
+    store.set_many({aside + k: document_bytes(node) for k, node in zip(keys, plan.nodes, strict=True)})
+    store.barrier()
+    for key in keys:
+        if key == keys[-1] and len(keys) > 1:
+            store.barrier()  # every member's document before the root's
+        store.move(aside + key, key)
     if plan.consolidated:
         consolidate_metadata(store, root)
+    store.barrier()  # the v3 documents kept before the v2 ones go
     for node in plan.nodes:
         store.erase_many(list(node.remove))
     store.erase_many(list(plan.leftovers))
     store.erase(join_path(root, CONSOLIDATED_KEY))
+    store.erase_prefix(txn_prefix(txn_id))
 
 
 def document_bytes(node: NodePlan) -> bytes:
