@@ -219,3 +219,17 @@ def test_a_durable_store_writes_a_replacing_value_to_disk_before_the_rename(tmp_
     assert len(synced) == 1 and durable.get("a/b") == b"2"
     LocalStore(str(tmp_path / "d")).set("a/b", b"3")
     assert len(synced) == 1  # not durable: the page cache's pace
+
+
+def test_a_file_url_through_fsspec_is_durable_as_a_local_store(tmp_path, monkeypatch):
+    import fsspec
+
+    from zarr3_backend.stores import FsspecStore
+
+    calls = []
+    monkeypatch.setattr(local_module, "_SYNCFS", lambda fd: calls.append(fd) or 0)
+    store = FsspecStore(fsspec.filesystem("file"), str(tmp_path / "f"), settings={"durable": True})
+    a = z3.create_array(store, shape=(8,), chunks=(4,), dtype="int32")
+    a[:] = np.arange(8)
+    assert len(calls) >= 4
+    np.testing.assert_array_equal(z3.open_array(str(tmp_path / "f"))[:], np.arange(8))

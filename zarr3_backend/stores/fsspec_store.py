@@ -184,7 +184,9 @@ class FsspecStore(Store):
         self._prefix = "" if not self.root else self.root if self.root.endswith("/") else self.root + "/"
         self.unguarded_partial_writes = unguarded_partial_writes
         # file://: the LocalStore rules (containment, atomic renames, conditional writes) apply
-        self._local = LocalStore(self.root or "/") if isinstance(fs, LocalFileSystem) else None
+        # (with this store's settings: ``durable`` among them)
+        local = isinstance(fs, LocalFileSystem)
+        self._local = LocalStore(self.root or "/", settings=self.setting_overrides) if local else None
         self._conditional = conditional_backend(_protocol(fs))
 
     @classmethod
@@ -869,6 +871,12 @@ class FsspecStore(Store):
         return iter(names)
 
     # ---- identity --------------------------------------------------------------------------
+    def barrier(self) -> None:
+        """On ``file://``, the LocalStore's (``durable``); other filesystems acknowledge a write
+        once it is kept (object stores), or offer no flush to ask for."""
+        if self._local is not None and not self.read_only:
+            self._local.barrier()
+
     def with_read_only(self, read_only: bool = True) -> FsspecStore:
         """A store on the same filesystem, root and settings with another read-only flag."""
         other = copy.copy(self)
