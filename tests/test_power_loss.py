@@ -211,6 +211,28 @@ SCENARIOS = {
         _read_ds,
         [OLD_DS, OLD_DS.assign_attrs(title="new")],
     ),
+    "create_overwrite": (
+        lambda s: z3.create_array(s, shape=(9,), chunks=(3,), dtype="int32", fill_value=0).__setitem__(
+            slice(None), np.arange(9)
+        ),
+        lambda s: z3.create_array(s, shape=(4,), chunks=(2,), dtype="int16", fill_value=7, overwrite=True),
+        lambda s: z3.open_array(s)[:],
+        [np.arange(9), np.full(4, 7, dtype="int16")],
+    ),
+    "datatree_append": (
+        lambda s: z3.to_zarr(xr.DataTree.from_dict({"/": OLD_DS, "/child": OLD_DS}), s, encoding={}),
+        lambda s: z3.to_zarr(
+            xr.DataTree.from_dict({"/": APPENDED, "/child": APPENDED}), s, append_dim="time"
+        ),
+        lambda s: xr.open_datatree(s, engine="zarr3").load(),
+        [
+            xr.DataTree.from_dict({"/": OLD_DS, "/child": OLD_DS}),
+            xr.DataTree.from_dict(
+                {"/": xr.concat([OLD_DS, APPENDED], "time")}
+                | {"/child": xr.concat([OLD_DS, APPENDED], "time")}
+            ),
+        ],
+    ),
     # both sides read as the same dataset: in v2, then in v3
     "migrate_v2_to_v3": (
         lambda s: z3.to_zarr(OLD_DS, s, encoding=_ENC, zarr_format=2),
@@ -229,7 +251,10 @@ SCENARIOS = {
 
 def _which(got, states) -> int | None:
     for i, state in enumerate(states):
-        if isinstance(state, xr.Dataset):
+        if isinstance(state, xr.DataTree):
+            if isinstance(got, xr.DataTree) and got.identical(state):
+                return i
+        elif isinstance(state, xr.Dataset):
             if isinstance(got, xr.Dataset) and got.identical(state):
                 return i
         elif isinstance(got, np.ndarray) and got.shape == state.shape and np.array_equal(got, state):
