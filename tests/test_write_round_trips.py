@@ -74,14 +74,14 @@ class BarrierStore(MemoryStore):
 
     def __init__(self, parties: int, picks, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.barrier = threading.Barrier(parties, timeout=10)
+        self.meeting = threading.Barrier(parties, timeout=10)  # not "barrier": a Store method
         self.picks = picks
         self.armed = False
         self.passed = 0
 
     def _meet(self, method, keys, expected=None):
         if self.armed and self.picks(method, keys, expected):
-            self.barrier.wait()
+            self.meeting.wait()
             self.passed += 1
 
     def set_if(self, key, value, expected):
