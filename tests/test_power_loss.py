@@ -1,4 +1,4 @@
-"""Power loss, simulated: a writer dies at a random store operation and the machine loses what
+"""Power loss, simulated: a writer dies at a store operation and the machine loses what
 the page cache had not written to disk since the store's last ``barrier()``.
 
 ``PowerLossStore`` keeps two states: what readers of the live machine see, and what is on disk
@@ -6,7 +6,9 @@ the page cache had not written to disk since the store's last ``barrier()``.
 arbitrary subset, in order, and may keep a new file's name without its contents (an empty
 value, as ext4 does for a renamed file whose blocks were not yet allocated). With the barriers
 the commit protocol places (``durable`` local stores flush there), every such outcome must
-repair to the old or the new state; without them (the negative control) some do not.
+repair to the old or the new state; without them (the negative control) some do not. With the
+machine up (a process killed, every write kept), every store operation of each write is tried
+as the instant of death: readers see the old state, the new one or a typed refusal.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import xarray as xr
 
 import zarr3_backend as z3
 from zarr3_backend.cli.migrate import apply_migration, plan_migration
-from zarr3_backend.errors import Zarr3Error
+from zarr3_backend.errors import InterruptedWriteError, Zarr3Error
 from zarr3_backend.stores import MemoryStore
 
 
@@ -288,6 +290,39 @@ def _outcome(name: str, crash_at: int, seed: int, barriers_work: bool = True) ->
     return ("old", "new")[min(i, 1) if len(states) > 1 else 1] if i is not None else f"torn: {got!r}"
 
 
+def _process_crash(name: str, crash_at: int) -> tuple[str, str]:
+    """Kill the write of ``name`` at its ``crash_at``-th mutating call, the machine up (every
+    write kept): what a reader sees before repair ("old", "new" or "refused", the typed refusal
+    of a marked node), and after it."""
+    make_old, write, read, states = SCENARIOS[name]
+    store = PowerLossStore()
+    make_old(store)
+    store.m.calls = 0
+    store.m.crash_at = crash_at
+    try:
+        write(store)
+    except Crash:
+        pass
+    survivor = MemoryStore(dict(store._data), settings={"commit_wait": 0})  # its writer is this live process
+    seen = []
+    for step in ("before", "after"):
+        try:
+            if step == "after":
+                z3.repair(survivor, all_writers=True)
+            got = read(survivor)
+        except InterruptedWriteError:
+            seen.append("refused" if step == "before" else "refused after repair")
+            continue
+        except Exception as e:
+            seen.append(f"{type(e).__name__}: {e}")
+            continue
+        i = _which(got, states)
+        seen.append(
+            ("old", "new")[min(i, 1) if len(states) > 1 else 1] if i is not None else f"torn: {got!r}"
+        )
+    return seen[0], seen[1]
+
+
 def _mutating_calls(name: str) -> int:
     make_old, write, _, _ = SCENARIOS[name]
     store = PowerLossStore()
@@ -324,3 +359,13 @@ def test_without_the_barriers_a_power_loss_can_tear_the_store(name):
         for seed in range(4)
     ]
     assert any(o not in ("old", "new") for o in outcomes)
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_a_writer_killed_at_any_store_operation_is_seen_whole_or_refused(name):
+    # the machine stays up: every crash point, not a sample; readers before the repair see the
+    # old state, the new one, or a typed refusal (InterruptedWriteError); after it, old or new
+    for crash_at in range(1, _mutating_calls(name) + 2):
+        before, after = _process_crash(name, crash_at)
+        assert before in ("old", "new", "refused"), (crash_at, before)
+        assert after in ("old", "new"), (crash_at, after)
