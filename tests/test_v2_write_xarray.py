@@ -172,6 +172,23 @@ def test_bad_v2_encodings_are_refused_naming_the_field(tmp_path):
         z3.to_zarr(ds, path, mode="a", append_dim="x", zarr_format=3)
 
 
+def test_a_sharded_v3_dataset_read_back_cannot_be_written_as_v2_and_says_why(tmp_path):
+    # the encoding read from a sharded store names its shard index too: refused as sharding is,
+    # typed (a TypeError from the v2 metadata builder before)
+    ds = xr.Dataset({"t": (("x",), np.arange(8.0))})
+    z3.to_zarr(ds, tmp_path / "s.zarr", encoding={"t": {"chunks": (2,), "shards": (4,)}})
+    back = xr.open_dataset(tmp_path / "s.zarr", engine="zarr3")
+    assert back.t.encoding["shard_index"] is not None
+    with pytest.raises(CodecError, match="Zarr v2 has no sharding"):
+        z3.to_zarr(back, tmp_path / "v2.zarr", zarr_format=2)
+    with pytest.raises(CodecError, match="shard_index: Zarr v2 has no sharding"):
+        z3.create_array(
+            tmp_path / "a.zarr", shape=(8,), dtype="f8", chunks=(2,), zarr_format=2, shard_index={}
+        )
+    z3.to_zarr(back.drop_encoding(), tmp_path / "v2.zarr", zarr_format=2)
+    xr.testing.assert_identical(xr.open_dataset(tmp_path / "v2.zarr", engine="zarr3").load(), ds)
+
+
 def test_mode_w_and_deferred_writes_as_v2(tmp_path):
     path = tmp_path / "w.zarr"
     z3.to_zarr(full_dataset(4), path)  # v3 first

@@ -363,13 +363,15 @@ def v2_array_metadata(
     order: str = "C",
     dimension_separator: str | None = None,
     path: str = "",
+    shard_index: dict | None = None,
 ) -> ArrayMetadata:
     """Validated metadata of a new Zarr v2 array (pure): the arguments of ``array_metadata``
     turned into a ``.zarray`` (``fill_value=None``: v2's "no fill value"; ``dimension_names``
     become xarray's ``_ARRAY_DIMENSIONS`` attribute; ``dimension_separator`` "." by default, or
     the ``separator`` of a ``v2`` ``chunk_key_encoding``), read back as a reader will see it."""
-    if shards is not None:
-        raise CodecError("shards: Zarr v2 has no sharding (zarr_format=2 takes shards=None)")
+    if shards is not None or shard_index is not None:
+        given = "shards" if shards is not None else "shard_index"
+        raise CodecError(f"{given}: Zarr v2 has no sharding (zarr_format=2 takes shards=None)")
     for field, value in (("compressors", compressors), ("filters", filters), ("serializer", serializer)):
         _check_v2_codecs(field, value)
     if codecs is not None:
@@ -503,6 +505,7 @@ def create_array(
             order=order,
             dimension_separator=dimension_separator,
             path=path,
+            shard_index=shard_index,
         )
         store = _resolve_store(store, "w" if overwrite else "a", storage_options)
         _write_new_node(store, path, meta, overwrite)
