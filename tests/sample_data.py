@@ -35,3 +35,17 @@ def sample(dtype: str, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
     if dt.kind == "c":
         return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dt)
     return rng.standard_normal(shape).astype(dt)
+
+
+#: Shards of 16-element inner chunks with no checksum on the index or the chunks: only the store
+#: can tell that the bytes it returns are the ones asked for.
+UNGUARDED_SHARDS = [
+    {
+        "name": "sharding_indexed",
+        "configuration": {
+            "chunk_shape": [16],
+            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+        },
+    }
+]

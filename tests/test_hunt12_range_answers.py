@@ -12,6 +12,7 @@ import re
 import numpy as np
 import pytest
 import xarray as xr
+from sample_data import UNGUARDED_SHARDS
 from servers import MotoS3, Proxy, RangeHTTPServer, Request, Response, s3_options
 
 import zarr3_backend as z3
@@ -23,17 +24,6 @@ from zarr3_backend.stores.range_answers import range_answer_problem, undo_conten
 
 DATA = np.arange(256, dtype="i4")
 BACKENDS = ("fsspec", "obstore")
-# a shard index with no checksum: only the store can tell that its bytes are the ones asked for
-UNGUARDED_SHARDS = [
-    {
-        "name": "sharding_indexed",
-        "configuration": {
-            "chunk_shape": [16],
-            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
-            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
-        },
-    }
-]
 
 
 def suffix(r: Request) -> bool:

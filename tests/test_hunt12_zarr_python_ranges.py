@@ -10,6 +10,7 @@ import pytest
 import xarray as xr
 
 zarr_storage = pytest.importorskip("zarr.storage")
+from sample_data import UNGUARDED_SHARDS  # noqa: E402
 from zarr.abc.store import RangeByteRequest, SuffixByteRequest  # noqa: E402
 
 import zarr3_backend as z3  # noqa: E402
@@ -20,17 +21,6 @@ from zarr3_backend.stores.fsspec_errors import ResponseMismatchError  # noqa: E4
 from zarr3_backend.stores.range_answers import range_length_problem  # noqa: E402
 
 DATA = np.arange(256, dtype="i4")
-# no checksum on the index: only the store can tell that the bytes are the ones asked for
-UNGUARDED_SHARDS = [
-    {
-        "name": "sharding_indexed",
-        "configuration": {
-            "chunk_shape": [16],
-            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
-            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
-        },
-    }
-]
 
 
 class BrokenRanges(zarr_storage.MemoryStore):
