@@ -617,9 +617,10 @@ def wait_for_commits(store: Store, call: Callable[[], Any], ignore: str | None =
             delay = min(delay * 2, 0.1)
 
 
-def _claim(store: Store, base: str) -> bool:
+def _claim(store: Store, base: str, *, all_hosts: bool = False) -> bool:
     """Take a dead writer's transaction over, so that two repairers (processes or threads) never
-    run it at once, where the store has conditional writes; False when a live one holds it."""
+    run it at once, where the store has conditional writes; False when a live one holds it.
+    ``all_hosts``: the caller knows nothing else writes, so another host's repairer is gone."""
     if not store.supports_conditional_writes:
         return True
     token = current_owner().token()
@@ -629,28 +630,29 @@ def _claim(store: Store, base: str) -> bool:
     holder, version = store.get_versioned(base + "claim")
     if holder is None:
         return store.set_if(base + "claim", me, None)
-    if _repairer_is_live(holder.decode(errors="replace")):
+    if _repairer_is_live(holder.decode(errors="replace"), all_hosts=all_hosts):
         return False  # a live repairer (perhaps another thread of this process, or another host) has it
     return store.set_if(base + "claim", me, version)  # a dead repairer's, or not one at all
 
 
-def _repairer_is_live(claim: str) -> bool:
+def _repairer_is_live(claim: str, *, all_hosts: bool = False) -> bool:
     """Whether the repair claim ``claim`` names a repairer that may still run: one on another
-    host is never judged (its process token means nothing here, as for writers); one of this
-    host runs while its process does; text that names no repairer holds nothing."""
+    host is never judged (its process token means nothing here, as for writers) unless
+    ``all_hosts`` (the caller knows nothing else writes: it is gone); one of this host runs
+    while its process does; text that names no repairer holds nothing."""
     found = _REPAIRER.fullmatch(claim)
     if found is None:
         return False
     if found["host"] is not None and found["host"] != host_tag():
-        return True
+        return not all_hosts
     return not token_is_dead(found["token"])
 
 
-def _repair_write(store: Store, txn_id: str) -> bool:
+def _repair_write(store: Store, txn_id: str, *, all_hosts: bool = False) -> bool:
     """Finish (roll forward) or drop the write ``txn_id``, judged dead by the caller; False when
-    another live repairer has it."""
+    another live repairer has it (``all_hosts``: one of another host is taken as gone)."""
     base = txn_prefix(txn_id)
-    if not _claim(store, base):
+    if not _claim(store, base, all_hosts=all_hosts):
         return False  # another live repairer is finishing it
     raw = store.get(base + MANIFEST)
     if raw is None:
@@ -677,14 +679,14 @@ def repair(store: Store, *, only_dead: bool = True) -> list[str]:
     """Finish or roll back the writes whose writer is gone: a committed manifest is rolled forward
     (its staged values moved, documents written, markers removed), a write that never reached
     its manifest is dropped. With ``only_dead=False`` every pending write is treated as dead
-    (the caller knows no writer runs). Returns the ids it finished or dropped."""
+    (the caller knows no writer runs), and so is another host's repairer of one. Returns the ids it finished or dropped."""
     done = []
     entries = set(store.list_dir(TXN_DIR + "/"))
     claims_dir = CLAIMS_DIR[len(TXN_DIR) + 1 : -1]
     for txn_id in sorted(entries - {claims_dir}):
         if only_dead and not writer_is_dead(txn_id):
             continue
-        if _repair_write(store, txn_id):
+        if _repair_write(store, txn_id, all_hosts=not only_dead):  # repairers are writers too
             done.append(txn_id)
     if claims_dir in entries:
         sweep_claims(store, only_dead=only_dead)
