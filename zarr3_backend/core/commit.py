@@ -226,11 +226,14 @@ def claimed_shape_change(
     document alone (atomic by itself: no values staged, nothing marked), run under the array's
     shape claim once the stored shape is checked to be ``shape_from`` (else ShapeMovedError,
     nothing written). A manifest without documents stands for the write while it holds the
-    claim, so a crash leaves what ``repair`` clears."""
+    claim, so a crash leaves what ``repair`` finishes: once the claim is checked, a roll-forward
+    of its one step left, clearing what a write planned at the old shape stored past a smaller
+    new one (``within``)."""
     if store.commits_externally:
         return write()
     txn_id = new_txn_id()
     base = txn_prefix(txn_id)
+    shape = [int(n) for n in shape_from]
     manifest = {
         "id": txn_id,
         "owner": current_owner().to_json(),
@@ -238,16 +241,19 @@ def claimed_shape_change(
         "erase_prefixes": [],
         "guard": [],
         "consolidate": None,
-        "shape_from": {doc_key: [int(n) for n in shape_from]},
+        "shape_from": {doc_key: shape},
+        "within": {doc_key: shape},
     }
     store.set(base + MANIFEST, json.dumps(manifest).encode())
     try:
         refusal = claim_nodes(store, txn_id, manifest["shape_from"], (), _repairer(store))
         if refusal is not None:
             raise refusal
+        # from here a repair rolls it forward (the sweep below) rather than check the shape,
+        # which ``write`` changes: dropped, it left what a racing write stored past the new end
+        store.set(base + _CLAIMS_CHECKED, b"")
         result = write()
-        # a write planned at the old shape may have stored units past a smaller new one
-        keep_within(store, txn_id, manifest["shape_from"], {doc_key}, _repairer(store))
+        keep_within(store, txn_id, manifest["within"], {doc_key}, _repairer(store))
         return result
     finally:
         _end_records(store, base, manifest["shape_from"], txn_id)
