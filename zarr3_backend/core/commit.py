@@ -276,7 +276,10 @@ class Transaction:
     one planned before another writer changed the shape is planned again. ``within`` (array
     document key -> the shape the staged values were planned for) names the arrays whose units
     left outside a smaller stored shape are erased once the values are in place (a shrink that
-    committed meanwhile; ``shape_cuts.keep_within``). On a store that commits by itself (an Icechunk
+    committed meanwhile; ``shape_cuts.keep_within``). ``planned`` (array document key -> the
+    document as the write read it) names what ``shape_from``'s arrays were planned from besides
+    their shape: one replaced meanwhile by another of the same shape (another data type, chunks,
+    codecs) is refused as a changed shape is (``node_claims.same_array``). On a store that commits by itself (an Icechunk
     session: ``Store.commits_externally``) nothing is staged or marked: the erases and documents
     are written at once, the values straight to their keys, and the store's own commit makes
     them visible together."""
@@ -291,6 +294,7 @@ class Transaction:
         create: Iterable[str] = (),
         add: Iterable[str] = (),
         within: Mapping[str, Sequence[int]] | None = None,
+        planned: Mapping[str, bytes] | None = None,
     ) -> None:
         store.check_writable()
         self.store = store
@@ -302,6 +306,7 @@ class Transaction:
         self.create = sorted(create)
         self.add = sorted(add)
         self.within = {k: [int(n) for n in v] for k, v in (within or {}).items()}
+        self.planned = {k: bytes(v).decode() for k, v in (planned or {}).items() if k in self.shape_from}
         self._done = False
         self.staging: Store
         if store.commits_externally:
@@ -367,6 +372,7 @@ class Transaction:
             "create": self.create,
             "add": self.add,
             "within": self.within,
+            "planned": self.planned,
         }
         self.store.set(txn_prefix(self.id) + MANIFEST, json.dumps(manifest).encode())
         _apply(self.store, manifest, self.staging.expected, redo)
@@ -439,8 +445,9 @@ def _apply(
         # moved values since) does not check again; otherwise nothing of this write has moved
         checked = store.get(base + _CLAIMS_CHECKED) is not None
         try:
+            planned = {k: v.encode() for k, v in (manifest.get("planned") or {}).items()}
             refusal = claim_nodes(
-                store, txn_id, shape_from, create, _repairer(store), add=add, checked=checked
+                store, txn_id, shape_from, create, _repairer(store), add=add, planned=planned, checked=checked
             )
         except WriteConflictError as e:
             refusal = e  # another write held a claim too long

@@ -37,7 +37,18 @@ from ..errors import (
     Zarr3Error,
 )
 from ..stores import Store
-from .txn_records import MANIFEST, TXN_DIR, dump_doc, is_txn_id, parse_doc, txn_prefix, writer_is_dead
+from .metadata import ArrayMetadata, parse_node_json
+from .metadata_v2 import ARRAY_KEY, array_document
+from .txn_records import (
+    MANIFEST,
+    TXN_DIR,
+    dump_doc,
+    is_txn_id,
+    parse_doc,
+    txn_prefix,
+    with_markers,
+    writer_is_dead,
+)
 
 #: Where the claims are kept (one key per claimed document).
 CLAIMS_DIR = f"{TXN_DIR}/shape-claims/"
@@ -63,6 +74,32 @@ def shape_of(raw: bytes | None, doc_key: str) -> list[int] | None:
     except MetadataError:
         return None
     return list(shape) if isinstance(shape, list) else None
+
+
+def _array_of(raw: bytes, doc_key: str) -> ArrayMetadata | None:
+    """The array the document ``raw`` at ``doc_key`` (``zarr.json``, or a v2 ``.zarray`` alone)
+    describes, without its attributes and in-flight markers (None: not a readable array)."""
+    path, _, name = doc_key.rpartition("/")
+    try:
+        doc = with_markers(parse_doc(raw, doc_key), {})
+        meta = parse_node_json(array_document(doc, {}, path) if name == ARRAY_KEY else doc, path)
+    except Zarr3Error:
+        return None
+    return meta.evolve(attributes={}) if isinstance(meta, ArrayMetadata) else None
+
+
+def same_array(stored: bytes | None, planned: bytes, doc_key: str) -> bool:
+    """Whether the stored document ``stored`` describes the array of ``planned`` (the document
+    a write read and planned from) with at most its shape and attributes changed since: the
+    same data type, chunk grid, codecs, fill value, ... (an array replaced by another of the
+    same shape is not: units encoded for the old one would be wrong under the new)."""
+    if stored == planned:
+        return True
+    was = _array_of(planned, doc_key)
+    if was is None:
+        return True  # nothing to judge by: the shape alone is checked
+    now = None if stored is None else _array_of(stored, doc_key)
+    return now is not None and now.evolve(shape=was.shape) == was
 
 
 def _take_claim(store: Store, doc_key: str, txn_id: str, finish_dead: Callable[[str], object]) -> bool:
@@ -168,6 +205,7 @@ def claim_nodes(
     finish_dead: Callable[[str], object],
     *,
     add: Sequence[str] = (),
+    planned: Mapping[str, bytes] | None = None,
     checked: bool = False,
 ) -> Zarr3Error | None:
     """Take the claims of a commit that changes the shapes of ``shape_from``'s arrays (document
@@ -179,10 +217,13 @@ def claim_nodes(
     adds to a group other writers may add them to (``mode="a"``): one stored now refuses the
     write with NodeAddedError, and it is planned again over the stored node. ``finish_dead(txn
     id)`` repairs a dead writer's write (that one only: the waiter holds claims meanwhile, and
-    the other writes in the store are ``repair``'s business).
+    the other writes in the store are ``repair``'s business). ``planned``: documents of
+    ``shape_from``'s arrays as the write read them; one replaced since by another array of the
+    same shape (``same_array``) refuses the write as a changed shape does.
     ``checked``: an earlier run of this commit took and checked the claims (its record says so):
     claims it still holds are not checked again (values may have moved since)."""
     exclusive = store.supports_conditional_writes  # else no claim can be taken: the check alone
+    planned = planned or {}
     keys = sorted({*shape_from, *create, *add})
     if exclusive and not _take_all_at_once(store, keys, txn_id):
         for doc_key in keys:  # one after the other, in key order
@@ -201,8 +242,10 @@ def claim_nodes(
                     "array, or unreadable (another writer erased or replaced it); nothing of this "
                     "write was written"
                 )
-            elif stored != list(shape_from[doc_key]):
-                refusal = moved(shape_from)  # made again from the new shape
+            elif stored != list(shape_from[doc_key]) or (
+                doc_key in planned and not same_array(stored_docs[doc_key], planned[doc_key], doc_key)
+            ):
+                refusal = moved(shape_from)  # made again from the new shape (the new array)
         elif doc_key in add:
             if stored_docs[doc_key] is not None:
                 refusal = NodeAddedError(
@@ -241,8 +284,8 @@ def shape_only(key: str, new_doc: bytes) -> Callable[[bytes], bytes]:
 def moved(shape_from: Mapping[str, Sequence[int]]) -> ShapeMovedError:
     """The refusal of a write whose arrays' shapes (``shape_from``) another writer changed first."""
     return ShapeMovedError(
-        f"{sorted(shape_from)}: another writer changed the array's shape while this write was "
-        "prepared; nothing of it was written"
+        f"{sorted(shape_from)}: another writer changed the array's shape (or replaced the array) "
+        "while this write was prepared; nothing of it was written"
     )
 
 

@@ -96,6 +96,7 @@ _MANIFEST_FIELDS: dict[str, tuple[Any, Any]] = {
     "create": (_is_str_list, []),
     "add": (_is_str_list, []),
     "within": (_is_shape_map, {}),
+    "planned": (lambda v: isinstance(v, dict) and all(isinstance(d, str) for d in v.values()), {}),
 }
 
 

@@ -69,11 +69,13 @@ def execute(
     guard: list[str] = []
     erase: list[str] = []
     shape_from: dict[str, tuple[int, ...]] = {}
+    planned: dict[str, bytes] = {}
     missing: list[str] = []
     added: list[str] = []
     within: dict[str, tuple[int, ...]] = {}
     for plan in plans:
         shape_from.update(plan.shape_from())
+        planned.update(plan.planned_documents())
         missing += plan.must_be_missing()
         added += plan.added_documents()
         within.update(plan.within())
@@ -95,6 +97,7 @@ def execute(
         create=missing,
         add=added,
         within=within,
+        planned=planned,
     ) as txn:
         lazy = []
         for plan in plans:
