@@ -86,7 +86,8 @@ def execute(
                 documents.setdefault(key, doc)
         documents.update(plan.documents())
         guard += [plan.path, *(w.target.path for w in plan.writes)]
-        erase += plan.erase_prefixes
+        # each group's key prefix, "g/": the bare path "g" also took its siblings "g2", "grid"
+        erase += [join_prefix(p) for p in plan.erase_prefixes]
     changes = any(plan.changes_metadata for plan in plans)
     with Transaction(
         store,

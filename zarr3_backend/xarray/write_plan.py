@@ -144,7 +144,7 @@ class WritePlan:
     path: str  # the group written
     writes: list[VariableWrite] = field(default_factory=list)
     attrs: dict[str, Any] | None = None  # group attributes to store (None: leave them)
-    erase_prefixes: list[str] = field(default_factory=list)  # what mode="w" drops
+    erase_prefixes: list[str] = field(default_factory=list)  # the groups mode="w" drops (paths)
     create_group: bool = False  # the group is new (or replaced): its documents are written
     group_metadata: GroupMetadata | None = None  # the group's metadata to store, if it changes
     zarr_format: int = 3  # of the group and every new array (``write_args.choose_zarr_format``)
