@@ -29,8 +29,12 @@ those documents and checks them (``node_claims``). When one has changed, the wri
 none of its values having moved, and made again from the new shape (``retry_shape_change``), or
 refused (NodeExistsError); two appends never put their rows at one offset. A ``mode="a"`` write
 claims the arrays it adds (planned again over one another writer added first) and those it
-overwrites whole (by the shape it planned from), so one array never holds two writers' chunks.
-The claims are given up once the new documents are written.
+overwrites whole (by the shape it planned from, and the document it read: an array replaced
+by another of the same shape is not the one it planned for), so one array never holds two
+writers' chunks. A write that erases a group or an array (``mode="w"``, an overwrite) holds the
+claims of the nodes stored under it, and one that adds a node those of the groups above it
+(``node_claims.held_nodes``), so an erase never takes values another commit moved in before its
+documents. The claims are given up once the new documents are written.
 
 Markers of several writers share the field (one entry per write), and are added and removed
 with conditional writes where the store offers them. A write whose process is gone is finished
@@ -64,6 +68,7 @@ from .metadata_v2_write import is_v2_document_key
 from .node_claims import (
     CLAIMS_DIR,
     claim_nodes,
+    held_nodes,
     release_claims,
     shape_only,
     sweep_claims,
@@ -373,6 +378,7 @@ class Transaction:
             "add": self.add,
             "within": self.within,
             "planned": self.planned,
+            "hold": held_nodes(self.store, self.erase_prefixes, self.add),
         }
         self.store.set(txn_prefix(self.id) + MANIFEST, json.dumps(manifest).encode())
         _apply(self.store, manifest, self.staging.expected, redo)
@@ -439,7 +445,8 @@ def _apply(
     shape_from = manifest.get("shape_from") or {}
     create = manifest.get("create", ())
     add = manifest.get("add", ())
-    claimed = sorted({*shape_from, *create, *add})
+    hold = manifest.get("hold", ())
+    claimed = sorted({*shape_from, *create, *add, *hold})
     if claimed:
         # a run that finds the claims checked (an earlier run of this commit, which may have
         # moved values since) does not check again; otherwise nothing of this write has moved
@@ -447,7 +454,15 @@ def _apply(
         try:
             planned = {k: v.encode() for k, v in (manifest.get("planned") or {}).items()}
             refusal = claim_nodes(
-                store, txn_id, shape_from, create, _repairer(store), add=add, planned=planned, checked=checked
+                store,
+                txn_id,
+                shape_from,
+                create,
+                _repairer(store),
+                add=add,
+                hold=hold,
+                planned=planned,
+                checked=checked,
             )
         except WriteConflictError as e:
             refusal = e  # another write held a claim too long

@@ -38,7 +38,7 @@ from ..errors import (
 )
 from ..stores import Store
 from .metadata import ArrayMetadata, parse_node_json
-from .metadata_v2 import ARRAY_KEY, array_document
+from .metadata_v2 import ARRAY_KEY, GROUP_KEY, array_document
 from .txn_records import (
     MANIFEST,
     TXN_DIR,
@@ -74,6 +74,30 @@ def shape_of(raw: bytes | None, doc_key: str) -> list[int] | None:
     except MetadataError:
         return None
     return list(shape) if isinstance(shape, list) else None
+
+
+def held_nodes(store: Store, erase_prefixes: Sequence[str], add: Sequence[str]) -> list[str]:
+    """The documents whose claims a commit holds, unchecked, besides those it checks: every
+    node stored under a prefix it erases (a replaced group or array) and every group above a
+    node it adds. A commit that erases a group and one that adds a node to it (or appends to,
+    or overwrites, an array in it) then commit one after the other: interleaved, the erase
+    took the other's values moved in before its documents were written (an added variable left
+    all fill, an append's rows lost)."""
+    held = set()
+    for prefix in erase_prefixes:
+        held.update(k for k in store.list_prefix(prefix) if k.rpartition("/")[2] in _NODE_DOCUMENTS)
+    for doc_key in add:
+        path = doc_key.rpartition("/")[0].rpartition("/")[0]  # the group the node is added to
+        name = GROUP_KEY if doc_key.endswith((ARRAY_KEY, GROUP_KEY)) else "zarr.json"
+        while True:
+            held.add(f"{path}/{name}" if path else name)
+            if not path:
+                break
+            path = path.rpartition("/")[0]
+    return sorted(held)
+
+
+_NODE_DOCUMENTS = frozenset({"zarr.json", ARRAY_KEY, GROUP_KEY})
 
 
 def _array_of(raw: bytes, doc_key: str) -> ArrayMetadata | None:
@@ -205,6 +229,7 @@ def claim_nodes(
     finish_dead: Callable[[str], object],
     *,
     add: Sequence[str] = (),
+    hold: Sequence[str] = (),
     planned: Mapping[str, bytes] | None = None,
     checked: bool = False,
 ) -> Zarr3Error | None:
@@ -217,14 +242,15 @@ def claim_nodes(
     adds to a group other writers may add them to (``mode="a"``): one stored now refuses the
     write with NodeAddedError, and it is planned again over the stored node. ``finish_dead(txn
     id)`` repairs a dead writer's write (that one only: the waiter holds claims meanwhile, and
-    the other writes in the store are ``repair``'s business). ``planned``: documents of
+    the other writes in the store are ``repair``'s business). ``hold``: documents claimed and
+    not checked (``held_nodes``). ``planned``: documents of
     ``shape_from``'s arrays as the write read them; one replaced since by another array of the
     same shape (``same_array``) refuses the write as a changed shape does.
     ``checked``: an earlier run of this commit took and checked the claims (its record says so):
     claims it still holds are not checked again (values may have moved since)."""
     exclusive = store.supports_conditional_writes  # else no claim can be taken: the check alone
     planned = planned or {}
-    keys = sorted({*shape_from, *create, *add})
+    keys = sorted({*shape_from, *create, *add, *hold})
     if exclusive and not _take_all_at_once(store, keys, txn_id):
         for doc_key in keys:  # one after the other, in key order
             _take_claim(store, doc_key, txn_id, finish_dead)  # or still held by an earlier run
@@ -252,7 +278,7 @@ def claim_nodes(
                     f"{doc_key!r}: another writer added this node while this write was prepared "
                     "as its creation; nothing of this write was written"
                 )
-        elif stored_docs[doc_key] is not None:
+        elif doc_key in create and stored_docs[doc_key] is not None:
             refusal = NodeExistsError(
                 f"{doc_key!r}: another writer created this node while this write was prepared "
                 "(mode='w-'); nothing of this write was written"
