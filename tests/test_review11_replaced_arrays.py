@@ -8,12 +8,16 @@ the other gives)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import xarray as xr
-from store_doubles import CommitHookedStore
+from store_doubles import CommitHookedStore, SnapshotOnSetStore
 
 import zarr3_backend as z3
+from zarr3_backend.core import commit
+from zarr3_backend.errors import InterruptedWriteError
 
 
 @pytest.mark.parametrize("zarr_format", [3, 2])
@@ -59,3 +63,25 @@ def test_append_planned_before_a_replacement_goes_after_the_new_arrays_rows(zarr
     got = z3.open_array(store, "a")
     assert (got.dtype, got.chunks, got.shape) == (np.dtype("i2"), (3,), (6,))
     np.testing.assert_array_equal(got[...], [5, 5, 5, 5, 9, 9])
+
+
+@pytest.mark.parametrize(
+    "field,value", [("planned", {"a/zarr.json": 5}), ("planned", []), ("hold", [5]), ("hold", "a/zarr.json")]
+)
+def test_a_manifest_whose_planned_or_held_documents_are_malformed_is_refused_by_name(
+    monkeypatch, field, value
+):
+    """The manifest's new fields are checked as the others are: a malformed one refuses the
+    write's repair with InterruptedWriteError naming the field, and nothing is written."""
+    store = SnapshotOnSetStore()
+    z3.create_array(store, "a", shape=(2,), dtype="i4", chunks=(2,), fill_value=0)[...] = 1
+    store.when = lambda key: key.endswith("/manifest.json")
+    z3.open_array(store, "a", mode="r+").append(np.array([7, 7], "i4"))
+    left = z3.MemoryStore(store.snapshot)
+    (txn,) = commit.pending_writes(left)
+    key = f".z3-txn/{txn}/manifest.json"
+    left.set(key, json.dumps({**json.loads(left.get(key)), field: value}).encode())
+    monkeypatch.setattr(commit, "writer_is_dead", lambda t: t == txn)
+    with pytest.raises(InterruptedWriteError, match=f"field '{field}' has the wrong form"):
+        commit.repair(left)
+    np.testing.assert_array_equal(z3.open_array(left, "a")[...], [1, 1])
