@@ -267,7 +267,7 @@ class Array:
         changed the shape first)."""
         documents = {} if meta == self.metadata else shape_documents(self.path, meta)
         shape_from = {key: self.shape for key in documents}
-        planned = shape_documents(self.path, self.metadata) if documents else {}  # what it read
+        planned = shape_documents(self.path, self.metadata)  # the array as read: checked at the commit
         # values planned at this shape: left outside a smaller one a shrink stored meanwhile, erased
         within = {} if documents else {key: self.shape for key in shape_documents(self.path, meta)}
         target = Array(self.store, self.path, meta, write_empty_chunks=self.write_empty_chunks)

@@ -69,7 +69,9 @@ from .node_claims import (
     CLAIMS_DIR,
     claim_nodes,
     held_nodes,
+    moved,
     release_claims,
+    same_array,
     shape_only,
     sweep_claims,
 )
@@ -282,8 +284,8 @@ class Transaction:
     document key -> the shape the staged values were planned for) names the arrays whose units
     left outside a smaller stored shape are erased once the values are in place (a shrink that
     committed meanwhile; ``shape_cuts.keep_within``). ``planned`` (array document key -> the
-    document as the write read it) names what ``shape_from``'s arrays were planned from besides
-    their shape: one replaced meanwhile by another of the same shape (another data type, chunks,
+    document as the write read it) names what ``shape_from``'s arrays (and ``within``'s, checked
+    before the manifest) were planned from besides their shape: one replaced meanwhile by another of the same shape (another data type, chunks,
     codecs) is refused as a changed shape is (``node_claims.same_array``). On a store that commits by itself (an Icechunk
     session: ``Store.commits_externally``) nothing is staged or marked: the erases and documents
     are written at once, the values straight to their keys, and the store's own commit makes
@@ -311,7 +313,8 @@ class Transaction:
         self.create = sorted(create)
         self.add = sorted(add)
         self.within = {k: [int(n) for n in v] for k, v in (within or {}).items()}
-        self.planned = {k: bytes(v).decode() for k, v in (planned or {}).items() if k in self.shape_from}
+        claimed_or_within = {*self.shape_from, *self.within}
+        self.planned = {k: bytes(v).decode() for k, v in (planned or {}).items() if k in claimed_or_within}
         self._done = False
         self.staging: Store
         if store.commits_externally:
@@ -354,6 +357,8 @@ class Transaction:
         roll-forward by ``repair``): other writers' changes to the rest are kept."""
         if self._done:
             raise RuntimeError(f"transaction {self.id} is already finished")
+        if not self.store.commits_externally:
+            self._refuse_replaced()  # still not done: leaving the ``with`` block aborts it
         self._done = True
         if self.store.commits_externally:
             if documents:
@@ -382,6 +387,19 @@ class Transaction:
         }
         self.store.set(txn_prefix(self.id) + MANIFEST, json.dumps(manifest).encode())
         _apply(self.store, manifest, self.staging.expected, redo)
+
+    def _refuse_replaced(self) -> None:
+        """Refuse (ShapeMovedError, nothing written) a write into arrays it does not claim
+        (``within``: a region) when one was replaced since it was planned by another array (of
+        another data type, chunks, codecs): its units, encoded for the old one, would be read
+        wrong under the new document. Checked before the manifest, so never in a repair; a
+        replacement committing at the same time as this commit is not seen."""
+        keys = [k for k in self.within if k in self.planned and k not in self.shape_from]
+        if not keys:
+            return
+        for key, stored in zip(keys, self.store.get_many(keys), strict=True):
+            if not same_array(stored, self.planned[key].encode(), key):
+                raise moved({k: self.within[k] for k in keys})
 
 
 def root_is_consolidated(store: Store) -> bool:

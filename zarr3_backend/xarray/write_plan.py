@@ -124,8 +124,8 @@ class VariableWrite:
     #: overwrite of the whole array claims it too, from its stored shape (two overwrites never
     #: interleave their chunks, and one planned before an append or resize is planned again)
     shape_from: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    #: the claimed array's document as read (``shape_from``'s keys): the commit refuses the write
-    #: when another writer replaced the array meanwhile, even by one of the same shape
+    #: the stored array's document as read: the commit refuses the write when another writer
+    #: replaced the array meanwhile, even by one of the same shape
     planned: dict[str, bytes] = field(default_factory=dict)
     #: the array is new to its group (created by this write)
     new: bool = False
@@ -169,7 +169,7 @@ class WritePlan:
         return {k: v for w in self.writes for k, v in w.shape_from.items()}
 
     def planned_documents(self) -> dict[str, bytes]:
-        """The documents of the arrays ``shape_from`` claims, as this plan read them."""
+        """The documents of the stored arrays this plan writes into, as it read them."""
         return {k: v for w in self.writes for k, v in w.planned.items()}
 
     def must_be_missing(self) -> list[str]:
@@ -537,7 +537,7 @@ def _plan_existing(
     elif not region:  # the whole array overwritten: claimed at the shape it was planned from
         shape_from = {key: a.shape for key in shape_documents(a.path, meta)}
     target = Array(store, a.path, meta, write_empty_chunks=wec)
-    planned = shape_documents(a.path, a.metadata) if shape_from else {}
+    planned = shape_documents(a.path, a.metadata)  # checked at the commit (a replaced array)
     return VariableWrite(name, encoded, target, _concrete(reg, target.shape), documents, shape_from, planned)
 
 
