@@ -10,10 +10,13 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 import xarray as xr
+from store_doubles import CommitHookedStore
 
 import zarr3_backend as z3
 from zarr3_backend.core.node_claims import CLAIMS_DIR
+from zarr3_backend.errors import ArrayNotFoundError
 
 
 class _PausedAfterMove(z3.MemoryStore):
@@ -85,3 +88,26 @@ def test_an_append_while_its_group_is_replaced_is_whole_or_gone():
     store.race["thread"].join(60)
     # the replacement last: its values; the append last: its rows after the replacement's
     assert _stored(store) in ({"a": [5, 6, 7, 8]}, {"a": [5, 6, 7, 8, 9, 9]})
+
+
+def test_an_overwrite_planned_before_a_replacement_dropped_the_variable_adds_it_again():
+    """A ``mode="a"`` overwrite of ``o`` planned, then a ``mode="w"`` replacement without ``o``
+    committed first: the overwrite is planned again and adds ``o`` (what the two one after the
+    other give); it was refused with ArrayNotFoundError."""
+    store = CommitHookedStore()
+    _replace_with(store, _dataset(o=[0, 0, 0, 0], keep=[1, 1, 1, 1]))
+    store.hook = lambda: _replace_with(store, _dataset(keep=[2, 2, 2, 2]))
+    z3.to_zarr(_dataset(o=[7, 7, 7, 7]), store, mode="a", consolidated=False)
+    assert store.hook is None
+    assert _stored(store) == {"keep": [2, 2, 2, 2], "o": [7, 7, 7, 7]}
+
+
+def test_an_append_to_an_array_another_writer_erased_is_refused_by_name():
+    """``Array.append`` has nothing to plan again from: the erased array is refused, nothing
+    written."""
+    store = CommitHookedStore()
+    z3.create_array(store, "g/a", shape=(2,), dtype="i4", chunks=(2,), fill_value=0)[...] = 1
+    store.hook = lambda: z3.to_zarr(_dataset(b=[1, 2]), store, group="g", mode="w", consolidated=False)
+    with pytest.raises(ArrayNotFoundError, match=r"g/a/zarr\.json"):
+        z3.open_array(store, "g/a", mode="r+").append(np.array([5, 5], "i4"))
+    assert "g/a/zarr.json" not in list(store.list_prefix("g/"))

@@ -28,7 +28,7 @@ from typing import Any
 
 from .._threads import thread_map
 from ..errors import (
-    ArrayNotFoundError,
+    ArrayGoneError,
     MetadataError,
     NodeAddedError,
     NodeExistsError,
@@ -263,7 +263,7 @@ def claim_nodes(
         if doc_key in shape_from:
             stored = shape_of(stored_docs[doc_key], doc_key)
             if stored is None:  # the write would bring back an array erased meanwhile, with holes
-                refusal = ArrayNotFoundError(
+                refusal = ArrayGoneError(
                     f"{doc_key!r}: the array this write changes the shape of is gone, no longer an "
                     "array, or unreadable (another writer erased or replaced it); nothing of this "
                     "write was written"
@@ -315,13 +315,18 @@ def moved(shape_from: Mapping[str, Sequence[int]]) -> ShapeMovedError:
     )
 
 
-def retry_shape_change(write: Callable[[], Any]) -> Any:
+def retry_shape_change(write: Callable[[], Any], *, replans_gone: bool = False) -> Any:
     """``write()``, made again (it reads the stored shapes and nodes afresh) while another
     writer's shape change, or its addition of a node this write adds, gets in first; raises
-    ShapeMovedError (NodeAddedError) when that happens ``_SHAPE_RETRIES`` times."""
+    ShapeMovedError (NodeAddedError) when that happens ``_SHAPE_RETRIES`` times.
+    ``replans_gone``: also when an array it writes into was erased first (ArrayGoneError), for
+    a write planned from what is stored (``to_zarr``), not from a handle of that array."""
+    again: tuple[type[Zarr3Error], ...] = (ShapeMovedError, NodeAddedError)
+    if replans_gone:
+        again = (*again, ArrayGoneError)
     for _ in range(_SHAPE_RETRIES - 1):
         try:
             return write()
-        except (ShapeMovedError, NodeAddedError):
+        except again:
             continue
     return write()
