@@ -43,6 +43,7 @@ from .txn_records import (
     MANIFEST,
     TXN_DIR,
     dump_doc,
+    is_reserved_key,
     is_txn_id,
     parse_doc,
     txn_prefix,
@@ -85,7 +86,11 @@ def held_nodes(store: Store, erase_prefixes: Sequence[str], add: Sequence[str]) 
     all fill, an append's rows lost)."""
     held = set()
     for prefix in erase_prefixes:
-        held.update(k for k in store.list_prefix(prefix) if k.rpartition("/")[2] in _NODE_DOCUMENTS)
+        held.update(
+            k
+            for k in store.list_prefix(prefix)
+            if k.rpartition("/")[2] in _NODE_DOCUMENTS and not is_reserved_key(k)  # not a write's records
+        )
     for doc_key in add:
         path = doc_key.rpartition("/")[0].rpartition("/")[0]  # the group the node is added to
         name = GROUP_KEY if doc_key.endswith((ARRAY_KEY, GROUP_KEY)) else "zarr.json"
