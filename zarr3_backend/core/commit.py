@@ -627,8 +627,11 @@ def _consolidated_root(store: Store, root_doc: bytes | None, txn_id: str) -> byt
 def _repairer(store: Store) -> Callable[[str], object]:
     """What a claim waiting on a dead writer's claim runs: that writer's write alone finished
     (or dropped), which frees its claims; the rest of the store is left to ``repair`` (a full
-    repair of a large store would stall the waiter, which holds claims of its own)."""
-    return lambda txn_id: _repair_write(store, txn_id)
+    repair of a large store would stall the waiter, which holds claims of its own). A write
+    that checked no claim yet is dropped: finishing it would take its other claims, one of
+    which the waiter may hold (killed inside its one round of claims, it holds some of them in
+    no order), and wait on the waiter until ``commit_wait`` ran out."""
+    return lambda txn_id: _repair_write(store, txn_id, drop_unchecked=True)
 
 
 def pending_writes(store: Store) -> list[str]:
@@ -694,9 +697,13 @@ def _repairer_is_live(claim: str, *, all_hosts: bool = False) -> bool:
     return not token_is_dead(found["token"])
 
 
-def _repair_write(store: Store, txn_id: str, *, all_hosts: bool = False) -> bool:
+def _repair_write(
+    store: Store, txn_id: str, *, all_hosts: bool = False, drop_unchecked: bool = False
+) -> bool:
     """Finish (roll forward) or drop the write ``txn_id``, judged dead by the caller; False when
-    another live repairer has it (``all_hosts``: one of another host is taken as gone)."""
+    another live repairer has it (``all_hosts``: one of another host is taken as gone).
+    ``drop_unchecked``: a write with claims none of whose values moved (its claims not yet
+    checked) is dropped rather than finished."""
     base = txn_prefix(txn_id)
     if not _claim(store, base, all_hosts=all_hosts):
         return False  # another live repairer is finishing it
@@ -706,6 +713,10 @@ def _repair_write(store: Store, txn_id: str, *, all_hosts: bool = False) -> bool
         return True
     try:
         manifest = parse_manifest(raw, txn_id)
+        claimed = {*manifest["shape_from"], *manifest["create"], *manifest["add"], *manifest["hold"]}
+        if drop_unchecked and claimed and store.get(base + _CLAIMS_CHECKED) is None:
+            _end_records(store, base, claimed, txn_id)  # nothing of it moved: the old state stays
+            return True
         try:
             _apply(store, manifest, {}, None)
         except (WriteConflictError, NodeExistsError, ArrayNotFoundError):
