@@ -285,9 +285,9 @@ class Transaction:
     left outside a smaller stored shape are erased once the values are in place (a shrink that
     committed meanwhile; ``shape_cuts.keep_within``). ``planned`` (array document key -> the
     document as the write read it) names what ``shape_from``'s arrays (and ``within``'s, checked
-    before the manifest) were planned from besides their shape: one replaced meanwhile by another of the same shape (another data type, chunks,
-    codecs) is refused as a changed shape is (``node_claims.same_array``). On a store that commits by itself (an Icechunk
-    session: ``Store.commits_externally``) nothing is staged or marked: the erases and documents
+    before the manifest) were planned from besides their shape: one replaced meanwhile by
+    another of the same shape (another data type, chunks, codecs) is refused as a changed shape
+    is (``node_claims.same_array``). On a store that commits by itself (an Icechunk session: ``Store.commits_externally``) nothing is staged or marked: the erases and documents
     are written at once, the values straight to their keys, and the store's own commit makes
     them visible together."""
 
@@ -427,6 +427,12 @@ def _guarded_keys(store: Store, manifest: Mapping[str, Any]) -> list[str]:
     return sorted(keys, key=lambda k: (-k.count("/"), k))
 
 
+def _claimed(manifest: Mapping[str, Any]) -> list[str]:
+    """The documents whose claims the write of ``manifest`` takes, in key order."""
+    fields = ("shape_from", "create", "add", "hold")
+    return sorted({key for name in fields for key in (manifest.get(name) or ())})
+
+
 def _erased_documents(store: Store, base: str) -> list[str] | None:
     """The documents an earlier run of this commit erased, or None when the erases have not run."""
     raw = store.get(base + _ERASED)
@@ -464,7 +470,7 @@ def _apply(
     create = manifest.get("create", ())
     add = manifest.get("add", ())
     hold = manifest.get("hold", ())
-    claimed = sorted({*shape_from, *create, *add, *hold})
+    claimed = _claimed(manifest)
     if claimed:
         # a run that finds the claims checked (an earlier run of this commit, which may have
         # moved values since) does not check again; otherwise nothing of this write has moved
@@ -713,9 +719,8 @@ def _repair_write(
         return True
     try:
         manifest = parse_manifest(raw, txn_id)
-        claimed = {*manifest["shape_from"], *manifest["create"], *manifest["add"], *manifest["hold"]}
-        if drop_unchecked and claimed and store.get(base + _CLAIMS_CHECKED) is None:
-            _end_records(store, base, claimed, txn_id)  # nothing of it moved: the old state stays
+        if drop_unchecked and _claimed(manifest) and store.get(base + _CLAIMS_CHECKED) is None:
+            _end_records(store, base, _claimed(manifest), txn_id)  # nothing of it moved: the old state stays
             return True
         try:
             _apply(store, manifest, {}, None)
@@ -736,7 +741,8 @@ def repair(store: Store, *, only_dead: bool = True) -> list[str]:
     """Finish or roll back the writes whose writer is gone: a committed manifest is rolled forward
     (its staged values moved, documents written, markers removed), a write that never reached
     its manifest is dropped. With ``only_dead=False`` every pending write is treated as dead
-    (the caller knows no writer runs), and so is another host's repairer of one. Returns the ids it finished or dropped."""
+    (the caller knows no writer runs), and so is another host's repairer of one. Returns the
+    ids it finished or dropped."""
     done = []
     entries = set(store.list_dir(TXN_DIR + "/"))
     claims_dir = CLAIMS_DIR[len(TXN_DIR) + 1 : -1]

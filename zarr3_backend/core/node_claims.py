@@ -15,7 +15,13 @@ dropped and planned again as an overwrite of it (NodeAddedError: the result is w
 two one after the other gives, which is what a user of mode="a", "add or overwrite", expects);
 one that overwrites a stored array whole claims it as a shape change from its stored shape to
 the same (no new document), so two overwrites commit one after the other and the array ends
-whole from one of them, and one planned before an append or a resize is planned again.
+whole from one of them, and one planned before an append or a resize is planned again. The
+check compares the array itself, not only its shape (``same_array``): one replaced by another
+of the same shape (another data type, chunks, codecs) is planned for again too.
+
+Claims held without a check (``held_nodes``) keep an erase from interleaving with writes into
+what it erases: a commit that erases a group or an array holds the claims of every node stored
+under it, and one that adds a node holds those of the groups above it.
 """
 
 from __future__ import annotations
@@ -248,9 +254,9 @@ def claim_nodes(
     write with NodeAddedError, and it is planned again over the stored node. ``finish_dead(txn
     id)`` repairs a dead writer's write (that one only: the waiter holds claims meanwhile, and
     the other writes in the store are ``repair``'s business). ``hold``: documents claimed and
-    not checked (``held_nodes``). ``planned``: documents of
-    ``shape_from``'s arrays as the write read them; one replaced since by another array of the
-    same shape (``same_array``) refuses the write as a changed shape does.
+    not checked (``held_nodes``). ``planned``: documents of ``shape_from``'s arrays as the
+    write read them; one replaced since by another array of the same shape (``same_array``)
+    refuses the write as a changed shape does.
     ``checked``: an earlier run of this commit took and checked the claims (its record says so):
     claims it still holds are not checked again (values may have moved since)."""
     exclusive = store.supports_conditional_writes  # else no claim can be taken: the check alone
