@@ -61,6 +61,12 @@ class ArrayNotFoundError(NodeNotFoundError):
     """No array at the given path."""
 
 
+class ArrayGoneError(ArrayNotFoundError):
+    """A write into a stored array (an append, a resize, an overwrite of the whole array) found it
+    erased by another writer since it planned: nothing of it was written; ``to_zarr`` plans
+    again without it (``core.node_claims.retry_shape_change``)."""
+
+
 class GroupNotFoundError(NodeNotFoundError):
     """No group at the given path."""
 

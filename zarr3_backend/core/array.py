@@ -268,11 +268,17 @@ class Array:
         changed the shape first)."""
         documents = {} if meta == self.metadata else shape_documents(self.path, meta)
         shape_from = {key: self.shape for key in documents}
+        planned = shape_documents(self.path, self.metadata)  # the array as read: checked at the commit
         # values planned at this shape: left outside a smaller one a shrink stored meanwhile, erased
         within = {} if documents else {key: self.shape for key in shape_documents(self.path, meta)}
         target = Array(self.store, self.path, meta, write_empty_chunks=self.write_empty_chunks)
         with Transaction(
-            self.store, guard=(self.path,), documents=documents, shape_from=shape_from, within=within
+            self.store,
+            guard=(self.path,),
+            documents=documents,
+            shape_from=shape_from,
+            within=within,
+            planned=planned,
         ) as txn:
             target._with_store(txn.staging)._write_units(indexer, value)
 

@@ -29,8 +29,12 @@ those documents and checks them (``node_claims``). When one has changed, the wri
 none of its values having moved, and made again from the new shape (``retry_shape_change``), or
 refused (NodeExistsError); two appends never put their rows at one offset. A ``mode="a"`` write
 claims the arrays it adds (planned again over one another writer added first) and those it
-overwrites whole (by the shape it planned from), so one array never holds two writers' chunks.
-The claims are given up once the new documents are written.
+overwrites whole (by the shape it planned from, and the document it read: an array replaced
+by another of the same shape is not the one it planned for), so one array never holds two
+writers' chunks. A write that erases a group or an array (``mode="w"``, an overwrite) holds the
+claims of the nodes stored under it, and one that adds a node those of the groups above it
+(``node_claims.held_nodes``), so an erase never takes values another commit moved in before its
+documents. The claims are given up once the new documents are written.
 
 Each step is kept only with the ones before it after a crash of the machine too, where the store
 is asked to (the ``durable`` setting): ``Store.barrier()`` flushes it before the manifest, the
@@ -70,7 +74,10 @@ from .metadata_v2_write import is_v2_document_key
 from .node_claims import (
     CLAIMS_DIR,
     claim_nodes,
+    held_nodes,
+    moved,
     release_claims,
+    same_array,
     shape_only,
     sweep_claims,
 )
@@ -235,11 +242,14 @@ def claimed_shape_change(
     document alone (atomic by itself: no values staged, nothing marked), run under the array's
     shape claim once the stored shape is checked to be ``shape_from`` (else ShapeMovedError,
     nothing written). A manifest without documents stands for the write while it holds the
-    claim, so a crash leaves what ``repair`` clears."""
+    claim, so a crash leaves what ``repair`` finishes: once the claim is checked, a roll-forward
+    of its one step left, clearing what a write planned at the old shape stored past a smaller
+    new one (``within``)."""
     if store.commits_externally:
         return write()
     txn_id = new_txn_id()
     base = txn_prefix(txn_id)
+    shape = [int(n) for n in shape_from]
     manifest = {
         "id": txn_id,
         "owner": current_owner().to_json(),
@@ -247,16 +257,19 @@ def claimed_shape_change(
         "erase_prefixes": [],
         "guard": [],
         "consolidate": None,
-        "shape_from": {doc_key: [int(n) for n in shape_from]},
+        "shape_from": {doc_key: shape},
+        "within": {doc_key: shape},
     }
     store.set(base + MANIFEST, json.dumps(manifest).encode())
     try:
         refusal = claim_nodes(store, txn_id, manifest["shape_from"], (), _repairer(store))
         if refusal is not None:
             raise refusal
+        # from here a repair rolls it forward (the sweep below) rather than check the shape,
+        # which ``write`` changes: dropped, it left what a racing write stored past the new end
+        store.set(base + _CLAIMS_CHECKED, b"")
         result = write()
-        # a write planned at the old shape may have stored units past a smaller new one
-        keep_within(store, txn_id, manifest["shape_from"], {doc_key}, _repairer(store))
+        keep_within(store, txn_id, manifest["within"], {doc_key}, _repairer(store))
         return result
     finally:
         _end_records(store, base, manifest["shape_from"], txn_id)
@@ -279,8 +292,11 @@ class Transaction:
     one planned before another writer changed the shape is planned again. ``within`` (array
     document key -> the shape the staged values were planned for) names the arrays whose units
     left outside a smaller stored shape are erased once the values are in place (a shrink that
-    committed meanwhile; ``shape_cuts.keep_within``). On a store that commits by itself (an Icechunk
-    session: ``Store.commits_externally``) nothing is staged or marked: the erases and documents
+    committed meanwhile; ``shape_cuts.keep_within``). ``planned`` (array document key -> the
+    document as the write read it) names what ``shape_from``'s arrays (and ``within``'s, checked
+    before the manifest) were planned from besides their shape: one replaced meanwhile by
+    another of the same shape (another data type, chunks, codecs) is refused as a changed shape
+    is (``node_claims.same_array``). On a store that commits by itself (an Icechunk session: ``Store.commits_externally``) nothing is staged or marked: the erases and documents
     are written at once, the values straight to their keys, and the store's own commit makes
     them visible together."""
 
@@ -294,6 +310,7 @@ class Transaction:
         create: Iterable[str] = (),
         add: Iterable[str] = (),
         within: Mapping[str, Sequence[int]] | None = None,
+        planned: Mapping[str, bytes] | None = None,
     ) -> None:
         store.check_writable()
         self.store = store
@@ -305,6 +322,8 @@ class Transaction:
         self.create = sorted(create)
         self.add = sorted(add)
         self.within = {k: [int(n) for n in v] for k, v in (within or {}).items()}
+        claimed_or_within = {*self.shape_from, *self.within}
+        self.planned = {k: bytes(v).decode() for k, v in (planned or {}).items() if k in claimed_or_within}
         self._done = False
         self.staging: Store
         if store.commits_externally:
@@ -347,6 +366,8 @@ class Transaction:
         roll-forward by ``repair``): other writers' changes to the rest are kept."""
         if self._done:
             raise RuntimeError(f"transaction {self.id} is already finished")
+        if not self.store.commits_externally:
+            self._refuse_replaced()  # still not done: leaving the ``with`` block aborts it
         self._done = True
         if self.store.commits_externally:
             if documents:
@@ -358,26 +379,41 @@ class Transaction:
                 if root is not None:
                     self.store.set(metadata_key(""), root)
             return
-        docs = {**self.documents, **dict(documents or {})}
-        manifest = {
-            "id": self.id,
-            "owner": current_owner().to_json(),
-            "documents": {k: v.decode() for k, v in docs.items()},
-            "erase_prefixes": self.erase_prefixes,
-            "guard": self.guard,
-            "consolidate": "" if consolidate else None,
-            "shape_from": self.shape_from,
-            "create": self.create,
-            "add": self.add,
-            "within": self.within,
-        }
         try:
+            docs = {**self.documents, **dict(documents or {})}
+            manifest = {
+                "id": self.id,
+                "owner": current_owner().to_json(),
+                "documents": {k: v.decode() for k, v in docs.items()},
+                "erase_prefixes": self.erase_prefixes,
+                "guard": self.guard,
+                "consolidate": "" if consolidate else None,
+                "shape_from": self.shape_from,
+                "create": self.create,
+                "add": self.add,
+                "within": self.within,
+                "planned": self.planned,
+                "hold": held_nodes(self.store, self.erase_prefixes, self.add),
+            }
             self.store.barrier()  # the staged values kept before the manifest that points at them
             self.store.set(txn_prefix(self.id) + MANIFEST, json.dumps(manifest).encode())
         except BaseException:
             self.abort()  # nothing refers to the staged values yet (nor to a manifest half-sent)
             raise
         _apply(self.store, manifest, self.staging.expected, redo)
+
+    def _refuse_replaced(self) -> None:
+        """Refuse (ShapeMovedError, nothing written) a write into arrays it does not claim
+        (``within``: a region) when one was replaced since it was planned by another array (of
+        another data type, chunks, codecs): its units, encoded for the old one, would be read
+        wrong under the new document. Checked before the manifest, so never in a repair; a
+        replacement committing at the same time as this commit is not seen."""
+        keys = [k for k in self.within if k in self.planned and k not in self.shape_from]
+        if not keys:
+            return
+        for key, stored in zip(keys, self.store.get_many(keys), strict=True):
+            if not same_array(stored, self.planned[key].encode(), key):
+                raise moved({k: self.within[k] for k in keys})
 
 
 def root_is_consolidated(store: Store) -> bool:
@@ -403,6 +439,12 @@ def _guarded_keys(store: Store, manifest: Mapping[str, Any]) -> list[str]:
         keys.update(k for k in store.list_prefix(prefix) if k.rsplit("/", 1)[-1] == "zarr.json")
     keys = {k for k in keys if not is_reserved_key(k)}
     return sorted(keys, key=lambda k: (-k.count("/"), k))
+
+
+def _claimed(manifest: Mapping[str, Any]) -> list[str]:
+    """The documents whose claims the write of ``manifest`` takes, in key order."""
+    fields = ("shape_from", "create", "add", "hold")
+    return sorted({key for name in fields for key in (manifest.get(name) or ())})
 
 
 def _erased_documents(store: Store, base: str) -> list[str] | None:
@@ -441,15 +483,25 @@ def _apply(
     shape_from = manifest.get("shape_from") or {}
     create = manifest.get("create", ())
     add = manifest.get("add", ())
-    claimed = sorted({*shape_from, *create, *add})
+    hold = manifest.get("hold", ())
+    claimed = _claimed(manifest)
     store.barrier()  # the manifest kept before any claim or marker that a repair must follow
     if claimed:
         # a run that finds the claims checked (an earlier run of this commit, which may have
         # moved values since) does not check again; otherwise nothing of this write has moved
         checked = store.get(base + _CLAIMS_CHECKED) is not None
         try:
+            planned = {k: v.encode() for k, v in (manifest.get("planned") or {}).items()}
             refusal = claim_nodes(
-                store, txn_id, shape_from, create, _repairer(store), add=add, checked=checked
+                store,
+                txn_id,
+                shape_from,
+                create,
+                _repairer(store),
+                add=add,
+                hold=hold,
+                planned=planned,
+                checked=checked,
             )
         except WriteConflictError as e:
             refusal = e  # another write held a claim too long
@@ -601,8 +653,11 @@ def _consolidated_root(store: Store, root_doc: bytes | None, txn_id: str) -> byt
 def _repairer(store: Store) -> Callable[[str], object]:
     """What a claim waiting on a dead writer's claim runs: that writer's write alone finished
     (or dropped), which frees its claims; the rest of the store is left to ``repair`` (a full
-    repair of a large store would stall the waiter, which holds claims of its own)."""
-    return lambda txn_id: _repair_write(store, txn_id)
+    repair of a large store would stall the waiter, which holds claims of its own). A write
+    that checked no claim yet is dropped: finishing it would take its other claims, one of
+    which the waiter may hold (killed inside its one round of claims, it holds some of them in
+    no order), and wait on the waiter until ``commit_wait`` ran out."""
+    return lambda txn_id: _repair_write(store, txn_id, drop_unchecked=True)
 
 
 def pending_writes(store: Store) -> list[str]:
@@ -637,9 +692,10 @@ def wait_for_commits(store: Store, call: Callable[[], Any], ignore: str | None =
             delay = min(delay * 2, 0.1)
 
 
-def _claim(store: Store, base: str) -> bool:
+def _claim(store: Store, base: str, *, all_hosts: bool = False) -> bool:
     """Take a dead writer's transaction over, so that two repairers (processes or threads) never
-    run it at once, where the store has conditional writes; False when a live one holds it."""
+    run it at once, where the store has conditional writes; False when a live one holds it.
+    ``all_hosts``: the caller knows nothing else writes, so another host's repairer is gone."""
     if not store.supports_conditional_writes:
         return True
     token = current_owner().token()
@@ -649,28 +705,33 @@ def _claim(store: Store, base: str) -> bool:
     holder, version = store.get_versioned(base + "claim")
     if holder is None:
         return store.set_if(base + "claim", me, None)
-    if _repairer_is_live(holder.decode(errors="replace")):
+    if _repairer_is_live(holder.decode(errors="replace"), all_hosts=all_hosts):
         return False  # a live repairer (perhaps another thread of this process, or another host) has it
     return store.set_if(base + "claim", me, version)  # a dead repairer's, or not one at all
 
 
-def _repairer_is_live(claim: str) -> bool:
+def _repairer_is_live(claim: str, *, all_hosts: bool = False) -> bool:
     """Whether the repair claim ``claim`` names a repairer that may still run: one on another
-    host is never judged (its process token means nothing here, as for writers); one of this
-    host runs while its process does; text that names no repairer holds nothing."""
+    host is never judged (its process token means nothing here, as for writers) unless
+    ``all_hosts`` (the caller knows nothing else writes: it is gone); one of this host runs
+    while its process does; text that names no repairer holds nothing."""
     found = _REPAIRER.fullmatch(claim)
     if found is None:
         return False
     if found["host"] is not None and found["host"] != host_tag():
-        return True
+        return not all_hosts
     return not token_is_dead(found["token"])
 
 
-def _repair_write(store: Store, txn_id: str) -> bool:
+def _repair_write(
+    store: Store, txn_id: str, *, all_hosts: bool = False, drop_unchecked: bool = False
+) -> bool:
     """Finish (roll forward) or drop the write ``txn_id``, judged dead by the caller; False when
-    another live repairer has it."""
+    another live repairer has it (``all_hosts``: one of another host is taken as gone).
+    ``drop_unchecked``: a write with claims none of whose values moved (its claims not yet
+    checked) is dropped rather than finished."""
     base = txn_prefix(txn_id)
-    if not _claim(store, base):
+    if not _claim(store, base, all_hosts=all_hosts):
         return False  # another live repairer is finishing it
     raw = store.get(base + MANIFEST)
     if raw is None:
@@ -678,6 +739,9 @@ def _repair_write(store: Store, txn_id: str) -> bool:
         return True
     try:
         manifest = parse_manifest(raw, txn_id)
+        if drop_unchecked and _claimed(manifest) and store.get(base + _CLAIMS_CHECKED) is None:
+            _end_records(store, base, _claimed(manifest), txn_id)  # nothing of it moved: the old state stays
+            return True
         try:
             _apply(store, manifest, {}, None)
         except (WriteConflictError, NodeExistsError, ArrayNotFoundError):
@@ -697,14 +761,15 @@ def repair(store: Store, *, only_dead: bool = True) -> list[str]:
     """Finish or roll back the writes whose writer is gone: a committed manifest is rolled forward
     (its staged values moved, documents written, markers removed), a write that never reached
     its manifest is dropped. With ``only_dead=False`` every pending write is treated as dead
-    (the caller knows no writer runs). Returns the ids it finished or dropped."""
+    (the caller knows no writer runs), and so is another host's repairer of one. Returns the
+    ids it finished or dropped."""
     done = []
     entries = set(store.list_dir(TXN_DIR + "/"))
     claims_dir = CLAIMS_DIR[len(TXN_DIR) + 1 : -1]
     for txn_id in sorted(entries - {claims_dir}):
         if only_dead and not writer_is_dead(txn_id):
             continue
-        if _repair_write(store, txn_id):
+        if _repair_write(store, txn_id, all_hosts=not only_dead):  # repairers are writers too
             done.append(txn_id)
     if claims_dir in entries:
         sweep_claims(store, only_dead=only_dead)

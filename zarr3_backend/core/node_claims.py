@@ -15,7 +15,13 @@ dropped and planned again as an overwrite of it (NodeAddedError: the result is w
 two one after the other gives, which is what a user of mode="a", "add or overwrite", expects);
 one that overwrites a stored array whole claims it as a shape change from its stored shape to
 the same (no new document), so two overwrites commit one after the other and the array ends
-whole from one of them, and one planned before an append or a resize is planned again.
+whole from one of them, and one planned before an append or a resize is planned again. The
+check compares the array itself, not only its shape (``same_array``): one replaced by another
+of the same shape (another data type, chunks, codecs) is planned for again too.
+
+Claims held without a check (``held_nodes``) keep an erase from interleaving with writes into
+what it erases: a commit that erases a group or an array holds the claims of every node stored
+under it, and one that adds a node holds those of the groups above it.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from typing import Any
 
 from .._threads import thread_map
 from ..errors import (
-    ArrayNotFoundError,
+    ArrayGoneError,
     MetadataError,
     NodeAddedError,
     NodeExistsError,
@@ -37,7 +43,19 @@ from ..errors import (
     Zarr3Error,
 )
 from ..stores import Store
-from .txn_records import MANIFEST, TXN_DIR, dump_doc, is_txn_id, parse_doc, txn_prefix, writer_is_dead
+from .metadata import ArrayMetadata, parse_node_json
+from .metadata_v2 import ARRAY_KEY, GROUP_KEY, array_document
+from .txn_records import (
+    MANIFEST,
+    TXN_DIR,
+    dump_doc,
+    is_reserved_key,
+    is_txn_id,
+    parse_doc,
+    txn_prefix,
+    with_markers,
+    writer_is_dead,
+)
 
 #: Where the claims are kept (one key per claimed document).
 CLAIMS_DIR = f"{TXN_DIR}/shape-claims/"
@@ -63,6 +81,60 @@ def shape_of(raw: bytes | None, doc_key: str) -> list[int] | None:
     except MetadataError:
         return None
     return list(shape) if isinstance(shape, list) else None
+
+
+def held_nodes(store: Store, erase_prefixes: Sequence[str], add: Sequence[str]) -> list[str]:
+    """The documents whose claims a commit holds, unchecked, besides those it checks: every
+    node stored under a prefix it erases (a replaced group or array) and every group above a
+    node it adds. A commit that erases a group and one that adds a node to it (or appends to,
+    or overwrites, an array in it) then commit one after the other: interleaved, the erase
+    took the other's values moved in before its documents were written (an added variable left
+    all fill, an append's rows lost)."""
+    held = set()
+    for prefix in erase_prefixes:
+        held.update(
+            k
+            for k in store.list_prefix(prefix)
+            if k.rpartition("/")[2] in _NODE_DOCUMENTS and not is_reserved_key(k)  # not a write's records
+        )
+    for doc_key in add:
+        path = doc_key.rpartition("/")[0].rpartition("/")[0]  # the group the node is added to
+        name = GROUP_KEY if doc_key.endswith((ARRAY_KEY, GROUP_KEY)) else "zarr.json"
+        while True:
+            held.add(f"{path}/{name}" if path else name)
+            if not path:
+                break
+            path = path.rpartition("/")[0]
+    return sorted(held)
+
+
+_NODE_DOCUMENTS = frozenset({"zarr.json", ARRAY_KEY, GROUP_KEY})
+
+
+def _array_of(raw: bytes, doc_key: str) -> ArrayMetadata | None:
+    """The array the document ``raw`` at ``doc_key`` (``zarr.json``, or a v2 ``.zarray`` alone)
+    describes, without its attributes and in-flight markers (None: not a readable array)."""
+    path, _, name = doc_key.rpartition("/")
+    try:
+        doc = with_markers(parse_doc(raw, doc_key), {})
+        meta = parse_node_json(array_document(doc, {}, path) if name == ARRAY_KEY else doc, path)
+    except Zarr3Error:
+        return None
+    return meta.evolve(attributes={}) if isinstance(meta, ArrayMetadata) else None
+
+
+def same_array(stored: bytes | None, planned: bytes, doc_key: str) -> bool:
+    """Whether the stored document ``stored`` describes the array of ``planned`` (the document
+    a write read and planned from) with at most its shape and attributes changed since: the
+    same data type, chunk grid, codecs, fill value, ... (an array replaced by another of the
+    same shape is not: units encoded for the old one would be wrong under the new)."""
+    if stored == planned:
+        return True
+    was = _array_of(planned, doc_key)
+    if was is None:
+        return True  # nothing to judge by: the shape alone is checked
+    now = None if stored is None else _array_of(stored, doc_key)
+    return now is not None and now.evolve(shape=was.shape) == was
 
 
 def _take_claim(store: Store, doc_key: str, txn_id: str, finish_dead: Callable[[str], object]) -> bool:
@@ -168,6 +240,8 @@ def claim_nodes(
     finish_dead: Callable[[str], object],
     *,
     add: Sequence[str] = (),
+    hold: Sequence[str] = (),
+    planned: Mapping[str, bytes] | None = None,
     checked: bool = False,
 ) -> Zarr3Error | None:
     """Take the claims of a commit that changes the shapes of ``shape_from``'s arrays (document
@@ -179,11 +253,15 @@ def claim_nodes(
     adds to a group other writers may add them to (``mode="a"``): one stored now refuses the
     write with NodeAddedError, and it is planned again over the stored node. ``finish_dead(txn
     id)`` repairs a dead writer's write (that one only: the waiter holds claims meanwhile, and
-    the other writes in the store are ``repair``'s business).
+    the other writes in the store are ``repair``'s business). ``hold``: documents claimed and
+    not checked (``held_nodes``). ``planned``: documents of ``shape_from``'s arrays as the
+    write read them; one replaced since by another array of the same shape (``same_array``)
+    refuses the write as a changed shape does.
     ``checked``: an earlier run of this commit took and checked the claims (its record says so):
     claims it still holds are not checked again (values may have moved since)."""
     exclusive = store.supports_conditional_writes  # else no claim can be taken: the check alone
-    keys = sorted({*shape_from, *create, *add})
+    planned = planned or {}
+    keys = sorted({*shape_from, *create, *add, *hold})
     if exclusive and not _take_all_at_once(store, keys, txn_id):
         for doc_key in keys:  # one after the other, in key order
             _take_claim(store, doc_key, txn_id, finish_dead)  # or still held by an earlier run
@@ -196,20 +274,22 @@ def claim_nodes(
         if doc_key in shape_from:
             stored = shape_of(stored_docs[doc_key], doc_key)
             if stored is None:  # the write would bring back an array erased meanwhile, with holes
-                refusal = ArrayNotFoundError(
+                refusal = ArrayGoneError(
                     f"{doc_key!r}: the array this write changes the shape of is gone, no longer an "
                     "array, or unreadable (another writer erased or replaced it); nothing of this "
                     "write was written"
                 )
-            elif stored != list(shape_from[doc_key]):
-                refusal = moved(shape_from)  # made again from the new shape
+            elif stored != list(shape_from[doc_key]) or (
+                doc_key in planned and not same_array(stored_docs[doc_key], planned[doc_key], doc_key)
+            ):
+                refusal = moved(shape_from)  # made again from the new shape (the new array)
         elif doc_key in add:
             if stored_docs[doc_key] is not None:
                 refusal = NodeAddedError(
                     f"{doc_key!r}: another writer added this node while this write was prepared "
                     "as its creation; nothing of this write was written"
                 )
-        elif stored_docs[doc_key] is not None:
+        elif doc_key in create and stored_docs[doc_key] is not None:
             refusal = NodeExistsError(
                 f"{doc_key!r}: another writer created this node while this write was prepared "
                 "(mode='w-'); nothing of this write was written"
@@ -241,18 +321,23 @@ def shape_only(key: str, new_doc: bytes) -> Callable[[bytes], bytes]:
 def moved(shape_from: Mapping[str, Sequence[int]]) -> ShapeMovedError:
     """The refusal of a write whose arrays' shapes (``shape_from``) another writer changed first."""
     return ShapeMovedError(
-        f"{sorted(shape_from)}: another writer changed the array's shape while this write was "
-        "prepared; nothing of it was written"
+        f"{sorted(shape_from)}: another writer changed the array's shape (or replaced the array) "
+        "while this write was prepared; nothing of it was written"
     )
 
 
-def retry_shape_change(write: Callable[[], Any]) -> Any:
+def retry_shape_change(write: Callable[[], Any], *, replans_gone: bool = False) -> Any:
     """``write()``, made again (it reads the stored shapes and nodes afresh) while another
     writer's shape change, or its addition of a node this write adds, gets in first; raises
-    ShapeMovedError (NodeAddedError) when that happens ``_SHAPE_RETRIES`` times."""
+    ShapeMovedError (NodeAddedError) when that happens ``_SHAPE_RETRIES`` times.
+    ``replans_gone``: also when an array it writes into was erased first (ArrayGoneError), for
+    a write planned from what is stored (``to_zarr``), not from a handle of that array."""
+    again: tuple[type[Zarr3Error], ...] = (ShapeMovedError, NodeAddedError)
+    if replans_gone:
+        again = (*again, ArrayGoneError)
     for _ in range(_SHAPE_RETRIES - 1):
         try:
             return write()
-        except (ShapeMovedError, NodeAddedError):
+        except again:
             continue
     return write()

@@ -51,7 +51,10 @@ def resize_once(array: Array, new_shape: tuple[int, ...]) -> None:
         return
     # the new shape and the erases in one transaction: a crash never shows the new shape
     # over chunks it should have dropped (a later growth would bring them back)
-    with Transaction(array.store, guard=(array.path,), documents=documents, shape_from=shape_from) as txn:
+    planned = shape_documents(array.path, array.metadata)  # the array as read: checked at the commit
+    with Transaction(
+        array.store, guard=(array.path,), documents=documents, shape_from=shape_from, planned=planned
+    ) as txn:
         txn.staging.erase_many(doomed)
         fills = [(region, array._coerce_value(array.metadata.fill_value, extent(region))) for region in tails]
         for region, fill in fills:

@@ -95,7 +95,9 @@ _MANIFEST_FIELDS: dict[str, tuple[Any, Any]] = {
     "shape_from": (_is_shape_map, {}),
     "create": (_is_str_list, []),
     "add": (_is_str_list, []),
+    "hold": (_is_str_list, []),
     "within": (_is_shape_map, {}),
+    "planned": (lambda v: isinstance(v, dict) and all(isinstance(d, str) for d in v.values()), {}),
 }
 
 

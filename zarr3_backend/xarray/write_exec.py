@@ -69,11 +69,13 @@ def execute(
     guard: list[str] = []
     erase: list[str] = []
     shape_from: dict[str, tuple[int, ...]] = {}
+    planned: dict[str, bytes] = {}
     missing: list[str] = []
     added: list[str] = []
     within: dict[str, tuple[int, ...]] = {}
     for plan in plans:
         shape_from.update(plan.shape_from())
+        planned.update(plan.planned_documents())
         missing += plan.must_be_missing()
         added += plan.added_documents()
         within.update(plan.within())
@@ -84,7 +86,8 @@ def execute(
                 documents.setdefault(key, doc)
         documents.update(plan.documents())
         guard += [plan.path, *(w.target.path for w in plan.writes)]
-        erase += plan.erase_prefixes
+        # each group's key prefix, "g/": the bare path "g" also took its siblings "g2", "grid"
+        erase += [join_prefix(p) for p in plan.erase_prefixes]
     changes = any(plan.changes_metadata for plan in plans)
     with Transaction(
         store,
@@ -95,6 +98,7 @@ def execute(
         create=missing,
         add=added,
         within=within,
+        planned=planned,
     ) as txn:
         lazy = []
         for plan in plans:

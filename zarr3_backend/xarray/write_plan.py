@@ -124,6 +124,9 @@ class VariableWrite:
     #: overwrite of the whole array claims it too, from its stored shape (two overwrites never
     #: interleave their chunks, and one planned before an append or resize is planned again)
     shape_from: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    #: the stored array's document as read: the commit refuses the write when another writer
+    #: replaced the array meanwhile, even by one of the same shape
+    planned: dict[str, bytes] = field(default_factory=dict)
     #: the array is new to its group (created by this write)
     new: bool = False
 
@@ -141,7 +144,7 @@ class WritePlan:
     path: str  # the group written
     writes: list[VariableWrite] = field(default_factory=list)
     attrs: dict[str, Any] | None = None  # group attributes to store (None: leave them)
-    erase_prefixes: list[str] = field(default_factory=list)  # what mode="w" drops
+    erase_prefixes: list[str] = field(default_factory=list)  # the groups mode="w" drops (paths)
     create_group: bool = False  # the group is new (or replaced): its documents are written
     group_metadata: GroupMetadata | None = None  # the group's metadata to store, if it changes
     zarr_format: int = 3  # of the group and every new array (``write_args.choose_zarr_format``)
@@ -164,6 +167,10 @@ class WritePlan:
         """The shapes the appends and whole overwrites of this plan start from, by the document
         holding each."""
         return {k: v for w in self.writes for k, v in w.shape_from.items()}
+
+    def planned_documents(self) -> dict[str, bytes]:
+        """The documents of the stored arrays this plan writes into, as it read them."""
+        return {k: v for w in self.writes for k, v in w.planned.items()}
 
     def must_be_missing(self) -> list[str]:
         """The documents the commit must find missing (``Transaction(create=...)``): the group's
@@ -534,7 +541,8 @@ def _plan_existing(
     elif not region:  # the whole array overwritten: claimed at the shape it was planned from
         shape_from = {key: a.shape for key in shape_documents(a.path, meta)}
     target = Array(store, a.path, meta, write_empty_chunks=wec)
-    return VariableWrite(name, encoded, target, _concrete(reg, target.shape), documents, shape_from)
+    planned = shape_documents(a.path, a.metadata)  # checked at the commit (a replaced array)
+    return VariableWrite(name, encoded, target, _concrete(reg, target.shape), documents, shape_from, planned)
 
 
 def _check_same_coordinate(

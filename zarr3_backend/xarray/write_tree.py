@@ -95,5 +95,6 @@ def write_tree(
         )
 
     # planned again when another writer changed what the plan read before the commit (which
-    # then wrote nothing): an append's array shape, or a variable this write adds
-    return retry_shape_change(write)
+    # then wrote nothing): an append's array shape, a variable this write adds, or one it
+    # overwrites that a replacement of the group dropped
+    return retry_shape_change(write, replans_gone=True)
