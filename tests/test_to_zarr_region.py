@@ -13,7 +13,7 @@ import pytest
 import xarray as xr
 
 import zarr3_backend as z3
-from zarr3_backend.errors import ChunkAlignmentError
+from zarr3_backend.errors import ArgumentError, ChunkAlignmentError
 from zarr3_backend.stores import LocalStore, MemoryStore
 
 ENC = {"t2m": {"chunks": (2, 4, 4), "shards": (4, 4, 8)}}
@@ -286,3 +286,12 @@ def test_a_region_write_checks_the_indexes_of_the_other_dimensions():
         region={"time": slice(0, 4)},
     )
     assert "extra" not in xr.open_dataset(store, engine="zarr3").variables
+
+
+def test_auto_region_over_a_stored_coordinate_with_repeated_values_is_a_typed_error():
+    ds = xr.Dataset({"v": (("x",), np.arange(4.0))}, coords={"x": [0, 1, 1, 2]})
+    store = MemoryStore()
+    z3.to_zarr(ds, store)
+    with pytest.raises(ArgumentError, match="'x' repeats values"):
+        z3.to_zarr(ds.isel(x=slice(0, 2)), store, region="auto")
+    z3.to_zarr(ds.isel(x=slice(0, 2)).drop_vars("x"), store, region={"x": slice(0, 2)})  # a slice works

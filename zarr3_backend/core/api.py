@@ -194,6 +194,7 @@ def _write_documents(
     going on (and writing their data into one array under the other's metadata)."""
     if parents:
         store.set_many(parents)
+        store.barrier()  # a node is never kept (power loss) without the groups above it
     exclusive = new_at is not None and store.supports_conditional_writes
     for key, doc in docs.items():  # in order: a v2 node's .zattrs before its .zarray/.zgroup
         if exclusive:
@@ -207,6 +208,7 @@ def _write_documents(
         store.set(key, doc)
     if zarr_format == 2:
         refresh_v2_consolidated(store, {**parents, **docs}, rebuild=False)
+    store.barrier()  # kept once the creation returns (``durable``)
 
 
 def repair(store: Any, *, storage_options: dict | None = None, all_writers: bool = False) -> list[str]:
@@ -678,6 +680,7 @@ def consolidate_metadata(store: Any, path: str = "", *, storage_options: dict | 
         zmetadata = consolidated_v2(store, path)
         assert zmetadata is not None
         store.set(join_path(path, CONSOLIDATED_KEY), zmetadata)
+        store.barrier()
         return open_existing_group(store, path, read_only=False, use_consolidated=None)
 
     put_members = members_table_into(to_bytes(meta), path)

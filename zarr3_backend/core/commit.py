@@ -344,10 +344,15 @@ class Transaction:
             self.abort()
 
     def abort(self) -> None:
-        """Forget everything staged (nothing was visible)."""
+        """Forget everything staged (nothing was visible). A manifest that may have landed (its
+        write raised) goes first, for good, before the staged values it names: kept without
+        them, a repair would roll the write forward with its values missing."""
         self._done = True
         if not self.store.commits_externally:
-            self.store.erase_prefix(txn_prefix(self.id))
+            prefix = txn_prefix(self.id)
+            self.store.erase(prefix + MANIFEST)
+            self.store.barrier()
+            self.store.erase_prefix(prefix)
 
     def commit(
         self,

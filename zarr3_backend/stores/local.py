@@ -451,9 +451,9 @@ class LocalStore(Store):
         try:
             try:
                 _write_all(fd, value)
-                if self.settings.durable and self._replaces(name, path, dfd):
-                    # a renamed-over file can reach the disk before its blocks (an empty file
-                    # after a power loss, where the old value was): its contents go first
+                if self.settings.durable:
+                    # a renamed file's name can reach the disk before its blocks (an empty file
+                    # after a power loss): its contents go first
                     os.fsync(fd)
             finally:
                 os.close(fd)
@@ -478,15 +478,6 @@ class LocalStore(Store):
                     pass
             if dfd is not None:
                 os.close(dfd)
-
-    @staticmethod
-    def _replaces(name: str, path: str, dfd: int | None) -> bool:
-        """Whether a value is stored under ``name`` (``path``) now."""
-        try:
-            os.stat(name, dir_fd=dfd) if dfd is not None else os.stat(path)
-        except FileNotFoundError:
-            return False
-        return True
 
     def _rename_if(self, dfd: int, tmp: str, name: str, expected: object) -> bool:
         """Under the directory's lock: rename ``tmp`` to ``name`` if ``name``'s version is

@@ -33,6 +33,11 @@ def _auto_region(ds: xr.Dataset, region: dict, group: Group | None, arrays: Mapp
             )
         stored = decode_stored(group, arrays, [dim])[dim]
         index = pd.Index(np.asarray(stored.values))
+        if not index.is_unique:
+            raise ArgumentError(
+                f"region={{{dim!r}: 'auto'}}: the stored coordinate {dim!r} repeats values, so they "
+                "name no single position; give the region as a slice"
+            )
         idxs = index.get_indexer(np.asarray(ds[dim].values))
         if (idxs == -1).any():
             raise KeyError(
