@@ -398,7 +398,9 @@ class Transaction:
                 "add": self.add,
                 "within": self.within,
                 "planned": self.planned,
-                "hold": held_nodes(self.store, self.erase_prefixes, self.add),
+                "hold": held_nodes(
+                    self.store, self.erase_prefixes, [*self.add, *self.create, *self._rewritten(docs)]
+                ),
             }
             self.store.barrier()  # the staged values kept before the manifest that points at them
             self.store.set(txn_prefix(self.id) + MANIFEST, json.dumps(manifest).encode())
@@ -406,6 +408,12 @@ class Transaction:
             self.abort()  # nothing refers to the staged values yet (nor to a manifest half-sent)
             raise
         _apply(self.store, manifest, self.staging.expected, redo)
+
+    def _rewritten(self, docs: Mapping[str, bytes]) -> list[str]:
+        """The documents of the nodes this write erases and writes anew (``mode="w"`` of a group
+        below the root): their enclosing groups are held too, as for an added node."""
+        tops = {p for p in self.erase_prefixes if p}
+        return [k for k in docs if k.rpartition("/")[0] + "/" in tops]
 
     def _refuse_replaced(self) -> None:
         """Refuse (ShapeMovedError, nothing written) a write into arrays it does not claim

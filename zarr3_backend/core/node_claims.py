@@ -86,7 +86,8 @@ def shape_of(raw: bytes | None, doc_key: str) -> list[int] | None:
 def held_nodes(store: Store, erase_prefixes: Sequence[str], add: Sequence[str]) -> list[str]:
     """The documents whose claims a commit holds, unchecked, besides those it checks: every
     node stored under a prefix it erases (a replaced group or array) and every group above a
-    node it adds. A commit that erases a group and one that adds a node to it (or appends to,
+    node it adds (``add``: the documents of the nodes it adds, creates, or writes anew where it
+    erased them). A commit that erases a group and one that adds a node to it (or appends to,
     or overwrites, an array in it) then commit one after the other: interleaved, the erase
     took the other's values moved in before its documents were written (an added variable left
     all fill, an append's rows lost)."""
@@ -97,7 +98,7 @@ def held_nodes(store: Store, erase_prefixes: Sequence[str], add: Sequence[str]) 
             for k in store.list_prefix(prefix)
             if k.rpartition("/")[2] in _NODE_DOCUMENTS and not is_reserved_key(k)  # not a write's records
         )
-    for doc_key in add:
+    for doc_key in add:  # (or creates, or rewrites after erasing it)
         path = doc_key.rpartition("/")[0].rpartition("/")[0]  # the group the node is added to
         name = GROUP_KEY if doc_key.endswith((ARRAY_KEY, GROUP_KEY)) else "zarr.json"
         while True:
@@ -134,7 +135,10 @@ def same_array(stored: bytes | None, planned: bytes, doc_key: str) -> bool:
     if was is None:
         return True  # nothing to judge by: the shape alone is checked
     now = None if stored is None else _array_of(stored, doc_key)
-    return now is not None and now.evolve(shape=was.shape) == was
+    try:
+        return now is not None and now.evolve(shape=was.shape) == was
+    except Zarr3Error:
+        return False  # another rank (a grid that cannot hold the old shape): another array
 
 
 def _take_claim(store: Store, doc_key: str, txn_id: str, finish_dead: Callable[[str], object]) -> bool:
@@ -267,9 +271,10 @@ def claim_nodes(
             _take_claim(store, doc_key, txn_id, finish_dead)  # or still held by an earlier run
     if checked:
         return None  # checked by an earlier run of this commit (on any store: values may have moved)
-    # every document checked under every claim, read in one batch
-    stored_docs = dict(zip(keys, store.get_many(keys), strict=True)) if keys else {}
-    for doc_key in keys:
+    # every document checked under every claim, read in one batch (the held ones are not checked)
+    checked_keys = sorted({*shape_from, *create, *add})
+    stored_docs = dict(zip(checked_keys, store.get_many(checked_keys), strict=True)) if checked_keys else {}
+    for doc_key in checked_keys:
         refusal: Zarr3Error | None = None
         if doc_key in shape_from:
             stored = shape_of(stored_docs[doc_key], doc_key)
