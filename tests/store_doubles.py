@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 
+from zarr3_backend.core.node_claims import CLAIMS_DIR
 from zarr3_backend.stores import MemoryStore
 
 
@@ -83,3 +85,36 @@ class SnapshotOnSetStore(MemoryStore):
         super().set(key, value)
         if self.when is not None and self.snapshot is None and self.when(key):
             self.snapshot = dict(self._data)
+
+
+class PausedAfterMove(MemoryStore):
+    """Runs ``other`` in a thread once the calling writer's staged values are moved into place
+    (its documents not yet written), and lets that writer go on when ``other`` has erased what
+    it replaces, or waits on a claim: the window in which the two used to interleave."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.race: dict = {"other": None, "thread": None, "reached": threading.Event()}
+
+    def _in_other(self) -> bool:
+        return threading.current_thread() is self.race["thread"]
+
+    def move_prefix(self, src, dst):
+        super().move_prefix(src, dst)
+        other = self.race["other"]
+        if other is not None and not self._in_other():
+            self.race["other"] = None
+            self.race["thread"] = threading.Thread(target=other)
+            self.race["thread"].start()
+            assert self.race["reached"].wait(60)
+
+    def set(self, key, value):
+        super().set(key, value)
+        if self._in_other() and key.endswith("/erased"):  # its erases are done
+            self.race["reached"].set()
+
+    def set_if(self, key, value, expected):
+        ok = super().set_if(key, value, expected)
+        if self._in_other() and not ok and key.startswith(CLAIMS_DIR):  # it waits on a claim
+            self.race["reached"].set()
+        return ok

@@ -7,49 +7,13 @@ node to a group holds the group's: the two commit one after the other."""
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 import xarray as xr
-from store_doubles import CommitHookedStore
+from store_doubles import CommitHookedStore, PausedAfterMove
 
 import zarr3_backend as z3
-from zarr3_backend.core.node_claims import CLAIMS_DIR
 from zarr3_backend.errors import ArrayNotFoundError
-
-
-class _PausedAfterMove(z3.MemoryStore):
-    """Runs ``other`` in a thread once the calling writer's staged values are moved into place
-    (its documents not yet written), and lets that writer go on when ``other`` has erased what
-    it replaces, or waits on a claim: the window in which the two used to interleave."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.race: dict = {"other": None, "thread": None, "reached": threading.Event()}
-
-    def _in_other(self) -> bool:
-        return threading.current_thread() is self.race["thread"]
-
-    def move_prefix(self, src, dst):
-        super().move_prefix(src, dst)
-        other = self.race["other"]
-        if other is not None and not self._in_other():
-            self.race["other"] = None
-            self.race["thread"] = threading.Thread(target=other)
-            self.race["thread"].start()
-            assert self.race["reached"].wait(60)
-
-    def set(self, key, value):
-        super().set(key, value)
-        if self._in_other() and key.endswith("/erased"):  # its erases are done
-            self.race["reached"].set()
-
-    def set_if(self, key, value, expected):
-        ok = super().set_if(key, value, expected)
-        if self._in_other() and not ok and key.startswith(CLAIMS_DIR):  # it waits on a claim
-            self.race["reached"].set()
-        return ok
 
 
 def _dataset(**variables) -> xr.Dataset:
@@ -66,7 +30,7 @@ def _stored(store) -> dict[str, list[float]]:
 
 
 def test_a_variable_added_while_its_group_is_replaced_is_whole_or_gone():
-    store = _PausedAfterMove()
+    store = PausedAfterMove()
     _replace_with(store, _dataset(a=[1, 2, 3, 4]))
     replacement = _dataset(b=[5, 6, 7, 8])
     store.race["other"] = lambda: _replace_with(store, replacement)
@@ -80,7 +44,7 @@ def test_a_variable_added_while_its_group_is_replaced_is_whole_or_gone():
 
 
 def test_an_append_while_its_group_is_replaced_is_whole_or_gone():
-    store = _PausedAfterMove()
+    store = PausedAfterMove()
     _replace_with(store, _dataset(a=[1, 2, 3, 4]))
     replacement = _dataset(a=[5, 6, 7, 8])
     store.race["other"] = lambda: _replace_with(store, replacement)

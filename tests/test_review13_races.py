@@ -6,48 +6,14 @@ a replaced array gets)."""
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 import xarray as xr
+from store_doubles import PausedAfterMove
 
 import zarr3_backend as z3
-from zarr3_backend.core.node_claims import CLAIMS_DIR
 from zarr3_backend.errors import ArgumentError, ShapeMovedError
 from zarr3_backend.stores import MemoryStore
-
-
-class PausedAfterMove(z3.MemoryStore):
-    """Runs ``other`` in a thread once the calling writer's staged values are moved into place
-    (its documents not yet written); the caller goes on once ``other`` erased or waits on a claim."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.race: dict = {"other": None, "thread": None, "reached": threading.Event()}
-
-    def _in_other(self) -> bool:
-        return threading.current_thread() is self.race["thread"]
-
-    def move_prefix(self, src, dst):
-        super().move_prefix(src, dst)
-        other = self.race["other"]
-        if other is not None and not self._in_other():
-            self.race["other"] = None
-            self.race["thread"] = threading.Thread(target=other)
-            self.race["thread"].start()
-            assert self.race["reached"].wait(60)
-
-    def set(self, key, value):
-        super().set(key, value)
-        if self._in_other() and key.endswith("/erased"):
-            self.race["reached"].set()
-
-    def set_if(self, key, value, expected):
-        ok = super().set_if(key, value, expected)
-        if self._in_other() and not ok and key.startswith(CLAIMS_DIR):
-            self.race["reached"].set()
-        return ok
 
 
 def _ds(**variables) -> xr.Dataset:
