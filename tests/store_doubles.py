@@ -118,3 +118,17 @@ class PausedAfterMove(MemoryStore):
         if self._in_other() and not ok and key.startswith(CLAIMS_DIR):  # it waits on a claim
             self.race["reached"].set()
         return ok
+
+
+def judge_dead(monkeypatch, store) -> None:
+    """Every write with records in ``store`` is from now on judged dead (as after its process
+    was killed)."""
+    from zarr3_backend.core import commit, node_claims
+
+    ids = set(commit.pending_writes(store)) | {
+        (store.get(k) or b"").decode() for k in store.list_prefix(CLAIMS_DIR)
+    }
+    real = commit.writer_is_dead
+    fake = lambda txn_id: txn_id in ids or real(txn_id)  # noqa: E731
+    monkeypatch.setattr(commit, "writer_is_dead", fake)
+    monkeypatch.setattr(node_claims, "writer_is_dead", fake)

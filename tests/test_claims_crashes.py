@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from store_doubles import CommitHookedStore
+from store_doubles import CommitHookedStore, judge_dead
 
 import zarr3_backend as z3
 from zarr3_backend.cli.check import scan
-from zarr3_backend.core import commit, node_claims
+from zarr3_backend.core import commit
 from zarr3_backend.core.node_claims import CLAIMS_DIR, claim_key
 
 COLS = 3
@@ -50,17 +50,6 @@ def _array(store, rows: int = 3):
     return a
 
 
-def _dead(monkeypatch, store) -> None:
-    """Every write with records in ``store`` is from now on judged dead."""
-    ids = set(commit.pending_writes(store)) | {
-        (store.get(k) or b"").decode() for k in store.list_prefix(CLAIMS_DIR)
-    }
-    real = commit.writer_is_dead
-    fake = lambda txn_id: txn_id in ids or real(txn_id)  # noqa: E731
-    monkeypatch.setattr(commit, "writer_is_dead", fake)
-    monkeypatch.setattr(node_claims, "writer_is_dead", fake)
-
-
 def test_a_writer_killed_after_claiming_is_checked_again_not_rolled_forward(monkeypatch):
     """Killed right after taking its claim, before checking the shape another writer had changed
     since it read it: repair checks (the claim is its own, but not yet checked) and drops it;
@@ -78,7 +67,7 @@ def test_a_writer_killed_after_claiming_is_checked_again_not_rolled_forward(monk
     store.when = lambda name, key: bool(armed) and name == "set_if" and key.startswith(CLAIMS_DIR)
     mine.append(np.full((2, COLS), 9, "i4"))  # goes on in the live store (retried after the row)
     left = z3.MemoryStore(store.snapshot)
-    _dead(monkeypatch, left)
+    judge_dead(monkeypatch, left)
     commit.repair(left)
     got = z3.open_array(left, "a")
     assert got.shape == (4, COLS)
@@ -100,7 +89,7 @@ def test_a_writer_killed_while_ending_its_records_is_not_rolled_forward_over_a_l
     z3.open_array(store, "a", mode="r+").append(np.full((2, COLS), 9, "i4"))
     left = z3.MemoryStore(store.snapshot)
     z3.open_array(left, "a", mode="r+").resize((3, COLS))
-    _dead(monkeypatch, left)
+    judge_dead(monkeypatch, left)
     commit.repair(left)
     got = z3.open_array(left, "a")
     assert got.shape == (3, COLS)
@@ -140,7 +129,7 @@ def test_repair_sweeps_a_dead_writers_leftover_claim_and_check_does_not_count_it
     store.set(claim_key("a/zarr.json"), b"1-1-x-x-dead-0")  # a write id, no manifest
     store.set(claim_key("b/zarr.json"), b"../not-a-write")
     assert scan(store, "", show_progress=False).in_flight == []  # claims are not writes
-    _dead(monkeypatch, store)
+    judge_dead(monkeypatch, store)
     commit.repair(store)
     assert not list(store.list_prefix(CLAIMS_DIR))
 
@@ -191,7 +180,7 @@ def test_without_conditional_writes_a_killed_writer_whose_shape_is_written_is_fi
     )  # the new shape is written
     left = z3.MemoryStore(store.snapshot)
     assert commit.pending_writes(left)  # the killed write's records
-    _dead(monkeypatch, left)
+    judge_dead(monkeypatch, left)
     commit.repair(left)
     got = z3.open_array(left, "a")
     assert got.shape == (5, COLS)

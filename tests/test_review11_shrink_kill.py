@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from store_doubles import CommitHookedStore
+from store_doubles import CommitHookedStore, judge_dead
 
 import zarr3_backend as z3
-from zarr3_backend.core import commit, node_claims
-from zarr3_backend.core.node_claims import CLAIMS_DIR
+from zarr3_backend.core import commit
 
 COLS = 2
 
@@ -41,17 +40,6 @@ class _SnapshotOnShape(CommitHookedStore):
         return ok
 
 
-def _judge_dead(monkeypatch, store) -> None:
-    """Every write with records in ``store`` is from now on judged dead."""
-    ids = set(commit.pending_writes(store)) | {
-        (store.get(k) or b"").decode() for k in store.list_prefix(CLAIMS_DIR)
-    }
-    real = commit.writer_is_dead
-    fake = lambda txn_id: txn_id in ids or real(txn_id)  # noqa: E731
-    monkeypatch.setattr(commit, "writer_is_dead", fake)
-    monkeypatch.setattr(node_claims, "writer_is_dead", fake)
-
-
 @pytest.mark.parametrize("zarr_format", [3, 2])
 def test_a_shrink_killed_after_its_document_still_clears_what_a_racing_write_left_past_the_end(
     monkeypatch, zarr_format
@@ -73,7 +61,7 @@ def test_a_shrink_killed_after_its_document_still_clears_what_a_racing_write_lef
 
     left = z3.MemoryStore(store.seen["snapshot"])  # the shrink killed right after its new shape
     assert z3.open_array(left, "a").shape == (4, COLS)
-    _judge_dead(monkeypatch, left)
+    judge_dead(monkeypatch, left)
     commit.repair(left)
     assert not list(left.list_prefix(".z3-txn/"))
     grown = z3.open_array(left, "a", mode="r+")
