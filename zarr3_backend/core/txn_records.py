@@ -130,6 +130,9 @@ def parse_manifest(raw: bytes, txn_id: str) -> dict[str, Any]:
             raise refuse(f"field {name!r} has the wrong form: {doc[name]!r:.80}")
     if out["id"] != txn_id:
         raise refuse(f"field 'id' is {out['id']!r}, not the write's own id")
+    # a group's prefix ends with "/": writes made before that rule named mode="w"'s group "g"
+    # bare, which also erased its siblings "g2", "grid/..." (a repair of one now erases "g/")
+    out["erase_prefixes"] = [p if not p or p.endswith("/") else p + "/" for p in out["erase_prefixes"]]
     return out
 
 
