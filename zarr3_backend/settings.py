@@ -67,9 +67,10 @@ class Settings:
     #: environment variable counts MiB: ``ZARR3_BUFFER_POOL_MB``.
     buffer_pool_bytes: int | None = None
     #: Local stores: every step of a write survives a power loss or a crash of the machine
-    #: (the file system is flushed between the commit's steps, and after a write or document
-    #: change outside a commit). Off, writes are as durable as the page cache (as in
-    #: zarr-python): a crash of the process never tears a store, a crash of the machine can.
+    #: (each value is on disk before its name, and the file system is flushed between the
+    #: commit's steps and before a write, document change or creation outside a commit
+    #: returns). Off, writes are as durable as the page cache (as in zarr-python): a crash of
+    #: the process never tears a store, a crash of the machine can.
     durable: bool = False
 
 
