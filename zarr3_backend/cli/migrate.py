@@ -19,6 +19,7 @@ import click
 
 from ..core.api import consolidate_metadata
 from ..core.codec_specs import v3_codec_from_numcodecs
+from ..core.commit import repair
 from ..core.group import v2_ancestor
 from ..core.metadata import load_json, parse_node_json, to_bytes
 from ..core.metadata_v2 import (
@@ -240,6 +241,7 @@ def apply_migration(store: Store, plan: Plan, root: str = "") -> None:
     renamed into place once on disk, and each step is flushed before the next (``Store.barrier``,
     the ``durable`` setting): a crash of the machine never leaves an empty ``zarr.json``, nor a
     node whose v2 documents are gone while its v3 one did not reach the disk."""
+    repair(store)  # what a killed earlier run left aside (no manifest: dropped), as any write does
     txn_id = new_txn_id()
     aside = txn_prefix(txn_id) + "data/"
     keys = [metadata_key(node.path) for node in plan.nodes]  # the root's last (plan_migration)

@@ -343,15 +343,16 @@ class Transaction:
         if exc_type is not None and not self._done:
             self.abort()
 
-    def abort(self) -> None:
-        """Forget everything staged (nothing was visible). A manifest that may have landed (its
-        write raised) goes first, for good, before the staged values it names: kept without
-        them, a repair would roll the write forward with its values missing."""
+    def abort(self, manifest_sent: bool = False) -> None:
+        """Forget everything staged (nothing was visible). A manifest that may have landed
+        (``manifest_sent``: its write raised) goes first, for good, before the staged values it
+        names: kept without them, a repair would roll the write forward with its values missing."""
         self._done = True
         if not self.store.commits_externally:
             prefix = txn_prefix(self.id)
-            self.store.erase(prefix + MANIFEST)
-            self.store.barrier()
+            if manifest_sent:
+                self.store.erase(prefix + MANIFEST)
+                self.store.barrier()
             self.store.erase_prefix(prefix)
 
     def commit(
@@ -384,6 +385,7 @@ class Transaction:
                 if root is not None:
                     self.store.set(metadata_key(""), root)
             return
+        sent = False
         try:
             docs = {**self.documents, **dict(documents or {})}
             manifest = {
@@ -403,9 +405,10 @@ class Transaction:
                 ),
             }
             self.store.barrier()  # the staged values kept before the manifest that points at them
+            sent = True
             self.store.set(txn_prefix(self.id) + MANIFEST, json.dumps(manifest).encode())
         except BaseException:
-            self.abort()  # nothing refers to the staged values yet (nor to a manifest half-sent)
+            self.abort(sent)  # nothing refers to the staged values yet (nor to a manifest half-sent)
             raise
         _apply(self.store, manifest, self.staging.expected, redo)
 
