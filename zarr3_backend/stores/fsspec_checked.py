@@ -11,12 +11,13 @@ decode to wrong values where no checksum guards them). ``checked_cat`` sends the
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
-
-from fsspec.implementations.http import HTTPFileSystem
+from typing import TYPE_CHECKING, Any
 
 from .fsspec_errors import ResponseMismatchError
-from .fsspec_options import S3_PROTOCOLS
+from .fsspec_options import HTTP_PROTOCOLS, S3_PROTOCOLS
+
+if TYPE_CHECKING:  # importing it needs aiohttp, an extra: filesystems are told by protocol
+    from fsspec.implementations.http import HTTPFileSystem
 from .range_answers import is_whole_answer, range_answer_problem, undo_content_encoding
 
 Cat = Callable[..., Awaitable[bytes]]
@@ -25,9 +26,9 @@ Cat = Callable[..., Awaitable[bytes]]
 def checked_cat(fs: Any) -> Cat:
     """The GET of ``(path, start=None, end=None)`` (fsspec's ``_cat_file`` arguments) to use on
     async filesystem ``fs``: a checked one on HTTP and S3, else the filesystem's own."""
-    if isinstance(fs, HTTPFileSystem):
-        return lambda path, start=None, end=None: _http_cat(fs, path, start, end)
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    if protocol in HTTP_PROTOCOLS:
+        return lambda path, start=None, end=None: _http_cat(fs, path, start, end)
     if protocol in S3_PROTOCOLS:  # s3fs
         return lambda path, start=None, end=None: _s3_cat(fs, path, start, end)
     return fs._cat_file
