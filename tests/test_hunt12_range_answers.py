@@ -121,10 +121,10 @@ def status_200(body: bytes, content_type: str):
 def gzipped(whole_of):
     """The whole value, gzip-compressed with ``Content-Encoding: gzip`` (a CDN compressing)."""
 
+    whole = whole_value(whole_of)
+
     def rewrite(req: Request, resp: Response) -> Response:
-        if resp.status == 206:
-            resp.status, resp.reason, resp.body = 200, "OK", whole_of(req)
-            resp.set_header("Content-Range", None)
+        resp = whole(req, resp)
         resp.body = gzip.compress(resp.body, mtime=0)
         resp.set_header("Content-Encoding", "gzip")
         return resp

@@ -35,7 +35,7 @@ from .commit import repair as repair_writes
 from .consolidate import consolidated, consolidated_v2, members_table_into, refresh_v2_consolidated
 from .dtypes import DataType, as_data_type, default_fill_value, parse_fill_value
 from .group import Group, node_from_metadata, open_existing_group, read_node_metadata, v2_ancestor
-from .metadata import ArrayMetadata, GroupMetadata, parse_node, parse_node_json, to_bytes
+from .metadata import ArrayMetadata, GroupMetadata, parse_node, to_bytes
 from .metadata_v2 import ARRAY_KEY, CONSOLIDATED_KEY, GROUP_KEY
 from .metadata_v2_write import is_v2, node_documents, v2_group_metadata, zarray_document
 from .metadata_v2_write import v2_array_metadata as to_v2_metadata
@@ -48,7 +48,7 @@ from .paths import (
     validate_new_node_path,
 )
 from .rectilinear import check_codecs
-from .txn_records import parse_doc, with_markers
+from .txn_records import unmarked_node
 
 
 def _check_mode(mode: str) -> None:
@@ -99,7 +99,7 @@ def missing_parent_documents(store: Store, path: str, zarr_format: int = 3) -> d
             continue
         # what the ancestor is, whatever writes are in flight on it (a concurrent commit's
         # marker on the root refused this write at once, where readers wait for that commit)
-        if isinstance(parse_node_json(with_markers(parse_doc(doc, metadata_key(a)), {}), a), ArrayMetadata):
+        if isinstance(unmarked_node(doc, metadata_key(a), a), ArrayMetadata):
             raise NodeExistsError(f"cannot create {path!r}: ancestor {a or '/'!r} is an array")
     # only an ancestor without zarr.json can be a v2 node (one with it is read as v3)
     refuse_inside_v2(store, path, [a for a in ancestors if metadata_key(a) in missing])

@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from .. import indexing
 from ..errors import MetadataError, WriteConflictError
 from ..stores.base import Store
-from .metadata import ArrayMetadata, parse_node_json
+from .metadata import ArrayMetadata
 from .metadata_v2 import ARRAY_KEY
 from .node_claims import claim_nodes, release_claims, shape_of, stored_shape
-from .txn_records import parse_doc, with_markers
+from .txn_records import parse_doc, unmarked_node
 
 _LOOKS = 64  # shape changes followed before giving up: each is another writer's commit
 
@@ -63,7 +63,7 @@ def clear_outside_shape(store: Store, doc_key: str, planned: Sequence[int]) -> N
         meta = read_v2_node_metadata(store, path, use_consolidated=False)
     else:
         raw = store.get(doc_key)
-        meta = None if raw is None else parse_node_json(with_markers(parse_doc(raw, doc_key), {}), path)
+        meta = None if raw is None else unmarked_node(raw, doc_key, path)
     if not isinstance(meta, ArrayMetadata) or len(planned) != len(meta.shape):
         return
     store.erase_many(

@@ -14,7 +14,7 @@ from typing import Any
 
 from .._owner import current_owner, host_tag, token_is_dead
 from ..errors import InterruptedWriteError, MetadataError
-from .metadata import WRITE_IN_PROGRESS_FIELD, load_json
+from .metadata import WRITE_IN_PROGRESS_FIELD, ArrayMetadata, GroupMetadata, load_json, parse_node_json
 
 #: Where transactions keep their staged values and manifests (at the store's root).
 TXN_DIR = ".z3-txn"
@@ -150,3 +150,10 @@ def with_markers(doc: Mapping[str, Any], writes: Mapping[str, Any]) -> dict[str,
         latest = max(writes)
         out[WRITE_IN_PROGRESS_FIELD] = {"must_understand": True, "id": latest, "writes": dict(writes)}
     return out
+
+
+def unmarked_node(raw: bytes, doc_key: str, path: str) -> ArrayMetadata | GroupMetadata:
+    """The node a stored ``zarr.json`` (``raw``, at ``doc_key``) describes, whatever writes are in
+    flight on it (their marker dropped): what the protocol itself needs to know of a node a
+    reader would be refused (MetadataError when it is not a document)."""
+    return parse_node_json(with_markers(parse_doc(raw, doc_key), {}), path)
