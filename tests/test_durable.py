@@ -232,3 +232,15 @@ def test_a_file_url_through_fsspec_is_durable_as_a_local_store(tmp_path, monkeyp
     a[:] = np.arange(8)
     assert len(calls) >= 4
     np.testing.assert_array_equal(z3.open_array(str(tmp_path / "f"))[:], np.arange(8))
+
+
+def test_a_platform_without_any_flush_refuses_a_durable_write_typed(tmp_path, monkeypatch):
+    monkeypatch.setattr(local_module, "_SYNCFS", None)
+    monkeypatch.delattr(local_module.os, "sync")  # as on Windows
+    with pytest.raises(StoreError, match="no syncfs or sync"):
+        z3.create_array(
+            LocalStore(str(tmp_path / "s"), settings={"durable": True}), shape=(4,), chunks=(2,), dtype="i1"
+        )
+    z3.create_array(
+        LocalStore(str(tmp_path / "p")), shape=(4,), chunks=(2,), dtype="i1"
+    )  # not durable: no flush

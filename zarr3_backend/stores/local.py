@@ -258,7 +258,10 @@ def flush_file_system(path: str) -> None:
     but not Linux's ``syncfs``, which flushes only this one (one call covers every file of a
     commit step, where ``fsync`` would take one call per file and per directory)."""
     if _SYNCFS is None:
-        os.sync()  # macOS and the BSDs: the whole machine; Windows has neither (no os.sync)
+        sync = getattr(os, "sync", None)  # macOS and the BSDs: the whole machine
+        if sync is None:  # Windows has neither: say so (typed by the caller), never skip it
+            raise OSError(errno.ENOTSUP, "no syncfs or sync on this platform", path)
+        sync()
         return
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
