@@ -76,7 +76,7 @@ def check_v2_after_kill(root: Path, must_finish: bool) -> str:
         ("set:manifest.json:1", True),  # manifest written: repair rolls it forward
         ("_merge_dir::1", True),  # part-way through putting the chunks in place
         ("move_prefix::1", True),  # every chunk in place, no document written yet
-        ("set:.zarray:1", True),  # the new shape written, .zmetadata not yet
+        ("set_many:.zarray:1", True),  # the new shape written (one batch), .zmetadata not yet
         ("erase_prefix:.z3-txn:1", True),  # done, records being removed
     ],
 )

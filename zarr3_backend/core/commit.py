@@ -69,7 +69,7 @@ from ..errors import (
 )
 from ..stores import Store
 from .metadata import load_json
-from .metadata_v2 import CONSOLIDATED_KEY
+from .metadata_v2 import ARRAY_KEY, ATTRS_KEY, CONSOLIDATED_KEY, GROUP_KEY
 from .metadata_v2_write import is_v2_document_key
 from .node_claims import (
     CLAIMS_DIR,
@@ -457,6 +457,21 @@ def _guarded_keys(store: Store, manifest: Mapping[str, Any]) -> list[str]:
     return sorted(keys, key=lambda k: (-k.count("/"), k))
 
 
+def _write_v2_documents(store: Store, docs: Mapping[str, bytes]) -> None:
+    """Write v2 documents (unmarked) in concurrent batches, each flushed before the next: every
+    ``.zattrs``, then every ``.zarray``/``.zgroup`` (a v2 reader finds a node by these and must
+    then find its attributes), then a ``.zmetadata`` if one is among them. On an object store a
+    batch costs one round trip, where a document at a time cost one each."""
+
+    def named(*names: str) -> dict[str, bytes]:
+        return {k: v for k, v in docs.items() if k.rpartition("/")[2] in names}
+
+    for batch in (named(ATTRS_KEY), named(ARRAY_KEY, GROUP_KEY), named(CONSOLIDATED_KEY)):
+        if batch:
+            store.set_many(batch)
+            store.barrier()
+
+
 def _claimed(manifest: Mapping[str, Any]) -> list[str]:
     """The documents whose claims the write of ``manifest`` takes, in key order."""
     fields = ("shape_from", "create", "add", "hold")
@@ -612,8 +627,7 @@ def _apply(
     new = [k for k in docs if k != root and k not in v2_docs]  # nodes that did not exist yet
     for level in _levels(new, deepest_first=False):  # a group before its members
         thread_map(lambda key: _write_final(store, key, docs[key], txn_id), level, kind="io")
-    for key, doc in v2_docs.items():  # unmarked; .zattrs before .zarray/.zgroup (node_documents)
-        store.set(key, doc)
+    _write_v2_documents(store, v2_docs)
     if v2_docs or manifest.get("consolidate") is not None:
         from .consolidate import refresh_v2_consolidated
 
