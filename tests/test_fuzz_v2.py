@@ -236,8 +236,8 @@ def _exercise_array(store: z3.Store, path: str) -> None:
     if a.nbytes <= 2**20:
         got = _typed(lambda: a[...])
         if got is not None and a.size:
-            first = tuple(0 for _ in a.shape)
-            _typed(a.__setitem__, first, got[first])
+            first = tuple(0 for _ in a.shape)  # a 0-d array reads as a scalar (np.bytes_: no [()])
+            _typed(a.__setitem__, first, np.asarray(got)[first])
     _typed(a.attrs.__setitem__, "fuzz", 1)
     _typed(a.resize, tuple(s + 1 for s in a.shape))
 

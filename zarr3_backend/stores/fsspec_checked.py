@@ -18,7 +18,7 @@ from .fsspec_options import HTTP_PROTOCOLS, S3_PROTOCOLS
 
 if TYPE_CHECKING:  # importing it needs aiohttp, an extra: filesystems are told by protocol
     from fsspec.implementations.http import HTTPFileSystem
-from .range_answers import is_whole_answer, range_answer_problem, undo_content_encoding
+from .range_answers import WHOLE_VALUE_STATUSES, is_whole_answer, range_answer_problem, undo_content_encoding
 
 Cat = Callable[..., Awaitable[bytes]]
 
@@ -32,6 +32,14 @@ def checked_cat(fs: Any) -> Cat:
     if protocol in S3_PROTOCOLS:  # s3fs
         return lambda path, start=None, end=None: _s3_cat(fs, path, start, end)
     return fs._cat_file
+
+
+def _cut_whole(start: int | None, end: int | None, status: int, body: bytes) -> bytes:
+    """``body``, or for a 200 to a ranged GET (the whole value, from a server that ignores
+    ``Range``) the range asked for, cut from it here where the status is known rather than
+    guessed later from lengths (``start``/``end`` as fsspec gives them: a Python slice's)."""
+    ranged = start is not None or end is not None
+    return body[start:end] if ranged and status in WHOLE_VALUE_STATUSES else body
 
 
 def _check(start: int | None, end: int | None, status: int, content_range: str | None, body: bytes) -> bytes:
@@ -51,12 +59,17 @@ async def _http_cat(fs: HTTPFileSystem, url: str, start: int | None, end: int | 
         if start == end:
             return b""
         headers["Range"] = await fs._process_limits(url, start, end)
+    # the value's own bytes: a range of a content-coded answer would be one of the coded form
+    # (GCS serving an object stored gzip-encoded to a client that accepts gzip), which aiohttp
+    # would then decode; asked for identity, GCS decodes and answers the whole value (cut below)
+    headers.setdefault("Accept-Encoding", "identity")
     session = await fs.set_session()
     async with session.get(fs.encode_url(url), headers=headers, **kw) as r:
         out = await r.read()
         fs._raise_not_found_for_status(r, url)
         status, content_range = r.status, r.headers.get("Content-Range")
-    return _check(start if ranged else None, end if ranged else None, status, content_range, out)
+    start, end = (start, end) if ranged else (None, None)
+    return _cut_whole(start, end, status, _check(start, end, status, content_range, out))
 
 
 async def _s3_cat(fs: Any, path: str, start: int | None, end: int | None) -> bytes:
@@ -84,7 +97,9 @@ async def _s3_cat(fs: Any, path: str, start: int | None, end: int | None) -> byt
     out, response = await _error_wrapper(call_and_read, retries=fs.retries)
     status = response.get("ResponseMetadata", {}).get("HTTPStatusCode", 200)
     content_range = response.get("ContentRange")
-    out = _check(start if ranged else None, end if ranged else None, status, content_range, out)
+    start, end = (start, end) if ranged else (None, None)
+    out = _check(start, end, status, content_range, out)
     # botocore leaves a Content-Encoding (an object uploaded gzipped) to its caller; aiohttp
     # undoes it itself
-    return undo_content_encoding(out, response.get("ContentEncoding"), is_whole_answer(status, content_range))
+    out = undo_content_encoding(out, response.get("ContentEncoding"), is_whole_answer(status, content_range))
+    return _cut_whole(start, end, status, out)

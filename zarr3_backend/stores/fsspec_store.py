@@ -314,6 +314,14 @@ class FsspecStore(Store):
             return 0 if self._origin.retries_itself else DEFAULT_RETRIES
         return 0 if isinstance(getattr(self._fs, "retries", None), int) else DEFAULT_RETRIES
 
+    def _budget(self, error: object) -> int:
+        """Retries for ``error``: the store's; for an answer refused by the range check (which a
+        filesystem retrying itself never sees: the check runs after its GET) the default when
+        no ``retries`` was given. An explicit ``retries=0`` still means none."""
+        if isinstance(error, ResponseMismatchError) and self.retries is None:
+            return max(self._retries, DEFAULT_RETRIES)
+        return self._retries
+
     def _path(self, key: str) -> str:
         return self._prefix + validate_key(key)
 
@@ -333,7 +341,7 @@ class FsspecStore(Store):
             except Zarr3Error:
                 raise
             except Exception as e:
-                if attempt < self._retries and is_transient(e):
+                if attempt < self._budget(e) and is_transient(e):
                     self._pause(attempt)
                     attempt += 1
                     continue
@@ -348,8 +356,12 @@ class FsspecStore(Store):
         while pending:
             for i, result in zip(pending, once(pending), strict=True):
                 results[i] = result
-            pending = [i for i in pending if _is_error(results[i]) and is_transient(results[i])]
-            if not pending or attempt >= self._retries:
+            pending = [
+                i
+                for i in pending
+                if _is_error(results[i]) and is_transient(results[i]) and attempt < self._budget(results[i])
+            ]
+            if not pending:
                 break
             self._pause(attempt)
             attempt += 1
@@ -554,7 +566,7 @@ class FsspecStore(Store):
         if _is_error(result):
             if _range_refused(request, result):
                 return True
-            return self._retries > 0 and is_transient(result) and not is_endpoint_down(result)
+            return self._budget(result) > 0 and is_transient(result) and not is_endpoint_down(result)
         _, start, end = request
         return http and bool(start) and start > 0 and end is not None and len(result) < end - start
 

@@ -151,10 +151,16 @@ def _is_endpoint_down(exc: BaseException) -> bool:
 def _range_refused(exc: BaseException) -> bool:
     """The server would not serve the range as asked (answered the whole value: obstore's
     HTTPStore says "range request not supported", its other stores "non-partial response";
-    or obstore refused the range itself): worth asking for the whole value."""
+    or obstore refused the range itself, or could not parse the answer's Content-Range: a
+    complete length of "*", MinIO's "bytes 0--1/0"): worth asking for the whole value."""
     text = _text(exc)
-    return (
-        isinstance(exc, ValueError) or "non-partial response" in text or "range request not supported" in text
+    return isinstance(exc, ValueError) or any(
+        s in text.lower()
+        for s in (
+            "non-partial response",
+            "range request not supported",
+            "failed to parse value for content_range",
+        )
     )
 
 

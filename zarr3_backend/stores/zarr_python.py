@@ -253,8 +253,11 @@ class ZarrPythonStore(Store):
             # a store that gave more than the range (the whole value?) or less inside the
             # value would have its bytes decoded as another part of the value
             problem = range_length_problem(byte_range, len(data))
-            if problem is None and may_be_short(byte_range, len(data)):
-                problem = range_length_problem(byte_range, len(data), await self.store.getsize(key))
+            if problem is not None or may_be_short(byte_range, len(data)):
+                size = await self.store.getsize(key)
+                if problem is not None and len(data) == size:  # the whole value: Range ignored
+                    return byte_range.apply(data)
+                problem = range_length_problem(byte_range, len(data), size)
             if problem is not None:
                 raise ResponseMismatchError(f"{self.store!r}: get {key!r}: {problem}")
         return data
