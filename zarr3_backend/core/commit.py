@@ -79,6 +79,7 @@ from .node_claims import (
     release_claims,
     same_array,
     shape_only,
+    stored_node_documents,
     sweep_claims,
 )
 from .paths import metadata_key
@@ -452,7 +453,7 @@ def _guarded_keys(store: Store, manifest: Mapping[str, Any]) -> list[str]:
     if manifest.get("consolidate") is not None or root_is_consolidated(store):
         keys.add(metadata_key(""))
     for prefix in manifest["erase_prefixes"]:
-        keys.update(k for k in store.list_prefix(prefix) if k.rsplit("/", 1)[-1] == "zarr.json")
+        keys.update(k for k in stored_node_documents(store, prefix) if k.rsplit("/", 1)[-1] == "zarr.json")
     keys = {k for k in keys if not is_reserved_key(k)}
     return sorted(keys, key=lambda k: (-k.count("/"), k))
 

@@ -44,7 +44,7 @@ from ..errors import (
 )
 from ..stores import Store
 from .metadata import ArrayMetadata, parse_node_json
-from .metadata_v2 import ARRAY_KEY, GROUP_KEY, array_document
+from .metadata_v2 import ARRAY_KEY, ATTRS_KEY, CONSOLIDATED_KEY, GROUP_KEY, array_document
 from .txn_records import (
     MANIFEST,
     TXN_DIR,
@@ -93,11 +93,7 @@ def held_nodes(store: Store, erase_prefixes: Sequence[str], add: Sequence[str]) 
     all fill, an append's rows lost)."""
     held = set()
     for prefix in erase_prefixes:
-        held.update(
-            k
-            for k in store.list_prefix(prefix)
-            if k.rpartition("/")[2] in _NODE_DOCUMENTS and not is_reserved_key(k)  # not a write's records
-        )
+        held.update(stored_node_documents(store, prefix))
     for doc_key in add:  # (or creates, or rewrites after erasing it)
         path = doc_key.rpartition("/")[0].rpartition("/")[0]  # the group the node is added to
         name = GROUP_KEY if doc_key.endswith((ARRAY_KEY, GROUP_KEY)) else "zarr.json"
@@ -110,6 +106,46 @@ def held_nodes(store: Store, erase_prefixes: Sequence[str], add: Sequence[str]) 
 
 
 _NODE_DOCUMENTS = frozenset({"zarr.json", ARRAY_KEY, GROUP_KEY})
+#: Names in a node's directory that are documents, never directories to walk into.
+_DOCUMENT_NAMES = _NODE_DOCUMENTS | {ATTRS_KEY, CONSOLIDATED_KEY}
+
+
+def stored_node_documents(store: Store, prefix: str) -> list[str]:
+    """The node documents (``zarr.json``, ``.zarray``, ``.zgroup``) stored at and below the key
+    prefix ``prefix`` ("" the root, else ending in "/"), found by walking the hierarchy one level
+    at a time (a listing per group and one batched read of the candidates' documents per level):
+    an array's directory, known from its document, is never listed, so the cost does not grow
+    with the number of chunks. Written here rather than with ``Group.members``, which parses the
+    nodes and follows the formats' membership rules: every document counts, readable or not."""
+    found: list[str] = []
+    level = [prefix]
+    while level:
+        keys = [d + name for d in level for name in ("zarr.json", ARRAY_KEY, GROUP_KEY)]
+        docs = dict(zip(keys, store.get_many(keys), strict=True))
+        found += [k for k, raw in docs.items() if raw is not None]
+        groups = [d for d in level if not _is_array_dir(docs, d)]
+        listed = thread_map(lambda d: (d, list(store.list_dir(d))), groups, kind="io")
+        level = [
+            f"{d}{name}/"
+            for d, names in listed
+            for name in names
+            if name not in _DOCUMENT_NAMES and not is_reserved_key(d + name)  # not a write's records
+        ]
+    return sorted(found)
+
+
+def _is_array_dir(docs: Mapping[str, bytes | None], prefix: str) -> bool:
+    """Whether the node documents read at ``prefix`` (``docs``, by key) say an array is stored
+    there (a ``.zarray``, or a ``zarr.json`` of node type array): its directory holds chunks."""
+    if docs[prefix + ARRAY_KEY] is not None:
+        return True
+    raw = docs[prefix + "zarr.json"]
+    if raw is None:
+        return False
+    try:
+        return parse_doc(raw, prefix + "zarr.json").get("node_type") == "array"
+    except MetadataError:
+        return False  # unreadable: walked into, so no node below it is missed
 
 
 def _array_of(raw: bytes, doc_key: str) -> ArrayMetadata | None:
