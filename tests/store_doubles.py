@@ -132,3 +132,19 @@ def judge_dead(monkeypatch, store) -> None:
     fake = lambda txn_id: txn_id in ids or real(txn_id)  # noqa: E731
     monkeypatch.setattr(commit, "writer_is_dead", fake)
     monkeypatch.setattr(node_claims, "writer_is_dead", fake)
+
+
+class ErasedAfterCommit(MemoryStore):
+    """Once a write's commit is done (its manifest removed, every document written), keeps a
+    snapshot of its keys (``committed``) and erases every key under ``erase_below`` at once, as
+    another writer's ``mode="w"`` landing right after the commit would."""
+
+    erase_below: str | None = None
+    committed: dict | None = None
+
+    def erase(self, key):
+        super().erase(key)
+        if self.erase_below is not None and key.endswith("/manifest.json"):
+            prefix, self.erase_below = self.erase_below, None
+            self.committed = dict(self._data)
+            self.erase_many(list(self.list_prefix(prefix)))

@@ -16,7 +16,7 @@ a Delayed computed by ``dask.compute`` or a client cannot hand them to the store
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import dask.array as da
@@ -27,12 +27,14 @@ from .._threads import thread_map
 from ..core.api import missing_parent_documents, open_group
 from ..core.array import Array
 from ..core.commit import Transaction
-from ..core.group import Group
+from ..core.group import Group, read_node_metadata
+from ..core.metadata import GroupMetadata
 from ..core.paths import join_prefix
 from ..dask.tree import Tally, receipts_of, sum_counts
 from ..dask.write import FusingDelayed
 from ..dask.write import store as dask_store
-from ..errors import WriteConflictError
+from ..errors import GroupNotFoundError, WriteConflictError
+from ..stores import MemoryStore
 from ..stores.base import Store
 from .write_plan import VariableWrite, WritePlan
 
@@ -111,7 +113,22 @@ def execute(
         txn.commit(consolidate=consolidate and changes, redo=_redo(plans, store))
     if not compute:
         return combine(lazy)
-    return open_group(store, path=path, mode="r+")
+    return _written_group(store, path, documents)
+
+
+def _written_group(store: Store, path: str, documents: Mapping[str, bytes]) -> Group:
+    """The group at ``path`` as stored now; when another writer erased it right after this
+    commit, the group as this commit wrote it (its ``documents``; an implicit, empty group when
+    the commit left the group's document as it was): a write that succeeded never reports
+    failure."""
+    try:
+        return open_group(store, path=path, mode="r+")
+    except GroupNotFoundError:
+        # the documents read as a store: one owner for reading a node's metadata, v3 or v2
+        meta = read_node_metadata(MemoryStore(dict(documents)), path)
+    if isinstance(meta, GroupMetadata):
+        return Group(store, path, meta)
+    return Group(store, path, GroupMetadata(attributes={}), implicit=True)
 
 
 def _redo(plans: Sequence[WritePlan], store: Store) -> Callable[[str], None]:
