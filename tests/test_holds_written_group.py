@@ -10,6 +10,7 @@ from store_doubles import ErasedAfterCommit
 
 import zarr3_backend as z3
 from zarr3_backend.core.group import Group
+from zarr3_backend.core.txn_records import dump_doc, new_txn_id, parse_doc, txn_prefix, with_markers
 from zarr3_backend.stores import MemoryStore
 
 
@@ -51,3 +52,25 @@ def test_an_add_leaving_the_group_document_as_stored_returns_an_implicit_group_o
     assert store.committed is not None
     assert got.path == "g" and got.implicit and dict(got.attrs) == {}
     assert "g/x/zarr.json" in store.committed
+
+
+class _MarkedAfterCommit(MemoryStore):
+    """Once a write's commit is done, marks ``g``'s document with another, live write's marker
+    (its commit window begins): readers of ``g`` wait for it."""
+
+    other = ""
+
+    def erase(self, key):
+        super().erase(key)
+        if self.other == "" and key.endswith("/manifest.json"):
+            self.other = new_txn_id()  # of this process: alive
+            self.set(txn_prefix(self.other) + "manifest.json", b"{}")
+            doc = parse_doc(self.get("g/zarr.json"), "g/zarr.json")
+            self.set("g/zarr.json", dump_doc(with_markers(doc, {self.other: {}})))
+
+
+def test_a_write_returns_its_group_without_waiting_on_another_writes_commit():
+    store = _MarkedAfterCommit(settings={"commit_wait": 0.2})
+    got = z3.to_zarr(xr.Dataset({"x": ("t", np.arange(3.0))}, attrs={"k": 1}), store, group="g")
+    assert store.other  # g carried the other write's marker when to_zarr opened it to return it
+    assert got.path == "g" and dict(got.attrs) == {"k": 1}

@@ -24,16 +24,17 @@ import numpy as np
 from dask.delayed import Delayed, delayed
 
 from .._threads import thread_map
-from ..core.api import missing_parent_documents, open_group
+from ..core.api import missing_parent_documents
 from ..core.array import Array
 from ..core.commit import Transaction
-from ..core.group import Group, read_node_metadata
+from ..core.group import Group, open_existing_group, read_node_metadata
 from ..core.metadata import GroupMetadata
-from ..core.paths import join_prefix
+from ..core.paths import join_prefix, metadata_key
+from ..core.txn_records import unmarked_node
 from ..dask.tree import Tally, receipts_of, sum_counts
 from ..dask.write import FusingDelayed
 from ..dask.write import store as dask_store
-from ..errors import GroupNotFoundError, WriteConflictError
+from ..errors import GroupNotFoundError, InterruptedWriteError, WriteConflictError, Zarr3Error
 from ..stores import MemoryStore
 from ..stores.base import Store
 from .write_plan import VariableWrite, WritePlan
@@ -117,15 +118,23 @@ def execute(
 
 
 def _written_group(store: Store, path: str, documents: Mapping[str, bytes]) -> Group:
-    """The group at ``path`` as stored now; when another writer erased it right after this
-    commit, the group as this commit wrote it (its ``documents``; an implicit, empty group when
-    the commit left the group's document as it was): a write that succeeded never reports
-    failure."""
+    """The group at ``path`` as stored now, read at once: a write that succeeded never reports
+    failure, nor waits for another writer's commit. When another writer erased the group right
+    after this commit, or holds it marked in its own commit window, the group as this commit
+    wrote it (its ``documents``), else as stored without the other write's marker, else (gone,
+    and its document left as it was by this commit) an implicit, empty group."""
     try:
-        return open_group(store, path=path, mode="r+")
-    except GroupNotFoundError:
-        # the documents read as a store: one owner for reading a node's metadata, v3 or v2
-        meta = read_node_metadata(MemoryStore(dict(documents)), path)
+        return open_existing_group(store, path, read_only=False, use_consolidated=None)
+    except (GroupNotFoundError, InterruptedWriteError):
+        pass
+    # the documents read as a store: one owner for reading a node's metadata, v3 or v2
+    meta = read_node_metadata(MemoryStore(dict(documents)), path)
+    if meta is None:
+        raw = store.get(metadata_key(path))
+        try:
+            meta = None if raw is None else unmarked_node(raw, metadata_key(path), path)
+        except Zarr3Error:
+            meta = None  # replaced meanwhile by what is no group document
     if isinstance(meta, GroupMetadata):
         return Group(store, path, meta)
     return Group(store, path, GroupMetadata(attributes={}), implicit=True)
