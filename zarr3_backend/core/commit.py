@@ -646,15 +646,13 @@ def _apply(
     for key, doc in v2_docs.items():  # unmarked; .zattrs before .zarray/.zgroup (node_documents)
         store.set(key, doc)
     if v2_docs:
-        from .consolidate import refresh_v2_consolidated
+        from .consolidate import consolidated_v2, refresh_v2_consolidated
 
         refresh_v2_consolidated(store, v2_docs, rebuild=False)
-    if manifest.get("consolidate") is not None:
-        from .consolidate import consolidated_v2
-
-        # listed within the compare-and-swap: writers adding nodes share the root's hold, and
-        # the last to write lists after every other one wrote its nodes
-        _update(store, CONSOLIDATED_KEY, lambda _: consolidated_v2(store, ""))
+        if manifest.get("consolidate") is not None:
+            # listed within the compare-and-swap: writers adding nodes share the root's hold,
+            # and the last to write lists after every other one wrote its nodes
+            _update(store, CONSOLIDATED_KEY, lambda _: consolidated_v2(store, ""))
     root_doc = docs.get(root)
     root_replaced = root_doc is None and "" in manifest["erase_prefixes"]  # e.g. by a v2 root
     root_rebase = rebase.get(root)

@@ -416,9 +416,9 @@ def release_claims(store: Store, doc_keys: Iterable[str], txn_id: str) -> None:
 
 def release_shared(store: Store, doc_keys: Iterable[str], txn_id: str) -> None:
     """Give up ``txn_id``'s shared holds on ``doc_keys`` (each key is its own: no check)."""
-    if not store.supports_conditional_writes:
-        return  # none was taken
-    store.erase_many([shared_prefix(k) + txn_id for k in doc_keys])
+    keys = [shared_prefix(k) + txn_id for k in doc_keys]
+    if keys and store.supports_conditional_writes:  # else none was taken
+        store.erase_many(keys)
 
 
 def claim_nodes(
