@@ -6,7 +6,7 @@ import re
 import threading
 from collections.abc import Callable
 
-from zarr3_backend.core.node_claims import CLAIMS_DIR
+from zarr3_backend.core.node_claims import CLAIMS_DIR, SHARED_DIR
 from zarr3_backend.stores import MemoryStore
 
 
@@ -119,6 +119,12 @@ class PausedAfterMove(MemoryStore):
             self.race["reached"].set()
         return ok
 
+    def list_prefix(self, prefix):
+        keys = list(super().list_prefix(prefix))
+        if self._in_other() and keys and prefix.startswith(SHARED_DIR):  # it meets shared holds
+            self.race["reached"].set()
+        return iter(keys)
+
 
 def judge_dead(monkeypatch, store) -> None:
     """Every write with records in ``store`` is from now on judged dead (as after its process
@@ -132,3 +138,66 @@ def judge_dead(monkeypatch, store) -> None:
     fake = lambda txn_id: txn_id in ids or real(txn_id)  # noqa: E731
     monkeypatch.setattr(commit, "writer_is_dead", fake)
     monkeypatch.setattr(node_claims, "writer_is_dead", fake)
+
+
+class ErasedAfterCommit(MemoryStore):
+    """Once a write's commit is done (its manifest removed, every document written), keeps a
+    snapshot of its keys (``committed``) and erases every key under ``erase_below`` at once, as
+    another writer's ``mode="w"`` landing right after the commit would."""
+
+    erase_below: str | None = None
+    committed: dict | None = None
+
+    def erase(self, key):
+        super().erase(key)
+        if self.erase_below is not None and key.endswith("/manifest.json"):
+            prefix, self.erase_below = self.erase_below, None
+            self.committed = dict(self._data)
+            self.erase_many(list(self.list_prefix(prefix)))
+
+
+class PausesInCommit:
+    """Mixed into a store (before it): pauses the first write that stores a key
+    ``pause_after(key)`` picks, right after that ``set``, until ``resume`` is set (``paused`` is
+    set meanwhile); the other threads go on.
+    ``waiting`` is set when another thread meets a claim another write holds: its conditional
+    write of an exclusive claim refused, its shared hold withdrawn, or, holding an exclusive
+    claim, shared holds of that document listed."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)  # the store's own
+        self.pause_after: Callable[[str], bool] | None = None
+        self.paused, self.resume, self.waiting = threading.Event(), threading.Event(), threading.Event()
+        self.paused_thread: threading.Thread | None = None
+
+    def _other(self) -> bool:
+        return self.paused.is_set() and threading.current_thread() is not self.paused_thread
+
+    def set(self, key, value):
+        super().set(key, value)
+        if self.pause_after is not None and self.pause_after(key):
+            self.pause_after = None
+            self.paused_thread = threading.current_thread()
+            self.paused.set()
+            assert self.resume.wait(60)
+
+    def set_if(self, key, value, expected):
+        ok = super().set_if(key, value, expected)
+        if self._other() and not ok and key.startswith(CLAIMS_DIR) and not key.startswith(SHARED_DIR):
+            self.waiting.set()
+        return ok
+
+    def erase(self, key):
+        super().erase(key)
+        if self._other() and key.startswith(SHARED_DIR):  # a shared hold withdrawn
+            self.waiting.set()
+
+    def list_prefix(self, prefix):
+        keys = list(super().list_prefix(prefix))
+        if self._other() and keys and prefix.startswith(SHARED_DIR) and prefix != SHARED_DIR:
+            self.waiting.set()  # an eraser draining the shared holds of a document
+        return iter(keys)
+
+
+class PausedInCommit(PausesInCommit, MemoryStore):
+    """A MemoryStore that pauses a writer in its commit window (``PausesInCommit``)."""

@@ -32,9 +32,12 @@ claims the arrays it adds (planned again over one another writer added first) an
 overwrites whole (by the shape it planned from, and the document it read: an array replaced
 by another of the same shape is not the one it planned for), so one array never holds two
 writers' chunks. A write that erases a group or an array (``mode="w"``, an overwrite) holds the
-claims of the nodes stored under it, and one that adds a node those of the groups above it
-(``node_claims.held_nodes``), so an erase never takes values another commit moved in before its
-documents. The claims are given up once the new documents are written.
+claims of the nodes stored under it, and one that adds a node holds the groups above it shared
+(``node_claims.held_nodes``, ``hold_modes``), so an erase never takes values another commit moved
+in before its documents, while commits adding different nodes never wait on each other. The
+claims are given up once the new documents are written. With adds committing at once, the root's
+consolidated metadata is made within the root's compare-and-swap, listing the members again when
+another commit wrote the root since they were listed (``_with_members_table``).
 
 Each step is kept only with the ones before it after a crash of the machine too, where the store
 is asked to (the ``durable`` setting): ``Store.barrier()`` flushes it before the manifest, the
@@ -75,10 +78,13 @@ from .node_claims import (
     CLAIMS_DIR,
     claim_nodes,
     held_nodes,
+    hold_modes,
     moved,
     release_claims,
+    release_shared,
     same_array,
     shape_only,
+    stored_node_documents,
     sweep_claims,
 )
 from .paths import metadata_key
@@ -162,11 +168,8 @@ def _write_final(
     instead, within the compare-and-swap."""
 
     def finish(old: bytes | None) -> bytes | None:
-        if rebase is not None and new_doc is not None and old is not None:
-            try:
-                stored = dump_doc(with_markers(parse_doc(old, key), {}))
-            except MetadataError:
-                stored = None  # not a document: ``new_doc`` replaces it
+        if rebase is not None and new_doc is not None:
+            stored = _unmarked(old, key)  # None when not a document: ``new_doc`` replaces it
             if stored is not None:
                 return finished(old, rebase(stored))
         return finished(old, new_doc)
@@ -191,6 +194,17 @@ def _write_final(
         return dump_doc(with_markers(parse_doc(new_doc, key), others))
 
     _update(store, key, finish)
+
+
+def _unmarked(raw: bytes | None, key: str) -> bytes | None:
+    """The stored document ``raw`` at ``key`` without in-flight markers (None: missing, or not
+    a document)."""
+    if raw is None:
+        return None
+    try:
+        return dump_doc(with_markers(parse_doc(raw, key), {}))
+    except MetadataError:
+        return None
 
 
 def replace_document(store: Store, key: str, doc: bytes) -> None:
@@ -225,13 +239,16 @@ def update_document(store: Store, key: str, change: Callable[[bytes | None], byt
     return written[0]
 
 
-def _end_records(store: Store, base: str, claimed: Iterable[str], txn_id: str) -> None:
+def _end_records(
+    store: Store, base: str, claimed: Iterable[str], txn_id: str, shared: Iterable[str] = ()
+) -> None:
     """Remove a finished or dropped write's records: the manifest first (a run that starts after
     this one finds nothing to roll forward, and a claim whose holder has no manifest is free to
-    take over), then its claims, then the rest of its records."""
+    take over), then its claims and shared holds, then the rest of its records."""
     store.erase(base + MANIFEST)
     store.barrier()  # gone for good before the records a re-run would trust (the erases' one)
     release_claims(store, claimed, txn_id)
+    release_shared(store, shared, txn_id)
     store.erase_prefix(base)
 
 
@@ -452,7 +469,7 @@ def _guarded_keys(store: Store, manifest: Mapping[str, Any]) -> list[str]:
     if manifest.get("consolidate") is not None or root_is_consolidated(store):
         keys.add(metadata_key(""))
     for prefix in manifest["erase_prefixes"]:
-        keys.update(k for k in store.list_prefix(prefix) if k.rsplit("/", 1)[-1] == "zarr.json")
+        keys.update(k for k in stored_node_documents(store, prefix) if k.rsplit("/", 1)[-1] == "zarr.json")
     keys = {k for k in keys if not is_reserved_key(k)}
     return sorted(keys, key=lambda k: (-k.count("/"), k))
 
@@ -473,9 +490,22 @@ def _write_v2_documents(store: Store, docs: Mapping[str, bytes]) -> None:
 
 
 def _claimed(manifest: Mapping[str, Any]) -> list[str]:
-    """The documents whose claims the write of ``manifest`` takes, in key order."""
-    fields = ("shape_from", "create", "add", "hold")
-    return sorted({key for name in fields for key in (manifest.get(name) or ())})
+    """The documents whose claims the write of ``manifest`` takes (exclusive), in key order."""
+    fields = ("shape_from", "create", "add")
+    exclusive, _ = _holds(manifest)
+    return sorted({key for name in fields for key in (manifest.get(name) or ())} | set(exclusive))
+
+
+def _shared(manifest: Mapping[str, Any]) -> list[str]:
+    """The documents the write of ``manifest`` holds shared (and does not claim), in key order."""
+    fields = ("shape_from", "create", "add")
+    checked = {key for name in fields for key in (manifest.get(name) or ())}
+    return [k for k in _holds(manifest)[1] if k not in checked]
+
+
+def _holds(manifest: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """``(exclusive, shared)``: the documents the write of ``manifest`` holds unchecked."""
+    return hold_modes(manifest.get("hold") or (), manifest["erase_prefixes"])
 
 
 def _erased_documents(store: Store, base: str) -> list[str] | None:
@@ -514,10 +544,10 @@ def _apply(
     shape_from = manifest.get("shape_from") or {}
     create = manifest.get("create", ())
     add = manifest.get("add", ())
-    hold = manifest.get("hold", ())
-    claimed = _claimed(manifest)
+    hold, share = _holds(manifest)
+    claimed, shared = _claimed(manifest), _shared(manifest)
     store.barrier()  # the manifest kept before any claim or marker that a repair must follow
-    if claimed:
+    if claimed or shared:
         # a run that finds the claims checked (an earlier run of this commit, which may have
         # moved values since) does not check again; otherwise nothing of this write has moved
         checked = store.get(base + _CLAIMS_CHECKED) is not None
@@ -531,6 +561,7 @@ def _apply(
                 _repairer(store),
                 add=add,
                 hold=hold,
+                share=share,
                 planned=planned,
                 checked=checked,
             )
@@ -538,11 +569,11 @@ def _apply(
             refusal = e  # another write held a claim too long
         except BaseException:
             if not checked:  # a store error while claiming: dropped, no claim left held
-                _end_records(store, base, claimed, txn_id)
+                _end_records(store, base, claimed, txn_id, shared)
             raise
         if refusal is not None:
             if not checked:  # nothing of this write moved yet: dropped
-                _end_records(store, base, claimed, txn_id)
+                _end_records(store, base, claimed, txn_id, shared)
             raise refusal
         if not checked:
             store.set(base + _CLAIMS_CHECKED, b"")
@@ -628,22 +659,22 @@ def _apply(
     for level in _levels(new, deepest_first=False):  # a group before its members
         thread_map(lambda key: _write_final(store, key, docs[key], txn_id), level, kind="io")
     _write_v2_documents(store, v2_docs)
-    if v2_docs or manifest.get("consolidate") is not None:
-        from .consolidate import refresh_v2_consolidated
+    if v2_docs:
+        from .consolidate import consolidated_v2, refresh_v2_consolidated
 
-        refresh_v2_consolidated(store, v2_docs, rebuild=manifest.get("consolidate") is not None)
+        refresh_v2_consolidated(store, v2_docs, rebuild=False)
+        if manifest.get("consolidate") is not None:
+            # listed within the compare-and-swap: writers adding nodes share the root's hold,
+            # and the last to write lists after every other one wrote its nodes
+            _update(store, CONSOLIDATED_KEY, lambda _: consolidated_v2(store, ""))
     root_doc = docs.get(root)
     root_replaced = root_doc is None and "" in manifest["erase_prefixes"]  # e.g. by a v2 root
     root_rebase = rebase.get(root)
     if manifest.get("consolidate") is not None and not root_replaced:
-        given = root_doc is not None
-        root_doc = _consolidated_root(store, root_doc, txn_id)
-        if not given and root_doc is not None and root_rebase is None:
-            # made from the stored root as read before the members were listed: only its
-            # members' table goes in, so a root attribute set meanwhile is kept
-            from .consolidate import members_table_into
-
-            root_rebase = members_table_into(root_doc)
+        if root_rebase is None:
+            root_doc, root_rebase = _with_members_table(store, root_doc, txn_id)
+        else:  # a root array whose shape changes: as it is
+            root_doc = _consolidated_root(store, root_doc, txn_id)
     if root_doc is None and root in guarded and "" in manifest["erase_prefixes"]:
         store.erase(root)
     else:
@@ -651,12 +682,39 @@ def _apply(
     shrunk = {k: v for k, v in shape_from.items() if shrinks(manifest["documents"].get(k), k, v)}
     keep_within(store, txn_id, {**shrunk, **(manifest.get("within") or {})}, set(claimed), _repairer(store))
     store.barrier()  # the documents kept before the records a repair would finish them from
-    _end_records(store, base, claimed, txn_id)  # the new shapes and nodes are stored
+    _end_records(store, base, claimed, txn_id, shared)  # the new shapes and nodes are stored
     if lost:
         raise WriteConflictError(
             f"{sorted(lost)} were changed by other writers while this write merged into them and could "
             "not be merged again: those units keep the other writers' values, the rest is committed"
         )
+
+
+def _with_members_table(
+    store: Store, root_doc: bytes | None, txn_id: str
+) -> tuple[bytes | None, Callable[[bytes], bytes] | None]:
+    """The root document with fresh consolidated metadata (``root_doc`` given by the write, else
+    the stored root), and how ``_write_final`` makes the document it writes from the stored root
+    (none when there is no root group): that document, or with the stored root only the members'
+    table put in (a root attribute set meanwhile is kept). Writers adding nodes share the root's
+    hold, so another one's consolidation can land between this listing and the write: when the
+    stored root is no longer the one read before the listing, the members are listed again within
+    the compare-and-swap (the last writer then lists after every other one wrote its nodes)."""
+    from .consolidate import members_table_into
+
+    key = metadata_key("")
+    before = _unmarked(store.get(key), key)
+    fresh = _consolidated_root(store, root_doc, txn_id)
+    if fresh is None:
+        return None, None
+
+    def change(stored: bytes) -> bytes:
+        doc = fresh if stored == before else _consolidated_root(store, root_doc, txn_id)
+        if doc is None:
+            return stored
+        return doc if root_doc is not None else members_table_into(doc)(stored)
+
+    return fresh, change
 
 
 def _consolidated_root(store: Store, root_doc: bytes | None, txn_id: str) -> bytes | None:
@@ -769,8 +827,9 @@ def _repair_write(
         return True
     try:
         manifest = parse_manifest(raw, txn_id)
-        if drop_unchecked and _claimed(manifest) and store.get(base + _CLAIMS_CHECKED) is None:
-            _end_records(store, base, _claimed(manifest), txn_id)  # nothing of it moved: the old state stays
+        claimed, shared = _claimed(manifest), _shared(manifest)
+        if drop_unchecked and (claimed or shared) and store.get(base + _CLAIMS_CHECKED) is None:
+            _end_records(store, base, claimed, txn_id, shared)  # nothing of it moved: the old state stays
             return True
         try:
             _apply(store, manifest, {}, None)

@@ -21,7 +21,15 @@ of the same shape (another data type, chunks, codecs) is planned for again too.
 
 Claims held without a check (``held_nodes``) keep an erase from interleaving with writes into
 what it erases: a commit that erases a group or an array holds the claims of every node stored
-under it, and one that adds a node holds those of the groups above it.
+under it, and one that adds a node holds those of the groups above it. The latter are held
+SHARED (``hold_modes``): a key per holding write under ``SHARED_DIR``, so any number of commits
+adding different nodes below one group (or below sibling groups, sharing the root) hold it at
+once. The exclusive side writes its claim first, then waits until no shared hold of that
+document remains (``_drain``); a shared holder writes its hold first, then reads the exclusive
+claim, and while one is held withdraws and waits (``_take_shared``): of an eraser and an adder
+racing, at least one sees the other, and an eraser that announced itself is never overtaken by
+a stream of adders. Shared holders of a dead writer are judged and finished as exclusive ones
+are (``finish_dead``); holds are taken in key order after one all-at-once round, as claims are.
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ from ..errors import (
 )
 from ..stores import Store
 from .metadata import ArrayMetadata, parse_node_json
-from .metadata_v2 import ARRAY_KEY, GROUP_KEY, array_document
+from .metadata_v2 import ARRAY_KEY, ATTRS_KEY, CONSOLIDATED_KEY, GROUP_KEY, array_document
 from .txn_records import (
     MANIFEST,
     TXN_DIR,
@@ -62,9 +70,31 @@ CLAIMS_DIR = f"{TXN_DIR}/shape-claims/"
 _SHAPE_RETRIES = 64
 
 
+#: Where shared holds are kept: ``<digest of the document>/<id of the holding write>``.
+SHARED_DIR = f"{CLAIMS_DIR}shared/"
+
+
+def _digest(doc_key: str) -> str:
+    return hashlib.blake2b(doc_key.encode(), digest_size=12).hexdigest()
+
+
 def claim_key(doc_key: str) -> str:
     """The key of the claim on document ``doc_key`` (a digest: one flat directory of claims)."""
-    return CLAIMS_DIR + hashlib.blake2b(doc_key.encode(), digest_size=12).hexdigest()
+    return CLAIMS_DIR + _digest(doc_key)
+
+
+def shared_prefix(doc_key: str) -> str:
+    """The prefix of the shared holds of document ``doc_key``: one key per holding write (its id)."""
+    return f"{SHARED_DIR}{_digest(doc_key)}/"
+
+
+def hold_modes(hold: Sequence[str], erase_prefixes: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``(exclusive, shared)``: how a commit holds the documents ``hold`` (``held_nodes``) given
+    the prefixes it erases. The nodes it erases are held exclusive; the groups above the nodes
+    it adds, outside what it erases, shared: writers adding different nodes below one group hold
+    it at once, and an erase of it waits for them all (and they for it)."""
+    shared = sorted(k for k in set(hold) if not any(k.startswith(p) for p in erase_prefixes))
+    return sorted(set(hold) - set(shared)), shared
 
 
 def stored_shape(store: Store, doc_key: str) -> list[int] | None:
@@ -93,11 +123,7 @@ def held_nodes(store: Store, erase_prefixes: Sequence[str], add: Sequence[str]) 
     all fill, an append's rows lost)."""
     held = set()
     for prefix in erase_prefixes:
-        held.update(
-            k
-            for k in store.list_prefix(prefix)
-            if k.rpartition("/")[2] in _NODE_DOCUMENTS and not is_reserved_key(k)  # not a write's records
-        )
+        held.update(stored_node_documents(store, prefix))
     for doc_key in add:  # (or creates, or rewrites after erasing it)
         path = doc_key.rpartition("/")[0].rpartition("/")[0]  # the group the node is added to
         name = GROUP_KEY if doc_key.endswith((ARRAY_KEY, GROUP_KEY)) else "zarr.json"
@@ -110,6 +136,46 @@ def held_nodes(store: Store, erase_prefixes: Sequence[str], add: Sequence[str]) 
 
 
 _NODE_DOCUMENTS = frozenset({"zarr.json", ARRAY_KEY, GROUP_KEY})
+#: Names in a node's directory that are documents, never directories to walk into.
+_DOCUMENT_NAMES = _NODE_DOCUMENTS | {ATTRS_KEY, CONSOLIDATED_KEY}
+
+
+def stored_node_documents(store: Store, prefix: str) -> list[str]:
+    """The node documents (``zarr.json``, ``.zarray``, ``.zgroup``) stored at and below the key
+    prefix ``prefix`` ("" the root, else ending in "/"), found by walking the hierarchy one level
+    at a time (a listing per group and one batched read of the candidates' documents per level):
+    an array's directory, known from its document, is never listed, so the cost does not grow
+    with the number of chunks. Written here rather than with ``Group.members``, which parses the
+    nodes and follows the formats' membership rules: every document counts, readable or not."""
+    found: list[str] = []
+    level = [prefix]
+    while level:
+        keys = [d + name for d in level for name in ("zarr.json", ARRAY_KEY, GROUP_KEY)]
+        docs = dict(zip(keys, store.get_many(keys), strict=True))
+        found += [k for k, raw in docs.items() if raw is not None]
+        groups = [d for d in level if not _is_array_dir(docs, d)]
+        listed = thread_map(lambda d: (d, list(store.list_dir(d))), groups, kind="io")
+        level = [
+            f"{d}{name}/"
+            for d, names in listed
+            for name in names
+            if name not in _DOCUMENT_NAMES and not is_reserved_key(d + name)  # not a write's records
+        ]
+    return sorted(found)
+
+
+def _is_array_dir(docs: Mapping[str, bytes | None], prefix: str) -> bool:
+    """Whether the node documents read at ``prefix`` (``docs``, by key) say an array is stored
+    there (a ``.zarray``, or a ``zarr.json`` of node type array): its directory holds chunks."""
+    if docs[prefix + ARRAY_KEY] is not None:
+        return True
+    raw = docs[prefix + "zarr.json"]
+    if raw is None:
+        return False
+    try:
+        return parse_doc(raw, prefix + "zarr.json").get("node_type") == "array"
+    except MetadataError:
+        return False  # unreadable: walked into, so no node below it is missed
 
 
 def _array_of(raw: bytes, doc_key: str) -> ArrayMetadata | None:
@@ -141,6 +207,26 @@ def same_array(stored: bytes | None, planned: bytes, doc_key: str) -> bool:
         return False  # another rank (a grid that cannot hold the old shape): another array
 
 
+class _Patience:
+    """How a claim waits for a live holder: growing, jittered pauses until the store's
+    ``commit_wait`` runs out, then the refusal."""
+
+    def __init__(self, store: Store) -> None:
+        self.wait = store.settings.commit_wait
+        self.deadline = time.monotonic() + self.wait
+        self.delay = 0.002
+
+    def pause(self, doc_key: str, holder_id: str, how: str) -> None:
+        """Sleep a little, or raise WriteConflictError once ``commit_wait`` has run out."""
+        if time.monotonic() > self.deadline:
+            raise WriteConflictError(
+                f"{doc_key!r}: another write ({holder_id}) holds this node's claim ({how}) and did "
+                f"not finish within commit_wait ({self.wait} s); nothing of this write was written"
+            )
+        time.sleep(self.delay * (0.5 + secrets.randbelow(1000) / 1000))
+        self.delay = min(self.delay * 2, 0.1)
+
+
 def _take_claim(store: Store, doc_key: str, txn_id: str, finish_dead: Callable[[str], object]) -> bool:
     """Hold ``doc_key``'s claim for ``txn_id``: waits while a live write holds it (up to the
     store's ``commit_wait``), finishes a dead holder's write first (``finish_dead(holder id)``:
@@ -148,8 +234,7 @@ def _take_claim(store: Store, doc_key: str, txn_id: str, finish_dead: Callable[[
     already (an earlier, interrupted run of its commit)."""
     key = claim_key(doc_key)
     me = txn_id.encode()
-    deadline = time.monotonic() + store.settings.commit_wait
-    delay = 0.002
+    patience = _Patience(store)
     while True:
         if store.set_if(key, me, None):
             return True
@@ -176,29 +261,122 @@ def _take_claim(store: Store, doc_key: str, txn_id: str, finish_dead: Callable[[
                 return True
             continue
         # a live holder, or a dead one's write another repairer is finishing: wait for it
-        if time.monotonic() > deadline:
-            raise WriteConflictError(
-                f"{doc_key!r}: another write ({holder_id}) holds this node's claim (it changes the "
-                f"array's shape or creates the node) and did not finish within commit_wait "
-                f"({store.settings.commit_wait} s); nothing of this write was written"
-            )
-        time.sleep(delay * (0.5 + secrets.randbelow(1000) / 1000))
-        delay = min(delay * 2, 0.1)
+        patience.pause(doc_key, holder_id, "it changes the array's shape, creates or erases the node")
 
 
-def _take_all_at_once(store: Store, doc_keys: Sequence[str], txn_id: str) -> bool:
-    """Take every claim of ``doc_keys`` for ``txn_id`` in one round of conditional writes (all at
-    once: one round trip for all on object storage, where one after another cost one each);
-    when any is held (by another write, or by an earlier run of this one) the ones just taken
-    are given back and False returned, for ``_take_claim`` to take them in key order. Nothing
+def _take_shared(
+    store: Store, doc_key: str, txn_id: str, finish_dead: Callable[[str], object], *, checked: bool
+) -> None:
+    """Hold ``doc_key`` shared for ``txn_id``: its key among the document's shared holds is
+    written first, then the exclusive claim read (an eraser writes that claim first, then lists
+    the shared holds: of two such writers at least one sees the other). While a write holds the
+    exclusive claim the shared hold is withdrawn and that write waited for (so an eraser that
+    announced itself is never overtaken by a stream of adders). ``checked``: an earlier run of
+    this commit took and checked every claim: a shared hold it left is held still, whatever
+    holds the exclusive claim now (an eraser that came later waits for it)."""
+    mine = shared_prefix(doc_key) + txn_id
+    me = txn_id.encode()
+    key = claim_key(doc_key)
+    patience = _Patience(store)
+    if not store.set_if(mine, me, None) and checked:
+        return
+    while True:
+        holder, version = store.get_versioned(key)
+        if holder is None:
+            return  # written before the exclusive claim was seen free: held
+        holder_id = holder.decode(errors="replace")
+        if holder_id == txn_id:
+            return  # (a document is held one way by a write: not reached)
+        store.erase(mine)  # withdrawn: the eraser waits for no withdrawn holder
+        _outwait(store, doc_key, holder, version, finish_dead, patience)
+        store.set(mine, me)
+
+
+def _outwait(
+    store: Store,
+    doc_key: str,
+    holder: bytes,
+    version: object,
+    finish_dead: Callable[[str], object],
+    patience: _Patience,
+) -> None:
+    """Wait until the exclusive claim of ``doc_key`` no longer holds ``holder`` (read at
+    ``version``): a claim naming no write, or a write whose manifest is gone, is removed; a dead
+    holder's write is finished (or dropped) first."""
+    key = claim_key(doc_key)
+    holder_id = holder.decode(errors="replace")
+    while True:
+        if not is_txn_id(holder_id):
+            store.erase_if(key, version)  # names no write: holds nothing
+            return
+        if writer_is_dead(holder_id):
+            finish_dead(holder_id)  # its write finished (or dropped): the claim is freed
+        if store.get_versioned(key)[1] != version:
+            return  # released (or taken anew: looked at again)
+        if store.get(txn_prefix(holder_id) + MANIFEST) is None:
+            store.erase_if(key, version)  # left over (a holder keeps its manifest while it holds)
+            return
+        patience.pause(doc_key, holder_id, "it erases or creates the node")
+
+
+def _drain(store: Store, doc_key: str, txn_id: str, finish_dead: Callable[[str], object]) -> None:
+    """Wait, holding ``doc_key``'s exclusive claim, until no other write holds it shared (none
+    takes it anew meanwhile: each sees the claim and withdraws): a dead holder's write is
+    finished (or dropped) first, a hold naming no write or a write whose manifest is gone
+    (given up after it) is removed."""
+    prefix = shared_prefix(doc_key)
+    patience = _Patience(store)
+    while True:
+        holders = [k[len(prefix) :] for k in store.list_prefix(prefix) if k != prefix + txn_id]
+        if not holders:
+            return
+        live = ""
+        for holder_id in holders:
+            if is_txn_id(holder_id):
+                if writer_is_dead(holder_id):
+                    finish_dead(holder_id)  # frees its holds: finished, or dropped
+                if store.exists(txn_prefix(holder_id) + MANIFEST):
+                    live = holder_id  # running (or a dead one another repairer is finishing)
+                    continue
+            store.erase(prefix + holder_id)  # names no write, or left over
+        if live:
+            patience.pause(doc_key, live, "it adds a node below this group")
+
+
+def _take_all_at_once(
+    store: Store, exclusive: Sequence[str], shared: Sequence[str], drained: Sequence[str], txn_id: str
+) -> bool:
+    """Take every claim of ``exclusive`` and every shared hold of ``shared`` for ``txn_id`` in one
+    round of conditional writes (all at once: one round trip for all on object storage, where
+    one after another cost one each), then look in one round whether another write holds one of
+    ``shared`` exclusive or one of ``drained`` (of ``exclusive``) shared; when one is held (by
+    another write, or by an earlier run of this one) the ones just taken are given back and
+    False returned, for ``_take_claim`` and ``_take_shared`` to take them in key order. Nothing
     waits while holding a claim, so two writers still never wait on each other."""
-    if len(doc_keys) < 2:
+    if len(exclusive) + len(shared) < 2:
         return False
     me = txn_id.encode()
-    taken = thread_map(lambda doc_key: store.set_if(claim_key(doc_key), me, None), doc_keys, kind="io")
-    if all(taken):
+    keys = [claim_key(k) for k in exclusive] + [shared_prefix(k) + txn_id for k in shared]
+    taken = thread_map(lambda key: store.set_if(key, me, None), keys, kind="io")
+    if all(taken) and not _others_hold(store, shared, drained, txn_id):
         return True
-    release_claims(store, [k for k, ok in zip(doc_keys, taken, strict=True) if ok], txn_id)
+    release_claims(store, [k for k, ok in zip(exclusive, taken[: len(exclusive)], strict=True) if ok], txn_id)
+    release_shared(store, [k for k, ok in zip(shared, taken[len(exclusive) :], strict=True) if ok], txn_id)
+    return False
+
+
+def _others_hold(store: Store, shared: Sequence[str], drained: Sequence[str], txn_id: str) -> bool:
+    """Whether a write holds one of ``shared`` exclusive (one batched read) or another one of
+    ``drained`` shared (one listing of every shared hold)."""
+    if shared and any(v is not None for v in store.get_many([claim_key(k) for k in shared])):
+        return True
+    if not drained:
+        return False
+    digests = {_digest(k) for k in drained}
+    for key in store.list_prefix(SHARED_DIR):
+        digest, _, holder = key[len(SHARED_DIR) :].partition("/")
+        if digest in digests and holder != txn_id:
+            return True
     return False
 
 
@@ -236,6 +414,13 @@ def release_claims(store: Store, doc_keys: Iterable[str], txn_id: str) -> None:
     thread_map(release, list(doc_keys), kind="io")  # independent: all at once
 
 
+def release_shared(store: Store, doc_keys: Iterable[str], txn_id: str) -> None:
+    """Give up ``txn_id``'s shared holds on ``doc_keys`` (each key is its own: no check)."""
+    keys = [shared_prefix(k) + txn_id for k in doc_keys]
+    if keys and store.supports_conditional_writes:  # else none was taken
+        store.erase_many(keys)
+
+
 def claim_nodes(
     store: Store,
     txn_id: str,
@@ -245,6 +430,7 @@ def claim_nodes(
     *,
     add: Sequence[str] = (),
     hold: Sequence[str] = (),
+    share: Sequence[str] = (),
     planned: Mapping[str, bytes] | None = None,
     checked: bool = False,
 ) -> Zarr3Error | None:
@@ -258,17 +444,28 @@ def claim_nodes(
     write with NodeAddedError, and it is planned again over the stored node. ``finish_dead(txn
     id)`` repairs a dead writer's write (that one only: the waiter holds claims meanwhile, and
     the other writes in the store are ``repair``'s business). ``hold``: documents claimed and
-    not checked (``held_nodes``). ``planned``: documents of ``shape_from``'s arrays as the
+    not checked (``held_nodes``); ``share``: documents held shared, not checked (``hold_modes``:
+    one also claimed is held exclusive). ``planned``: documents of ``shape_from``'s arrays as the
     write read them; one replaced since by another array of the same shape (``same_array``)
     refuses the write as a changed shape does.
     ``checked``: an earlier run of this commit took and checked the claims (its record says so):
     claims it still holds are not checked again (values may have moved since)."""
-    exclusive = store.supports_conditional_writes  # else no claim can be taken: the check alone
     planned = planned or {}
     keys = sorted({*shape_from, *create, *add, *hold})
-    if exclusive and not _take_all_at_once(store, keys, txn_id):
-        for doc_key in keys:  # one after the other, in key order
+    shared = sorted(set(share) - set(keys))
+    # the claims other writers may hold shared (groups): taken, they wait for those to finish
+    drained = {*create, *hold}
+    # else no claim can be taken: the check alone
+    if store.supports_conditional_writes and not _take_all_at_once(
+        store, keys, shared, sorted(drained), txn_id
+    ):
+        for doc_key in sorted({*keys, *shared}):  # one after the other, in key order
+            if doc_key in shared:
+                _take_shared(store, doc_key, txn_id, finish_dead, checked=checked)
+                continue
             _take_claim(store, doc_key, txn_id, finish_dead)  # or still held by an earlier run
+            if doc_key in drained and not checked:  # checked: drained by the earlier run
+                _drain(store, doc_key, txn_id, finish_dead)
     if checked:
         return None  # checked by an earlier run of this commit (on any store: values may have moved)
     # every document checked under every claim, read in one batch (the held ones are not checked)
@@ -301,6 +498,7 @@ def claim_nodes(
             )
         if refusal is not None:
             release_claims(store, keys, txn_id)
+            release_shared(store, shared, txn_id)
             return refusal
     return None
 

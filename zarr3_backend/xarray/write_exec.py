@@ -16,7 +16,7 @@ a Delayed computed by ``dask.compute`` or a client cannot hand them to the store
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import dask.array as da
@@ -24,15 +24,18 @@ import numpy as np
 from dask.delayed import Delayed, delayed
 
 from .._threads import thread_map
-from ..core.api import missing_parent_documents, open_group
+from ..core.api import missing_parent_documents
 from ..core.array import Array
 from ..core.commit import Transaction
-from ..core.group import Group
-from ..core.paths import join_prefix
+from ..core.group import Group, open_existing_group, read_node_metadata
+from ..core.metadata import GroupMetadata
+from ..core.paths import join_prefix, metadata_key
+from ..core.txn_records import unmarked_node
 from ..dask.tree import Tally, receipts_of, sum_counts
 from ..dask.write import FusingDelayed
 from ..dask.write import store as dask_store
-from ..errors import WriteConflictError
+from ..errors import GroupNotFoundError, InterruptedWriteError, WriteConflictError, Zarr3Error
+from ..stores import MemoryStore
 from ..stores.base import Store
 from .write_plan import VariableWrite, WritePlan
 
@@ -111,7 +114,30 @@ def execute(
         txn.commit(consolidate=consolidate and changes, redo=_redo(plans, store))
     if not compute:
         return combine(lazy)
-    return open_group(store, path=path, mode="r+")
+    return _written_group(store, path, documents)
+
+
+def _written_group(store: Store, path: str, documents: Mapping[str, bytes]) -> Group:
+    """The group at ``path`` as stored now, read at once: a write that succeeded never reports
+    failure, nor waits for another writer's commit. When another writer erased the group right
+    after this commit, or holds it marked in its own commit window, the group as this commit
+    wrote it (its ``documents``), else as stored without the other write's marker, else (gone,
+    and its document left as it was by this commit) an implicit, empty group."""
+    try:
+        return open_existing_group(store, path, read_only=False, use_consolidated=None)
+    except (GroupNotFoundError, InterruptedWriteError):
+        pass
+    # the documents read as a store: one owner for reading a node's metadata, v3 or v2
+    meta = read_node_metadata(MemoryStore(dict(documents)), path)
+    if meta is None:
+        raw = store.get(metadata_key(path))
+        try:
+            meta = None if raw is None else unmarked_node(raw, metadata_key(path), path)
+        except Zarr3Error:
+            meta = None  # replaced meanwhile by what is no group document
+    if isinstance(meta, GroupMetadata):
+        return Group(store, path, meta)
+    return Group(store, path, GroupMetadata(attributes={}), implicit=True)
 
 
 def _redo(plans: Sequence[WritePlan], store: Store) -> Callable[[str], None]:
