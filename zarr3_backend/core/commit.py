@@ -417,8 +417,13 @@ class Transaction:
                 "add": self.add,
                 "within": self.within,
                 "planned": self.planned,
+                # writers below a group (adding, creating, rewriting, or changing an array's
+                # shape) hold it shared; an erase of it holds it exclusive (review15 F3: an
+                # append to an array added after the eraser listed its nodes came back with holes)
                 "hold": held_nodes(
-                    self.store, self.erase_prefixes, [*self.add, *self.create, *self._rewritten(docs)]
+                    self.store,
+                    self.erase_prefixes,
+                    [*self.add, *self.create, *self._rewritten(docs), *self.shape_from],
                 ),
             }
             self.store.barrier()  # the staged values kept before the manifest that points at them
@@ -660,13 +665,9 @@ def _apply(
         thread_map(lambda key: _write_final(store, key, docs[key], txn_id), level, kind="io")
     _write_v2_documents(store, v2_docs)
     if v2_docs:
-        from .consolidate import consolidated_v2, refresh_v2_consolidated
+        from .consolidate import refresh_v2_consolidated
 
-        refresh_v2_consolidated(store, v2_docs, rebuild=False)
-        if manifest.get("consolidate") is not None:
-            # listed within the compare-and-swap: writers adding nodes share the root's hold,
-            # and the last to write lists after every other one wrote its nodes
-            _update(store, CONSOLIDATED_KEY, lambda _: consolidated_v2(store, ""))
+        refresh_v2_consolidated(store, v2_docs, rebuild=manifest.get("consolidate") is not None)
     root_doc = docs.get(root)
     root_replaced = root_doc is None and "" in manifest["erase_prefixes"]  # e.g. by a v2 root
     root_rebase = rebase.get(root)

@@ -109,14 +109,14 @@ def consolidated_v2(store: Store, path: str = "") -> bytes | None:
 
 def refresh_v2_consolidated(store: Store, docs: dict[str, bytes], *, rebuild: bool) -> None:
     """Bring Zarr v2 ``.zmetadata`` up to date after the v2 documents ``docs`` were written:
-    with ``rebuild`` the root's is built afresh (when the root is a v2 group); every other
+    with ``rebuild`` the root's is built afresh (when the root is a v2 group; as a
+    compare-and-swap); every other
     existing ``.zmetadata`` of a group above a written document gets those documents put in."""
     groups = {a for key in docs for a in ancestor_paths(key)}
-    if rebuild:
-        fresh = consolidated_v2(store, "")
-        if fresh is not None:
-            store.set(CONSOLIDATED_KEY, fresh)
-            groups.discard("")
+    # rebuilt within a compare-and-swap: writers adding nodes share the root's hold, and the last
+    # to write lists after every other one wrote its nodes
+    if rebuild and update_document(store, CONSOLIDATED_KEY, lambda _: consolidated_v2(store, "")) is not None:
+        groups.discard("")
     if not groups:
         return
     ordered = sorted(groups)

@@ -115,15 +115,18 @@ def shape_of(raw: bytes | None, doc_key: str) -> list[int] | None:
 
 def held_nodes(store: Store, erase_prefixes: Sequence[str], add: Sequence[str]) -> list[str]:
     """The documents whose claims a commit holds, unchecked, besides those it checks: every
-    node stored under a prefix it erases (a replaced group or array) and every group above a
-    node it adds (``add``: the documents of the nodes it adds, creates, or writes anew where it
-    erased them). A commit that erases a group and one that adds a node to it (or appends to,
+    node stored under a prefix it erases (a replaced group or array) and that node's own
+    documents, stored or not, and every group above a node it writes (``add``: the documents
+    of the nodes it adds, creates, writes anew where it erased them, or changes the shape of). A commit that erases a group and one that adds a node to it (or appends to,
     or overwrites, an array in it) then commit one after the other: interleaved, the erase
     took the other's values moved in before its documents were written (an added variable left
     all fill, an append's rows lost)."""
     held = set()
     for prefix in erase_prefixes:
         held.update(stored_node_documents(store, prefix))
+        # the erased node's own documents, stored or not (both formats): a writer adding below a
+        # group that does not exist yet holds them shared, so it takes turns with this erase
+        held.update(prefix + name for name in ("zarr.json", GROUP_KEY))
     for doc_key in add:  # (or creates, or rewrites after erasing it)
         path = doc_key.rpartition("/")[0].rpartition("/")[0]  # the group the node is added to
         name = GROUP_KEY if doc_key.endswith((ARRAY_KEY, GROUP_KEY)) else "zarr.json"
@@ -148,19 +151,24 @@ def stored_node_documents(store: Store, prefix: str) -> list[str]:
     with the number of chunks. Written here rather than with ``Group.members``, which parses the
     nodes and follows the formats' membership rules: every document counts, readable or not."""
     found: list[str] = []
-    level = [prefix]
+    level, probed = [prefix], set()
     while level:
         keys = [d + name for d in level for name in ("zarr.json", ARRAY_KEY, GROUP_KEY)]
         docs = dict(zip(keys, store.get_many(keys), strict=True))
         found += [k for k, raw in docs.items() if raw is not None]
-        groups = [d for d in level if not _is_array_dir(docs, d)]
-        listed = thread_map(lambda d: (d, list(store.list_dir(d))), groups, kind="io")
-        level = [
-            f"{d}{name}/"
-            for d, names in listed
-            for name in names
-            if name not in _DOCUMENT_NAMES and not is_reserved_key(d + name)  # not a write's records
+        # a name that looks like a document (``.zattrs``, ...) may also be a node (an array can
+        # be named so): its documents were read with this level's, and it is listed only if a
+        # node is stored there
+        groups = [
+            d
+            for d in level
+            if not _is_array_dir(docs, d)
+            and (d not in probed or any(docs[d + n] is not None for n in _NODE_DOCUMENTS))
         ]
+        listed = thread_map(lambda d: (d, list(store.list_dir(d))), groups, kind="io")
+        below = [(d, name) for d, names in listed for name in names if not is_reserved_key(d + name)]
+        level = [f"{d}{name}/" for d, name in below]  # (a write's records are not walked)
+        probed = {f"{d}{name}/" for d, name in below if name in _DOCUMENT_NAMES}
     return sorted(found)
 
 
