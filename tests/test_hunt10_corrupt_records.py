@@ -17,7 +17,7 @@ from store_doubles import SnapshotOnSetStore
 import zarr3_backend as z3
 from zarr3_backend.cli.check import scan
 from zarr3_backend.core import commit, node_claims
-from zarr3_backend.core.node_claims import CLAIMS_DIR
+from zarr3_backend.core.node_claims import CLAIMS_DIR, SHARED_DIR
 from zarr3_backend.errors import InterruptedWriteError
 
 COLS = 2
@@ -119,10 +119,28 @@ def test_records_whose_content_is_never_read_leave_the_write_finishable(monkeypa
 def test_a_corrupt_node_claim_is_taken_over(monkeypatch, value):
     """A node claim naming no write (garbage): the next shape change takes it over."""
     contents, txn = _interrupted("claims-checked")
-    (claim,) = [k for k in contents if k.startswith(CLAIMS_DIR)]
+    (claim,) = [k for k in contents if k.startswith(CLAIMS_DIR) and not k.startswith(SHARED_DIR)]
     contents[claim] = value
     store = z3.MemoryStore(contents)
     _dead(monkeypatch, txn)
     z3.open_array(store, "a", mode="r+").append(np.full((1, COLS), 7, "i4"))
     np.testing.assert_array_equal(z3.open_array(store, "a")[:, 0], [1, 1, 1, 9, 9, 7])
+    assert not list(store.list_prefix(".z3-txn/"))
+
+
+@pytest.mark.parametrize("value", [b"\xff\xfe garbage", b"", b"../../etc"])
+def test_a_corrupt_shared_hold_does_not_block_an_erase(monkeypatch, value):
+    """The killed append also held its group shared: that hold's value corrupted, a mode="w"
+    of the group (which waits for shared holders) still goes on, and leaves no record."""
+    contents, txn = _interrupted("claims-checked")
+    shared = [k for k in contents if k.startswith(SHARED_DIR)]
+    assert shared, sorted(contents)  # an append holds the groups above its array shared
+    for key in shared:
+        contents[key] = value
+    store = z3.MemoryStore(contents, settings={"commit_wait": 2.0})
+    _dead(monkeypatch, txn)
+    z3.create_array(store, "a", shape=(2, COLS), dtype="i4", chunks=(2, COLS), fill_value=0, overwrite=True)[
+        ...
+    ] = 5
+    z3.create_group(store, overwrite=True)
     assert not list(store.list_prefix(".z3-txn/"))
