@@ -145,13 +145,13 @@ def test_numpy_variables_are_staged_together_on_stores_with_costly_requests():
 
 
 def test_the_claims_of_an_append_to_many_arrays_are_taken_together():
-    """An append to 4 arrays (and its time coordinate) claims their documents in one round of
-    conditional writes, not one array after another."""
-    store = BarrierStore(5, _claims_taken)
+    """An append to 4 arrays (and its time coordinate) claims their documents, and holds the
+    root group shared, in one round of conditional writes, not one array after another."""
+    store = BarrierStore(6, _claims_taken)
     z3.to_zarr(dataset(4), store)
     store.armed = True
     z3.to_zarr(dataset(4, t0=2), store, append_dim="time")
-    assert store.passed == 5  # the 5 claims met at the barrier
+    assert store.passed == 6  # the 5 claims and the root's shared hold met at the barrier
     store.armed = False
     got = xr.open_dataset(store, engine="zarr3").load()
     xr.testing.assert_equal(got, xr.concat([dataset(4), dataset(4, t0=2)], dim="time"))
