@@ -37,13 +37,13 @@ from ..core.api import (
     write_node_documents,
 )
 from ..core.array import Array
-from ..core.commit import Transaction, wait_for_commits
+from ..core.commit import Transaction, holding_groups_above, wait_for_commits
 from ..core.group import Group, read_node_metadata
 from ..core.info import array_info
 from ..core.metadata import ArrayMetadata, GroupMetadata
-from ..core.metadata_v2 import v2_fill_value_is_null
+from ..core.metadata_v2 import GROUP_KEY, v2_fill_value_is_null
 from ..core.metadata_v2_store import store_node_metadata
-from ..core.paths import join_path, join_prefix, normalize_path
+from ..core.paths import join_path, join_prefix, metadata_key, normalize_path
 from ..dask import compute_with_progress, from_array
 from ..errors import ArgumentError, CodecError, NodeExistsError, Zarr3Error
 from ..xarray.encoding import decode_fill_value_attr
@@ -339,6 +339,22 @@ def copy_hierarchy(
         plans.append((rel, a, d.array, d.fresh))
         if d.pending:
             documents[d.array.path] = d.array.metadata
+    # the groups above what this copy publishes held shared from its first unit to its last
+    # document: an erase of one of them does not take the units before the documents land
+    held = [metadata_key(p) if zarr_format == 3 else join_path(p, GROUP_KEY) for p in documents]
+    with holding_groups_above(dst_store, held):
+        return _copy_and_publish(plans, documents, dst_store, dst_root, progress, scheduler)
+
+
+def _copy_and_publish(
+    plans: list[Any],
+    documents: dict[str, ArrayMetadata | GroupMetadata],
+    dst_store: Any,
+    dst_root: str,
+    progress: bool,
+    scheduler: str | None,
+) -> list[CopyResult]:
+    """The data of ``plans`` copied, then the ``documents`` published."""
     graphs = []
     for _rel, a, dst, fresh in plans:
         if a.ndim == 0:

@@ -19,7 +19,7 @@ import click
 
 from ..core.api import consolidate_metadata
 from ..core.codec_specs import v3_codec_from_numcodecs
-from ..core.commit import repair
+from ..core.commit import repair, shapes_held
 from ..core.group import v2_ancestor
 from ..core.metadata import load_json, parse_node_json, to_bytes
 from ..core.metadata_v2 import (
@@ -40,7 +40,7 @@ from ..core.paths import (
     parent_path,
     validate_new_node_path,
 )
-from ..core.txn_records import new_txn_id, txn_prefix
+from ..core.txn_records import txn_prefix
 from ..errors import CodecError, InvalidKeyError, MetadataError, Zarr3Error
 from ..numeric_json import non_finite_spelled
 from ..stores.base import Store
@@ -242,7 +242,19 @@ def apply_migration(store: Store, plan: Plan, root: str = "") -> None:
     the ``durable`` setting): a crash of the machine never leaves an empty ``zarr.json``, nor a
     node whose v2 documents are gone while its v3 one did not reach the disk."""
     repair(store)  # what a killed earlier run left aside (no manifest: dropped), as any write does
-    txn_id = new_txn_id()
+    # the arrays' claims held, their shapes checked to be the planned ones: an append or resize
+    # committing meanwhile is not hidden by the planned zarr.json (ShapeMovedError: run it again)
+    arrays = {
+        join_path(n.path, ARRAY_KEY): n.document["shape"]
+        for n in plan.nodes
+        if n.document["node_type"] == "array"
+    }
+    with shapes_held(store, arrays) as txn_id:
+        _apply_migration(store, plan, root, txn_id)
+
+
+def _apply_migration(store: Store, plan: Plan, root: str, txn_id: str) -> None:
+    """``apply_migration``'s steps, the documents set aside in write ``txn_id``'s staging area."""
     aside = txn_prefix(txn_id) + "data/"
     keys = [metadata_key(node.path) for node in plan.nodes]  # the root's last (plan_migration)
     store.set_many({aside + k: document_bytes(node) for k, node in zip(keys, plan.nodes, strict=True)})
@@ -257,8 +269,7 @@ def apply_migration(store: Store, plan: Plan, root: str = "") -> None:
     for node in plan.nodes:
         store.erase_many(list(node.remove))
     store.erase_many(list(plan.leftovers))
-    store.erase(join_path(root, CONSOLIDATED_KEY))
-    store.erase_prefix(txn_prefix(txn_id))
+    store.erase(join_path(root, CONSOLIDATED_KEY))  # (the write's records go with its claims)
 
 
 def document_bytes(node: NodePlan) -> bytes:
@@ -309,6 +320,7 @@ def migrate(location: str, node_path: str, dry_run: bool, as_json: bool) -> None
             click.echo("nothing to migrate: no Zarr v2 documents left")
     if dry_run:
         return
+    repair(store)  # a killed run's records (its claims held past its last step) end here too
     if not plan.nodes and not plan.leftovers and not store.exists(join_path(root, CONSOLIDATED_KEY)):
         return
     try:

@@ -57,7 +57,8 @@ import re
 import secrets
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from .._owner import current_owner, host_tag, token_is_dead
@@ -276,10 +277,14 @@ def claimed_shape_change(
         "consolidate": None,
         "shape_from": {doc_key: shape},
         "within": {doc_key: shape},
+        # the groups above the array held shared, as a Transaction's shape change holds them:
+        # an erase of one of them takes turns with this change (review16)
+        "hold": held_nodes(store, [], [doc_key]),
     }
+    shared = _shared(manifest)
     store.set(base + MANIFEST, json.dumps(manifest).encode())
     try:
-        refusal = claim_nodes(store, txn_id, manifest["shape_from"], (), _repairer(store))
+        refusal = claim_nodes(store, txn_id, manifest["shape_from"], (), _repairer(store), share=shared)
         if refusal is not None:
             raise refusal
         # from here a repair rolls it forward (the sweep below) rather than check the shape,
@@ -289,7 +294,73 @@ def claimed_shape_change(
         keep_within(store, txn_id, manifest["within"], {doc_key}, _repairer(store))
         return result
     finally:
-        _end_records(store, base, manifest["shape_from"], txn_id)
+        _end_records(store, base, manifest["shape_from"], txn_id, shared)
+
+
+@contextmanager
+def holding_groups_above(store: Store, doc_keys: Sequence[str]) -> Iterator[None]:
+    """Hold the groups above the nodes whose documents are ``doc_keys`` shared while the body
+    runs (writes straight to their final keys, such as a copy's units, and then the nodes'
+    documents): an erase of one of those groups waits for it, or it for the erase (review16).
+    A manifest without documents stands for the holder, so a crash leaves what ``repair`` ends."""
+    if store.commits_externally or not store.supports_conditional_writes or not doc_keys:
+        yield
+        return
+    txn_id = new_txn_id()
+    base = txn_prefix(txn_id)
+    manifest = {
+        "id": txn_id,
+        "owner": current_owner().to_json(),
+        "documents": {},
+        "erase_prefixes": [],
+        "guard": [],
+        "consolidate": None,
+        "hold": held_nodes(store, [], list(doc_keys)),
+    }
+    shared = _shared(manifest)
+    store.set(base + MANIFEST, json.dumps(manifest).encode())
+    try:
+        claim_nodes(store, txn_id, {}, (), _repairer(store), share=shared)  # (nothing to check)
+        store.set(base + _CLAIMS_CHECKED, b"")
+        yield
+    finally:
+        _end_records(store, base, [], txn_id, shared)
+
+
+@contextmanager
+def shapes_held(store: Store, shape_from: Mapping[str, Sequence[int]]) -> Iterator[str]:
+    """Hold the claims of the arrays whose documents are ``shape_from``'s keys, checked to have
+    the shapes given (else ShapeMovedError or ArrayGoneError, nothing held), while the body runs
+    (given the id of the write: its staging area is ``txn_prefix(id) + "data/"``): a write that
+    rewrites those documents outside a transaction (a migration) then takes turns with appends
+    and resizes of them (review16)."""
+    txn_id = new_txn_id()
+    base = txn_prefix(txn_id)
+    if store.commits_externally or not shape_from:
+        try:
+            yield txn_id
+        finally:
+            store.erase_prefix(base)
+        return
+    shapes = {k: [int(n) for n in v] for k, v in shape_from.items()}
+    manifest = {
+        "id": txn_id,
+        "owner": current_owner().to_json(),
+        "documents": {},
+        "erase_prefixes": [],
+        "guard": [],
+        "consolidate": None,
+        "shape_from": shapes,
+    }
+    store.set(base + MANIFEST, json.dumps(manifest).encode())
+    try:
+        refusal = claim_nodes(store, txn_id, shapes, (), _repairer(store))
+        if refusal is not None:
+            raise refusal
+        store.set(base + _CLAIMS_CHECKED, b"")
+        yield txn_id
+    finally:
+        _end_records(store, base, sorted(shapes), txn_id)
 
 
 # ---- the transaction ------------------------------------------------------------------------------

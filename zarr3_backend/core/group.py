@@ -549,7 +549,12 @@ class Group:
             )
         if not self.store.exists(metadata_key(path)) and not is_implicit_group(self.store, path):
             raise NodeNotFoundError(f"no array or group named {name!r} in group {self.path or '/'!r}")
-        self.store.erase_prefix(join_prefix(path))
+        from .commit import Transaction  # commit reaches the stores' records; imported when used
+
+        # an erase in a transaction: it holds the node's claims (node_claims.held_nodes), so a
+        # write into the node (an append, a resize) takes turns with it, and no crash leaves it half gone
+        with Transaction(self.store, guard=(path,), erase_prefixes=[join_prefix(path)]) as txn:
+            txn.commit()
 
     # ---- display ---------------------------------------------------------------------------
     def tree(self) -> str:

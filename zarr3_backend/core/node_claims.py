@@ -126,7 +126,7 @@ def held_nodes(store: Store, erase_prefixes: Sequence[str], add: Sequence[str]) 
         held.update(stored_node_documents(store, prefix))
         # the erased node's own documents, stored or not (both formats): a writer adding below a
         # group that does not exist yet holds them shared, so it takes turns with this erase
-        held.update(prefix + name for name in ("zarr.json", GROUP_KEY))
+        held.update(prefix + name for name in sorted(_NODE_DOCUMENTS))  # (review16: .zarray too)
     for doc_key in add:  # (or creates, or rewrites after erasing it)
         path = doc_key.rpartition("/")[0].rpartition("/")[0]  # the group the node is added to
         name = GROUP_KEY if doc_key.endswith((ARRAY_KEY, GROUP_KEY)) else "zarr.json"
@@ -478,7 +478,11 @@ def claim_nodes(
         return None  # checked by an earlier run of this commit (on any store: values may have moved)
     # every document checked under every claim, read in one batch (the held ones are not checked)
     checked_keys = sorted({*shape_from, *create, *add})
-    stored_docs = dict(zip(checked_keys, store.get_many(checked_keys), strict=True)) if checked_keys else {}
+    # a node created or added must be missing in both formats: a v2 array's .zarray next to a
+    # group's .zgroup (or zarr.json) stored meanwhile makes one directory two nodes (review16)
+    same_node = {k: _node_documents_at(k) for k in {*create, *add}}
+    read = sorted({*checked_keys, *(k for keys in same_node.values() for k in keys)})
+    stored_docs = dict(zip(read, store.get_many(read), strict=True)) if read else {}
     for doc_key in checked_keys:
         refusal: Zarr3Error | None = None
         if doc_key in shape_from:
@@ -494,12 +498,12 @@ def claim_nodes(
             ):
                 refusal = moved(shape_from)  # made again from the new shape (the new array)
         elif doc_key in add:
-            if stored_docs[doc_key] is not None:
+            if any(stored_docs[k] is not None for k in same_node[doc_key]):
                 refusal = NodeAddedError(
                     f"{doc_key!r}: another writer added this node while this write was prepared "
                     "as its creation; nothing of this write was written"
                 )
-        elif doc_key in create and stored_docs[doc_key] is not None:
+        elif doc_key in create and any(stored_docs[k] is not None for k in same_node[doc_key]):
             refusal = NodeExistsError(
                 f"{doc_key!r}: another writer created this node while this write was prepared "
                 "(mode='w-'); nothing of this write was written"
@@ -509,6 +513,12 @@ def claim_nodes(
             release_shared(store, shared, txn_id)
             return refusal
     return None
+
+
+def _node_documents_at(doc_key: str) -> list[str]:
+    """The keys of every node document (both formats) of the node ``doc_key`` is a document of."""
+    path = doc_key.rpartition("/")[0]
+    return [f"{path}/{name}" if path else name for name in sorted(_NODE_DOCUMENTS)]
 
 
 def shape_only(key: str, new_doc: bytes) -> Callable[[bytes], bytes]:
