@@ -201,3 +201,48 @@ class PausesInCommit:
 
 class PausedInCommit(PausesInCommit, MemoryStore):
     """A MemoryStore that pauses a writer in its commit window (``PausesInCommit``)."""
+
+
+class PausedInEraseGap(MemoryStore):
+    """While the calling writer (an erase) writes its manifest, the nodes it holds already
+    listed: ``add()`` runs and commits, then ``racer()`` (an append, a resize: a write into what
+    ``add`` made) starts in a thread and pauses right after its claims are checked, until the
+    erase is done (its manifest removed) or the erase meets the racer's shared hold."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.add = self.racer = None
+        self.thread = None
+        self.checked, self.resume = threading.Event(), threading.Event()
+        self.eraser = None
+
+    def set(self, key, value):
+        if key.endswith("/manifest.json") and self.add is not None:
+            add, self.add = self.add, None
+            add()
+            self.thread = threading.Thread(target=self.racer)
+            self.thread.start()
+            assert self.checked.wait(60)
+            self.eraser = threading.current_thread()
+        super().set(key, value)
+        if key.endswith("/claims-checked") and threading.current_thread() is self.thread:
+            self.checked.set()
+            assert self.resume.wait(60)
+
+    def erase(self, key):
+        super().erase(key)
+        if key.endswith("/manifest.json") and threading.current_thread() is self.eraser:
+            self.eraser = None
+            self.resume.set()
+            self.thread.join(60)
+
+    def list_prefix(self, prefix):
+        keys = list(super().list_prefix(prefix))
+        if (
+            keys
+            and prefix.startswith(SHARED_DIR)
+            and prefix != SHARED_DIR
+            and threading.current_thread() is self.eraser
+        ):
+            self.resume.set()  # the erase waits for the racer's shared hold: let it go on
+        return iter(keys)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 import xarray as xr
-from store_doubles import PausedAfterMove
+from store_doubles import PausedAfterMove, PausedInEraseGap
 
 import zarr3_backend as z3
-from zarr3_backend.core.node_claims import SHARED_DIR, stored_node_documents
+from zarr3_backend.core.node_claims import stored_node_documents
 
 
 def _ds(**variables) -> xr.Dataset:
@@ -96,57 +94,12 @@ def test_the_erase_walk_finds_nodes_named_like_documents():
     assert stored_node_documents(store, "g/") == want
 
 
-class _AppendInEraseGap(z3.MemoryStore):
-    """While the calling writer (an erase) writes its manifest, its held nodes already listed:
-    ``add()`` runs and commits, then ``append()`` starts in a thread and is paused right after
-    its claims are checked; it goes on once the erase is done (its manifest removed), or
-    waits for its shared holds."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.add = self.append = None
-        self.thread = None
-        self.checked, self.resume = threading.Event(), threading.Event()
-        self.eraser = None
-
-    def set(self, key, value):
-        if key.endswith("/manifest.json") and self.add is not None:
-            add, self.add = self.add, None
-            add()
-            self.thread = threading.Thread(target=self.append)
-            self.thread.start()
-            assert self.checked.wait(60)
-            self.eraser = threading.current_thread()
-        super().set(key, value)
-        if key.endswith("/claims-checked") and threading.current_thread() is self.thread:
-            self.checked.set()
-            assert self.resume.wait(60)
-
-    def erase(self, key):
-        super().erase(key)
-        if key.endswith("/manifest.json") and threading.current_thread() is self.eraser:
-            self.eraser = None
-            self.resume.set()
-            self.thread.join(60)
-
-    def list_prefix(self, prefix):
-        keys = list(super().list_prefix(prefix))
-        if (
-            keys
-            and prefix.startswith(SHARED_DIR)
-            and prefix != SHARED_DIR
-            and threading.current_thread() is self.eraser
-        ):
-            self.resume.set()  # the erase waits for the append's shared hold: let it go on
-        return iter(keys)
-
-
 def test_an_append_to_an_array_added_after_the_erase_listed_its_nodes_is_whole_or_gone():
     # Pre-existing (db1d128 too): the erase of g lists the nodes it holds before its manifest;
     # an array added to g after that listing is not held, and its appender holds only the
     # array's own claim: its document is written after the erase removed the array, which comes
     # back holding only the appended rows.
-    store = _AppendInEraseGap()
+    store = PausedInEraseGap()
     z3.to_zarr(_ds(a=[0, 0]), store, mode="w", group="g", consolidated=False)
     errors = []
 
@@ -157,7 +110,7 @@ def test_an_append_to_an_array_added_after_the_erase_listed_its_nodes_is_whole_o
             errors.append(e)
 
     store.add = lambda: z3.to_zarr(_ds(n=[1, 2]), store, mode="a", group="g", consolidated=False)
-    store.append = append
+    store.racer = append
     z3.to_zarr(_ds(x=[5, 6]), store, mode="w", group="g", consolidated=False)
     assert not store.thread.is_alive()
     try:

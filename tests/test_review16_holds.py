@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 import xarray as xr
-from store_doubles import PausedAfterMove
+from store_doubles import PausedAfterMove, PausedInEraseGap
 
 import zarr3_backend as z3
 from zarr3_backend.core.node_claims import SHARED_DIR
@@ -62,51 +62,6 @@ def test_del_of_an_array_and_an_append_to_it_never_bring_it_back_with_holes():
     assert _left(store, "g/x") in (None, [1.0, 2.0, 3.0, 4.0]), _left(store, "g/x")
 
 
-class _ResizeInEraseGap(z3.MemoryStore):
-    """While the calling writer (an erase of ``g``) writes its manifest, the nodes it holds
-    already listed: ``add()`` runs and commits, then ``resize()`` starts in a thread and pauses
-    right after its claim is checked, until the erase is done (its manifest removed) or the
-    erase meets a shared hold of it."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.add = self.resize = None
-        self.thread = None
-        self.checked, self.resume = threading.Event(), threading.Event()
-        self.eraser = None
-
-    def set(self, key, value):
-        if key.endswith("/manifest.json") and self.add is not None:
-            add, self.add = self.add, None
-            add()
-            self.thread = threading.Thread(target=self.resize)
-            self.thread.start()
-            assert self.checked.wait(60)
-            self.eraser = threading.current_thread()
-        super().set(key, value)
-        if key.endswith("/claims-checked") and threading.current_thread() is self.thread:
-            self.checked.set()
-            assert self.resume.wait(60)
-
-    def erase(self, key):
-        super().erase(key)
-        if key.endswith("/manifest.json") and threading.current_thread() is self.eraser:
-            self.eraser = None
-            self.resume.set()
-            self.thread.join(60)
-
-    def list_prefix(self, prefix):
-        keys = list(super().list_prefix(prefix))
-        if (
-            keys
-            and prefix.startswith(SHARED_DIR)
-            and prefix != SHARED_DIR
-            and threading.current_thread() is self.eraser
-        ):
-            self.resume.set()  # the erase waits for the resize's shared hold: let it go on
-        return iter(keys)
-
-
 @pytest.mark.parametrize("zarr_format", [2, 3])
 def test_a_resize_of_an_array_added_after_the_erase_listed_its_nodes_is_whole_or_gone(zarr_format):
     # review15 F3 for resize: a growth with no unit to cut is a claimed_shape_change
@@ -116,7 +71,7 @@ def test_a_resize_of_an_array_added_after_the_erase_listed_its_nodes_is_whole_or
     # n's shape, the erase takes n, and a v2 resize (metadata_v2_store._update_v2_node falls
     # back to the handle's metadata when the node is gone) writes .zattrs and .zarray back:
     # n is back in the new g with shape 4 and all fill.
-    store = _ResizeInEraseGap()
+    store = PausedInEraseGap()
     z3.to_zarr(_ds(a=[0, 0]), store, mode="w", group="g", consolidated=False, zarr_format=zarr_format)
     errors = []
 
@@ -129,7 +84,7 @@ def test_a_resize_of_an_array_added_after_the_erase_listed_its_nodes_is_whole_or
     store.add = lambda: z3.to_zarr(
         _ds(n=[1, 2]), store, mode="a", group="g", consolidated=False, zarr_format=zarr_format
     )
-    store.resize = resize
+    store.racer = resize
     z3.to_zarr(_ds(x=[5, 6]), store, mode="w", group="g", consolidated=False, zarr_format=zarr_format)
     assert not store.thread.is_alive()
     left = _left(store, "g/n")

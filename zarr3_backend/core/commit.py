@@ -253,6 +253,21 @@ def _end_records(
     store.erase_prefix(base)
 
 
+def _records_only_manifest(txn_id: str, **fields: Any) -> dict[str, Any]:
+    """The manifest of write ``txn_id`` that stages no values and writes no documents through
+    the commit (it holds claims while it writes by itself): it stands for the write, so a crash
+    leaves what ``repair`` ends; ``fields`` are its claims (``shape_from``, ``hold``, ...)."""
+    return {
+        "id": txn_id,
+        "owner": current_owner().to_json(),
+        "documents": {},
+        "erase_prefixes": [],
+        "guard": [],
+        "consolidate": None,
+        **fields,
+    }
+
+
 def claimed_shape_change(
     store: Store, doc_key: str, shape_from: Sequence[int], write: Callable[[], Any]
 ) -> Any:
@@ -268,19 +283,14 @@ def claimed_shape_change(
     txn_id = new_txn_id()
     base = txn_prefix(txn_id)
     shape = [int(n) for n in shape_from]
-    manifest = {
-        "id": txn_id,
-        "owner": current_owner().to_json(),
-        "documents": {},
-        "erase_prefixes": [],
-        "guard": [],
-        "consolidate": None,
-        "shape_from": {doc_key: shape},
-        "within": {doc_key: shape},
+    manifest = _records_only_manifest(
+        txn_id,
+        shape_from={doc_key: shape},
+        within={doc_key: shape},
         # the groups above the array held shared, as a Transaction's shape change holds them:
         # an erase of one of them takes turns with this change (review16)
-        "hold": held_nodes(store, [], [doc_key]),
-    }
+        hold=held_nodes(store, [], [doc_key]),
+    )
     shared = _shared(manifest)
     store.set(base + MANIFEST, json.dumps(manifest).encode())
     try:
@@ -308,15 +318,7 @@ def holding_groups_above(store: Store, doc_keys: Sequence[str]) -> Iterator[None
         return
     txn_id = new_txn_id()
     base = txn_prefix(txn_id)
-    manifest = {
-        "id": txn_id,
-        "owner": current_owner().to_json(),
-        "documents": {},
-        "erase_prefixes": [],
-        "guard": [],
-        "consolidate": None,
-        "hold": held_nodes(store, [], list(doc_keys)),
-    }
+    manifest = _records_only_manifest(txn_id, hold=held_nodes(store, [], list(doc_keys)))
     shared = _shared(manifest)
     store.set(base + MANIFEST, json.dumps(manifest).encode())
     try:
@@ -343,15 +345,7 @@ def shapes_held(store: Store, shape_from: Mapping[str, Sequence[int]]) -> Iterat
             store.erase_prefix(base)
         return
     shapes = {k: [int(n) for n in v] for k, v in shape_from.items()}
-    manifest = {
-        "id": txn_id,
-        "owner": current_owner().to_json(),
-        "documents": {},
-        "erase_prefixes": [],
-        "guard": [],
-        "consolidate": None,
-        "shape_from": shapes,
-    }
+    manifest = _records_only_manifest(txn_id, shape_from=shapes)
     store.set(base + MANIFEST, json.dumps(manifest).encode())
     try:
         refusal = claim_nodes(store, txn_id, shapes, (), _repairer(store))
