@@ -40,7 +40,7 @@ from ..core.paths import (
     parent_path,
     validate_new_node_path,
 )
-from ..core.txn_records import txn_prefix
+from ..core.txn_records import new_txn_id, txn_prefix
 from ..errors import CodecError, InvalidKeyError, MetadataError, Zarr3Error
 from ..numeric_json import non_finite_spelled
 from ..stores.base import Store
@@ -249,8 +249,11 @@ def apply_migration(store: Store, plan: Plan, root: str = "") -> None:
         for n in plan.nodes
         if n.document["node_type"] == "array"
     }
-    with shapes_held(store, arrays) as txn_id:
-        _apply_migration(store, plan, root, txn_id)
+    with shapes_held(store, arrays):
+        # the documents go aside under an id of their own, with no manifest: a repair after a
+        # crash drops them (the claims' manifest, rolled forward, would move them into place
+        # without the steps after: the consolidation, the v2 documents' removal)
+        _apply_migration(store, plan, root, new_txn_id())
 
 
 def _apply_migration(store: Store, plan: Plan, root: str, txn_id: str) -> None:
@@ -269,7 +272,8 @@ def _apply_migration(store: Store, plan: Plan, root: str, txn_id: str) -> None:
     for node in plan.nodes:
         store.erase_many(list(node.remove))
     store.erase_many(list(plan.leftovers))
-    store.erase(join_path(root, CONSOLIDATED_KEY))  # (the write's records go with its claims)
+    store.erase(join_path(root, CONSOLIDATED_KEY))
+    store.erase_prefix(txn_prefix(txn_id))
 
 
 def document_bytes(node: NodePlan) -> bytes:
