@@ -253,19 +253,38 @@ def _end_records(
     store.erase_prefix(base)
 
 
-def _records_only_manifest(txn_id: str, **fields: Any) -> dict[str, Any]:
-    """The manifest of write ``txn_id`` that stages no values and writes no documents through
-    the commit (it holds claims while it writes by itself): it stands for the write, so a crash
-    leaves what ``repair`` ends; ``fields`` are its claims (``shape_from``, ``hold``, ...)."""
-    return {
+@contextmanager
+def _claims_held(store: Store, **claims: Any) -> Iterator[str]:
+    """Hold ``claims`` (manifest fields: ``shape_from``, ``within``, ``hold``) for a write that
+    stages no values and writes no documents through the commit, while the body runs (given the
+    write's id). A manifest without documents stands for the write, so a crash leaves what
+    ``repair`` ends (once the claims are checked, a roll-forward of what is left: ``within``'s
+    sweep); a stored shape not the one in ``shape_from`` raises ShapeMovedError (ArrayGoneError),
+    nothing held."""
+    txn_id = new_txn_id()
+    base = txn_prefix(txn_id)
+    manifest = {
         "id": txn_id,
         "owner": current_owner().to_json(),
         "documents": {},
         "erase_prefixes": [],
         "guard": [],
         "consolidate": None,
-        **fields,
+        **claims,
     }
+    shape_from = manifest.get("shape_from") or {}
+    shared = _shared(manifest)
+    store.set(base + MANIFEST, json.dumps(manifest).encode())
+    try:
+        refusal = claim_nodes(store, txn_id, shape_from, (), _repairer(store), share=shared)
+        if refusal is not None:
+            raise refusal
+        # from here a repair rolls it forward rather than check the shapes, which the body may
+        # change: dropped, it would leave what a racing write stored past a new end
+        store.set(base + _CLAIMS_CHECKED, b"")
+        yield txn_id
+    finally:
+        _end_records(store, base, sorted(shape_from), txn_id, shared)
 
 
 def claimed_shape_change(
@@ -274,87 +293,44 @@ def claimed_shape_change(
     """``write()``, a change of the shape of the array whose document is ``doc_key`` made in that
     document alone (atomic by itself: no values staged, nothing marked), run under the array's
     shape claim once the stored shape is checked to be ``shape_from`` (else ShapeMovedError,
-    nothing written). A manifest without documents stands for the write while it holds the
-    claim, so a crash leaves what ``repair`` finishes: once the claim is checked, a roll-forward
-    of its one step left, clearing what a write planned at the old shape stored past a smaller
+    nothing written), the groups above it held shared as a Transaction's shape change holds
+    them (an erase of one takes turns with it). A crash leaves what ``repair`` finishes: once
+    the claim is checked, clearing what a write planned at the old shape stored past a smaller
     new one (``within``)."""
     if store.commits_externally:
         return write()
-    txn_id = new_txn_id()
-    base = txn_prefix(txn_id)
     shape = [int(n) for n in shape_from]
-    manifest = _records_only_manifest(
-        txn_id,
-        shape_from={doc_key: shape},
-        within={doc_key: shape},
-        # the groups above the array held shared, as a Transaction's shape change holds them:
-        # an erase of one of them takes turns with this change (review16)
-        hold=held_nodes(store, [], [doc_key]),
-    )
-    shared = _shared(manifest)
-    store.set(base + MANIFEST, json.dumps(manifest).encode())
-    try:
-        refusal = claim_nodes(store, txn_id, manifest["shape_from"], (), _repairer(store), share=shared)
-        if refusal is not None:
-            raise refusal
-        # from here a repair rolls it forward (the sweep below) rather than check the shape,
-        # which ``write`` changes: dropped, it left what a racing write stored past the new end
-        store.set(base + _CLAIMS_CHECKED, b"")
+    within = {doc_key: shape}
+    hold = held_nodes(store, [], [doc_key])
+    with _claims_held(store, shape_from=within, within=within, hold=hold) as txn_id:
         result = write()
-        keep_within(store, txn_id, manifest["within"], {doc_key}, _repairer(store))
+        keep_within(store, txn_id, within, {doc_key}, _repairer(store))
         return result
-    finally:
-        _end_records(store, base, manifest["shape_from"], txn_id, shared)
 
 
 @contextmanager
 def holding_groups_above(store: Store, doc_keys: Sequence[str]) -> Iterator[None]:
     """Hold the groups above the nodes whose documents are ``doc_keys`` shared while the body
     runs (writes straight to their final keys, such as a copy's units, and then the nodes'
-    documents): an erase of one of those groups waits for it, or it for the erase (review16).
-    A manifest without documents stands for the holder, so a crash leaves what ``repair`` ends."""
+    documents): an erase of one of those groups waits for it, or it for the erase."""
     if store.commits_externally or not store.supports_conditional_writes or not doc_keys:
         yield
         return
-    txn_id = new_txn_id()
-    base = txn_prefix(txn_id)
-    manifest = _records_only_manifest(txn_id, hold=held_nodes(store, [], list(doc_keys)))
-    shared = _shared(manifest)
-    store.set(base + MANIFEST, json.dumps(manifest).encode())
-    try:
-        claim_nodes(store, txn_id, {}, (), _repairer(store), share=shared)  # (nothing to check)
-        store.set(base + _CLAIMS_CHECKED, b"")
+    with _claims_held(store, hold=held_nodes(store, [], list(doc_keys))):
         yield
-    finally:
-        _end_records(store, base, [], txn_id, shared)
 
 
 @contextmanager
-def shapes_held(store: Store, shape_from: Mapping[str, Sequence[int]]) -> Iterator[str]:
+def shapes_held(store: Store, shape_from: Mapping[str, Sequence[int]]) -> Iterator[None]:
     """Hold the claims of the arrays whose documents are ``shape_from``'s keys, checked to have
-    the shapes given (else ShapeMovedError or ArrayGoneError, nothing held), while the body runs
-    (given the id of the write: its staging area is ``txn_prefix(id) + "data/"``): a write that
-    rewrites those documents outside a transaction (a migration) then takes turns with appends
-    and resizes of them (review16)."""
-    txn_id = new_txn_id()
-    base = txn_prefix(txn_id)
+    the shapes given (else ShapeMovedError or ArrayGoneError, nothing held), while the body
+    runs: a write that rewrites those documents outside a transaction (a migration) then takes
+    turns with appends and resizes of them."""
     if store.commits_externally or not shape_from:
-        try:
-            yield txn_id
-        finally:
-            store.erase_prefix(base)
+        yield
         return
-    shapes = {k: [int(n) for n in v] for k, v in shape_from.items()}
-    manifest = _records_only_manifest(txn_id, shape_from=shapes)
-    store.set(base + MANIFEST, json.dumps(manifest).encode())
-    try:
-        refusal = claim_nodes(store, txn_id, shapes, (), _repairer(store))
-        if refusal is not None:
-            raise refusal
-        store.set(base + _CLAIMS_CHECKED, b"")
-        yield txn_id
-    finally:
-        _end_records(store, base, sorted(shapes), txn_id)
+    with _claims_held(store, shape_from={k: [int(n) for n in v] for k, v in shape_from.items()}):
+        yield
 
 
 # ---- the transaction ------------------------------------------------------------------------------
