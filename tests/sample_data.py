@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import xarray as xr
 
 #: The numeric core data types of the Zarr v3 spec, as numpy names.
 DTYPES = [
@@ -49,3 +50,18 @@ UNGUARDED_SHARDS = [
         },
     }
 ]
+
+
+def small_dataset(**variables) -> xr.Dataset:
+    """A dataset of float64 variables along dimension ``t`` (name -> values): the races' data."""
+    return xr.Dataset({n: ("t", np.asarray(v, dtype="f8")) for n, v in variables.items()})
+
+
+def stored_values(store, group=None) -> dict[str, list[float]] | str:
+    """What ``engine="zarr3"`` reads of ``group`` (name -> values), or the error's class name
+    when the group is gone or refused."""
+    try:
+        got = xr.open_dataset(store, engine="zarr3", consolidated=False, group=group).load()
+    except Exception as e:  # the group is gone
+        return type(e).__name__
+    return {name: got[name].values.tolist() for name in sorted(got.data_vars)}

@@ -7,9 +7,10 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from sample_data import small_dataset
 from servers import MotoS3, s3_options
 from store_doubles import PausesInCommit
-from test_holds_shared import _after_claims, _ds, _stored, _Writer
+from test_holds_shared import _after_claims, _stored, _Writer
 
 import zarr3_backend as z3
 from zarr3_backend.core.node_claims import CLAIMS_DIR
@@ -36,11 +37,13 @@ def store(moto):
 
 def test_two_adds_to_one_group_commit_at_once_on_s3(store):
     assert store.supports_conditional_writes
-    z3.to_zarr(_ds(a=[1, 2, 3]), store, group="g", consolidated=False)
+    z3.to_zarr(small_dataset(a=[1, 2, 3]), store, group="g", consolidated=False)
     store.pause_after = _after_claims
-    first = _Writer(lambda: z3.to_zarr(_ds(x=[4, 5, 6]), store, group="g", mode="a", consolidated=False))
+    first = _Writer(
+        lambda: z3.to_zarr(small_dataset(x=[4, 5, 6]), store, group="g", mode="a", consolidated=False)
+    )
     assert store.paused.wait(60)
-    z3.to_zarr(_ds(y=[7, 8, 9]), store, group="g", mode="a", consolidated=False)
+    z3.to_zarr(small_dataset(y=[7, 8, 9]), store, group="g", mode="a", consolidated=False)
     assert not first.done.is_set() and not store.waiting.is_set()
     store.resume.set()
     first.join()
@@ -49,11 +52,15 @@ def test_two_adds_to_one_group_commit_at_once_on_s3(store):
 
 
 def test_an_erase_waits_for_an_add_holding_its_group_on_s3(store):
-    z3.to_zarr(_ds(a=[1, 2, 3]), store, group="g", consolidated=False)
+    z3.to_zarr(small_dataset(a=[1, 2, 3]), store, group="g", consolidated=False)
     store.pause_after = _after_claims
-    adder = _Writer(lambda: z3.to_zarr(_ds(x=[4, 5, 6]), store, group="g", mode="a", consolidated=False))
+    adder = _Writer(
+        lambda: z3.to_zarr(small_dataset(x=[4, 5, 6]), store, group="g", mode="a", consolidated=False)
+    )
     assert store.paused.wait(60)
-    eraser = _Writer(lambda: z3.to_zarr(_ds(b=[7, 8, 9]), store, group="g", mode="w", consolidated=False))
+    eraser = _Writer(
+        lambda: z3.to_zarr(small_dataset(b=[7, 8, 9]), store, group="g", mode="w", consolidated=False)
+    )
     assert store.waiting.wait(60)  # the eraser meets the adder's shared hold
     assert not eraser.done.is_set()
     store.resume.set()

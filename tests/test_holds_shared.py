@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import threading
 
-import numpy as np
 import pytest
 import xarray as xr
+from sample_data import small_dataset
 from store_doubles import PausedInCommit, PausesInCommit
 
 import zarr3_backend as z3
@@ -19,10 +19,6 @@ from zarr3_backend.core import commit, node_claims
 from zarr3_backend.core.node_claims import CLAIMS_DIR, SHARED_DIR
 from zarr3_backend.errors import WriteConflictError
 from zarr3_backend.stores import LocalStore, MemoryStore
-
-
-def _ds(**variables) -> xr.Dataset:
-    return xr.Dataset({n: ("t", np.asarray(v, dtype="f8")) for n, v in variables.items()})
 
 
 def _stored(store, group=None, consolidated=False) -> dict[str, list[float]]:
@@ -78,14 +74,16 @@ def test_an_add_commits_while_another_add_is_paused_in_its_commit_window(
         else _LocalPaused(str(tmp_path), settings=settings)
     )
     for group in sorted(set(groups)):
-        z3.to_zarr(_ds(a=[1, 2, 3]), store, group=group, consolidated=consolidated)
+        z3.to_zarr(small_dataset(a=[1, 2, 3]), store, group=group, consolidated=consolidated)
     store.pause_after = _after_claims
     first = _Writer(
-        lambda: z3.to_zarr(_ds(x=[4, 5, 6]), store, group=groups[0], mode="a", consolidated=consolidated)
+        lambda: z3.to_zarr(
+            small_dataset(x=[4, 5, 6]), store, group=groups[0], mode="a", consolidated=consolidated
+        )
     )
     assert store.paused.wait(60)
 
-    z3.to_zarr(_ds(y=[7, 8, 9]), store, group=groups[1], mode="a", consolidated=consolidated)
+    z3.to_zarr(small_dataset(y=[7, 8, 9]), store, group=groups[1], mode="a", consolidated=consolidated)
 
     assert not first.done.is_set()  # the second committed while the first is still paused
     assert not store.waiting.is_set()
@@ -103,11 +101,15 @@ def test_an_add_commits_while_another_add_is_paused_in_its_commit_window(
 
 def test_an_erase_waits_for_an_add_holding_its_group_shared():
     store = PausedInCommit()
-    z3.to_zarr(_ds(a=[1, 2, 3]), store, group="g", consolidated=False)
+    z3.to_zarr(small_dataset(a=[1, 2, 3]), store, group="g", consolidated=False)
     store.pause_after = _after_claims
-    adder = _Writer(lambda: z3.to_zarr(_ds(x=[4, 5, 6]), store, group="g", mode="a", consolidated=False))
+    adder = _Writer(
+        lambda: z3.to_zarr(small_dataset(x=[4, 5, 6]), store, group="g", mode="a", consolidated=False)
+    )
     assert store.paused.wait(60)
-    eraser = _Writer(lambda: z3.to_zarr(_ds(b=[7, 8, 9]), store, group="g", mode="w", consolidated=False))
+    eraser = _Writer(
+        lambda: z3.to_zarr(small_dataset(b=[7, 8, 9]), store, group="g", mode="w", consolidated=False)
+    )
     assert store.waiting.wait(60)  # the eraser meets the adder's shared hold of g
 
     assert not eraser.done.is_set()
@@ -122,11 +124,15 @@ def test_an_erase_waits_for_an_add_holding_its_group_shared():
 
 def test_an_add_waits_while_an_erase_holds_its_group():
     store = PausedInCommit()
-    z3.to_zarr(_ds(a=[1, 2, 3]), store, group="g", consolidated=False)
+    z3.to_zarr(small_dataset(a=[1, 2, 3]), store, group="g", consolidated=False)
     store.pause_after = _after_claims
-    eraser = _Writer(lambda: z3.to_zarr(_ds(b=[7, 8, 9]), store, group="g", mode="w", consolidated=False))
+    eraser = _Writer(
+        lambda: z3.to_zarr(small_dataset(b=[7, 8, 9]), store, group="g", mode="w", consolidated=False)
+    )
     assert store.paused.wait(60)
-    adder = _Writer(lambda: z3.to_zarr(_ds(x=[4, 5, 6]), store, group="g", mode="a", consolidated=False))
+    adder = _Writer(
+        lambda: z3.to_zarr(small_dataset(x=[4, 5, 6]), store, group="g", mode="a", consolidated=False)
+    )
     assert store.waiting.wait(60)  # the adder withdrew its shared hold: the eraser holds g
 
     assert not adder.done.is_set()
@@ -140,13 +146,13 @@ def test_an_add_waits_while_an_erase_holds_its_group():
 
 def test_a_paused_add_no_longer_makes_the_others_fail_with_a_short_commit_wait():
     store = PausedInCommit(settings={"commit_wait": 0.2})
-    z3.to_zarr(_ds(a=[1, 2, 3]), store, consolidated=False)
+    z3.to_zarr(small_dataset(a=[1, 2, 3]), store, consolidated=False)
     store.pause_after = _after_claims
-    first = _Writer(lambda: z3.to_zarr(_ds(x=[4, 5, 6]), store, mode="a", consolidated=False))
+    first = _Writer(lambda: z3.to_zarr(small_dataset(x=[4, 5, 6]), store, mode="a", consolidated=False))
     assert store.paused.wait(60)
     try:
         for name in ("y", "z"):  # each would have waited past commit_wait on the root's claim
-            z3.to_zarr(_ds(**{name: [0, 1, 2]}), store, mode="a", consolidated=False)
+            z3.to_zarr(small_dataset(**{name: [0, 1, 2]}), store, mode="a", consolidated=False)
     except WriteConflictError as e:  # pragma: no cover - the failure this test guards against
         pytest.fail(f"an add waited on another add's hold: {e}")
     finally:
@@ -178,9 +184,9 @@ def test_a_dead_shared_holder_is_cleared_so_the_erase_goes_on(monkeypatch, kille
     from store_doubles import SnapshotOnSetStore
 
     source = SnapshotOnSetStore()
-    z3.to_zarr(_ds(a=[1, 2, 3]), source, group="g", consolidated=False)
+    z3.to_zarr(small_dataset(a=[1, 2, 3]), source, group="g", consolidated=False)
     source.when = _after_claims
-    z3.to_zarr(_ds(x=[4, 5, 6]), source, group="g", mode="a", consolidated=False)  # snapshot taken
+    z3.to_zarr(small_dataset(x=[4, 5, 6]), source, group="g", mode="a", consolidated=False)  # snapshot taken
     contents = dict(source.snapshot)
     (dead,) = commit.pending_writes(MemoryStore(contents))
     assert any(k.startswith(SHARED_DIR) and k.endswith(dead) for k in contents)  # it holds g (and /) shared
@@ -193,7 +199,7 @@ def test_a_dead_shared_holder_is_cleared_so_the_erase_goes_on(monkeypatch, kille
     monkeypatch.setattr(commit, "writer_is_dead", fake)
     monkeypatch.setattr(node_claims, "writer_is_dead", fake)
 
-    z3.to_zarr(_ds(b=[7, 8, 9]), store, group="g", mode="w", consolidated=False)
+    z3.to_zarr(small_dataset(b=[7, 8, 9]), store, group="g", mode="w", consolidated=False)
 
     assert store.met  # the eraser met the dead adder's shared hold, and finished (or dropped) it
     assert _stored(store, "g") == {"b": [7, 8, 9]}
@@ -241,7 +247,7 @@ def test_two_adds_consolidating_at_once_both_land_in_the_roots_consolidated_meta
     members are listed again within the root's compare-and-swap, so neither is lost (the adds
     took turns on the root before, so their consolidations never crossed)."""
     store = _Stops()
-    z3.to_zarr(_ds(a=[1, 2, 3]), store, consolidated=True)
+    z3.to_zarr(small_dataset(a=[1, 2, 3]), store, consolidated=True)
     first_claimed, first_go = store.add_stop(lambda name, key: name == "set" and _after_claims(key))
     second_claimed, second_go = store.add_stop(lambda name, key: name == "set" and _after_claims(key))
     first_listed, first_writes_root = store.add_stop(
@@ -251,9 +257,9 @@ def test_two_adds_consolidating_at_once_both_land_in_the_roots_consolidated_meta
             and store.doc_writer.get("x/zarr.json") is threading.current_thread()
         )
     )
-    first = _Writer(lambda: z3.to_zarr(_ds(x=[4, 5, 6]), store, mode="a", consolidated=True))
+    first = _Writer(lambda: z3.to_zarr(small_dataset(x=[4, 5, 6]), store, mode="a", consolidated=True))
     assert first_claimed.wait(60)
-    second = _Writer(lambda: z3.to_zarr(_ds(y=[7, 8, 9]), store, mode="a", consolidated=True))
+    second = _Writer(lambda: z3.to_zarr(small_dataset(y=[7, 8, 9]), store, mode="a", consolidated=True))
     assert second_claimed.wait(60)  # planned and claimed before the first marked the root
     first_go.set()
     assert first_listed.wait(60)  # x written, the members listed: a and x

@@ -5,22 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import xarray as xr
+from sample_data import small_dataset, stored_values
 from store_doubles import PausedAfterMove, PausedInEraseGap
 
 import zarr3_backend as z3
 from zarr3_backend.core.node_claims import stored_node_documents
-
-
-def _ds(**variables) -> xr.Dataset:
-    return xr.Dataset({n: ("t", np.asarray(v, dtype="f8")) for n, v in variables.items()})
-
-
-def _stored(store, group=None):
-    try:
-        got = xr.open_dataset(store, engine="zarr3", consolidated=False, group=group).load()
-    except Exception as e:  # the group is gone
-        return type(e).__name__
-    return {name: got[name].values.tolist() for name in sorted(got.data_vars)}
 
 
 @pytest.mark.parametrize("adder_mode", ["a", "w-"])
@@ -30,16 +19,16 @@ def test_an_add_to_a_new_group_and_a_mode_w_of_that_group_never_leave_the_add_al
     # Nothing conflicts, so the erase of "g/" runs after the adder moved its values in, before
     # its documents: b is left all fill while to_zarr returned.
     store = PausedAfterMove()
-    z3.to_zarr(_ds(a=[0, 0]), store, mode="w", consolidated=False)  # a root group, no g
+    z3.to_zarr(small_dataset(a=[0, 0]), store, mode="w", consolidated=False)  # a root group, no g
     store.race["other"] = lambda: z3.to_zarr(
-        _ds(x=[5, 6, 7, 8]), store, mode="w", group="g", consolidated=False
+        small_dataset(x=[5, 6, 7, 8]), store, mode="w", group="g", consolidated=False
     )
     try:
-        z3.to_zarr(_ds(b=[1, 2, 3, 4]), store, mode=adder_mode, group="g", consolidated=False)
+        z3.to_zarr(small_dataset(b=[1, 2, 3, 4]), store, mode=adder_mode, group="g", consolidated=False)
     except z3.errors.Zarr3Error:
         pass  # refused (e.g. NodeExistsError): allowed, as long as nothing is half there
     store.race["thread"].join(60)
-    got = _stored(store, "g")
+    got = stored_values(store, "g")
     # one after the other: the erase last -> {"x"}; the add last -> {"b", "x"} with b whole
     assert got in ({"x": [5.0, 6.0, 7.0, 8.0]}, {"b": [1.0, 2.0, 3.0, 4.0], "x": [5.0, 6.0, 7.0, 8.0]}), got
 
@@ -55,14 +44,14 @@ def test_an_append_to_an_array_named_like_a_document_and_a_mode_w_of_its_group_t
     arr = root.create_group("g").create_array(name, shape=(2,), chunks=(2,), dtype="f8", fill_value=np.nan)
     arr[:] = [1.0, 2.0]
     store.race["other"] = lambda: z3.to_zarr(
-        _ds(x=[5, 6, 7, 8]), store, mode="w", group="g", consolidated=False
+        small_dataset(x=[5, 6, 7, 8]), store, mode="w", group="g", consolidated=False
     )
     try:
         arr.append(np.array([3.0, 4.0]))
     except z3.errors.Zarr3Error:
         pass  # refused once the erase went first: the array is gone
     store.race["thread"].join(60)
-    assert _stored(store, "g") == {"x": [5.0, 6.0, 7.0, 8.0]}
+    assert stored_values(store, "g") == {"x": [5.0, 6.0, 7.0, 8.0]}
     try:
         left = z3.open_array(store, path=f"g/{name}")[:].tolist()
     except z3.errors.Zarr3Error:
@@ -75,13 +64,15 @@ def test_an_add_to_an_empty_store_and_a_mode_w_of_its_root_never_leave_the_add_a
     # As above at the root: the eraser of "" finds nothing stored to hold (no claim at all,
     # on main before the shared holds too), the adder holds the root's document: b left all fill.
     store = PausedAfterMove()
-    store.race["other"] = lambda: z3.to_zarr(_ds(x=[5, 6, 7, 8]), store, mode="w", consolidated=False)
+    store.race["other"] = lambda: z3.to_zarr(
+        small_dataset(x=[5, 6, 7, 8]), store, mode="w", consolidated=False
+    )
     try:
-        z3.to_zarr(_ds(b=[1, 2, 3, 4]), store, mode="a", consolidated=False)
+        z3.to_zarr(small_dataset(b=[1, 2, 3, 4]), store, mode="a", consolidated=False)
     except z3.errors.Zarr3Error:
         pass  # refused: allowed, as long as nothing is half there
     store.race["thread"].join(60)
-    got = _stored(store)
+    got = stored_values(store)
     assert got in ({"x": [5.0, 6.0, 7.0, 8.0]}, {"b": [1.0, 2.0, 3.0, 4.0], "x": [5.0, 6.0, 7.0, 8.0]}), got
 
 
@@ -100,7 +91,7 @@ def test_an_append_to_an_array_added_after_the_erase_listed_its_nodes_is_whole_o
     # array's own claim: its document is written after the erase removed the array, which comes
     # back holding only the appended rows.
     store = PausedInEraseGap()
-    z3.to_zarr(_ds(a=[0, 0]), store, mode="w", group="g", consolidated=False)
+    z3.to_zarr(small_dataset(a=[0, 0]), store, mode="w", group="g", consolidated=False)
     errors = []
 
     def append():
@@ -109,9 +100,9 @@ def test_an_append_to_an_array_added_after_the_erase_listed_its_nodes_is_whole_o
         except z3.errors.Zarr3Error as e:  # refused (the array erased first): allowed
             errors.append(e)
 
-    store.add = lambda: z3.to_zarr(_ds(n=[1, 2]), store, mode="a", group="g", consolidated=False)
+    store.add = lambda: z3.to_zarr(small_dataset(n=[1, 2]), store, mode="a", group="g", consolidated=False)
     store.racer = append
-    z3.to_zarr(_ds(x=[5, 6]), store, mode="w", group="g", consolidated=False)
+    z3.to_zarr(small_dataset(x=[5, 6]), store, mode="w", group="g", consolidated=False)
     assert not store.thread.is_alive()
     try:
         left = z3.open_array(store, path="g/n")[:].tolist()
@@ -142,9 +133,9 @@ def test_a_consolidated_v2_commit_writes_the_roots_zmetadata_once(group):
     # (refresh_v2_consolidated(rebuild=False)), then rebuilds it (_update): two conditional
     # writes and two reads where main before wrote it once
     store = _CountingZmetadata()
-    z3.to_zarr(_ds(a=[1, 2]), store, mode="w", zarr_format=2, consolidated=True)
+    z3.to_zarr(small_dataset(a=[1, 2]), store, mode="w", zarr_format=2, consolidated=True)
     store.zmetadata_writes = 0
-    z3.to_zarr(_ds(b=[1, 2]), store, mode="a", group=group, zarr_format=2, consolidated=True)
+    z3.to_zarr(small_dataset(b=[1, 2]), store, mode="a", group=group, zarr_format=2, consolidated=True)
     assert store.zmetadata_writes == 1
     assert sorted(xr.open_dataset(store, engine="zarr3", group=group, consolidated=True).data_vars) == (
         ["a", "b"] if group is None else ["b"]

@@ -7,14 +7,11 @@ import threading
 import numpy as np
 import pytest
 import xarray as xr
+from sample_data import small_dataset
 from store_doubles import PausedAfterMove, PausedInEraseGap
 
 import zarr3_backend as z3
 from zarr3_backend.core.node_claims import SHARED_DIR
-
-
-def _ds(**variables) -> xr.Dataset:
-    return xr.Dataset({n: ("t", np.asarray(v, dtype="f8")) for n, v in variables.items()})
 
 
 def _left(store, path):
@@ -72,7 +69,9 @@ def test_a_resize_of_an_array_added_after_the_erase_listed_its_nodes_is_whole_or
     # back to the handle's metadata when the node is gone) writes .zattrs and .zarray back:
     # n is back in the new g with shape 4 and all fill.
     store = PausedInEraseGap()
-    z3.to_zarr(_ds(a=[0, 0]), store, mode="w", group="g", consolidated=False, zarr_format=zarr_format)
+    z3.to_zarr(
+        small_dataset(a=[0, 0]), store, mode="w", group="g", consolidated=False, zarr_format=zarr_format
+    )
     errors = []
 
     def resize():
@@ -82,10 +81,12 @@ def test_a_resize_of_an_array_added_after_the_erase_listed_its_nodes_is_whole_or
             errors.append(e)
 
     store.add = lambda: z3.to_zarr(
-        _ds(n=[1, 2]), store, mode="a", group="g", consolidated=False, zarr_format=zarr_format
+        small_dataset(n=[1, 2]), store, mode="a", group="g", consolidated=False, zarr_format=zarr_format
     )
     store.racer = resize
-    z3.to_zarr(_ds(x=[5, 6]), store, mode="w", group="g", consolidated=False, zarr_format=zarr_format)
+    z3.to_zarr(
+        small_dataset(x=[5, 6]), store, mode="w", group="g", consolidated=False, zarr_format=zarr_format
+    )
     assert not store.thread.is_alive()
     left = _left(store, "g/n")
     assert left is None or left[:2] == [1.0, 2.0], left  # gone, or resized with its values
@@ -103,9 +104,11 @@ def test_an_add_of_an_array_and_a_mode_w_of_a_group_at_its_path_never_make_both(
     from store_doubles import CommitHookedStore
 
     store = CommitHookedStore()
-    z3.to_zarr(_ds(a=[0, 0]), store, mode="w", group="g", consolidated=False, zarr_format=zarr_format)
+    z3.to_zarr(
+        small_dataset(a=[0, 0]), store, mode="w", group="g", consolidated=False, zarr_format=zarr_format
+    )
     store.hook = lambda: z3.to_zarr(
-        _ds(e=[5, 6]), store, mode="w", group="g/x", consolidated=False, zarr_format=zarr_format
+        small_dataset(e=[5, 6]), store, mode="w", group="g/x", consolidated=False, zarr_format=zarr_format
     )
     try:
         z3.to_zarr(
@@ -151,13 +154,20 @@ def test_a_mode_w_of_a_nested_group_and_an_add_above_or_below_it_are_whole(added
     # and a/b: they take turns) and a's shared (a: they commit at once)
     store = PausedAfterMove()
     for group in ("a", "a/b", "a/b/c"):
-        z3.to_zarr(_ds(k=[0, 0]), store, mode="w", group=group, consolidated=False, zarr_format=zarr_format)
+        z3.to_zarr(
+            small_dataset(k=[0, 0]), store, mode="w", group=group, consolidated=False, zarr_format=zarr_format
+        )
     store.race["other"] = lambda: z3.to_zarr(
-        _ds(e=[5, 6]), store, mode="w", group="a/b", consolidated=False, zarr_format=zarr_format
+        small_dataset(e=[5, 6]), store, mode="w", group="a/b", consolidated=False, zarr_format=zarr_format
     )
     try:
         z3.to_zarr(
-            _ds(n=[1, 2]), store, mode="a", group=added_in, consolidated=False, zarr_format=zarr_format
+            small_dataset(n=[1, 2]),
+            store,
+            mode="a",
+            group=added_in,
+            consolidated=False,
+            zarr_format=zarr_format,
         )
     except z3.errors.Zarr3Error:
         pass  # refused once the erase went first (its group gone): allowed
@@ -229,11 +239,11 @@ def test_a_copy_into_a_group_that_a_mode_w_replaces_meanwhile_is_whole_or_absent
 
     src, dst = z3.MemoryStore(), _EraseAfterFirstChunk()
     z3.create_array(src, path="g/n", shape=(4,), chunks=(2,), dtype="f8")[:] = [1.0, 2.0, 3.0, 4.0]
-    z3.to_zarr(_ds(a=[0, 0]), dst, mode="w", group="g", consolidated=False)
+    z3.to_zarr(small_dataset(a=[0, 0]), dst, mode="w", group="g", consolidated=False)
     stores = {"src": src, "dst": dst}
     monkeypatch.setattr(copy_cli, "store_for", lambda location, mode: stores[location])
     dst.below = "g/n/c"
-    dst.other = lambda: z3.to_zarr(_ds(x=[5, 6]), dst, mode="w", group="g", consolidated=False)
+    dst.other = lambda: z3.to_zarr(small_dataset(x=[5, 6]), dst, mode="w", group="g", consolidated=False)
     try:
         copy_cli.copy_hierarchy("src", "dst", "g/n", scheduler="synchronous")
     except z3.errors.Zarr3Error:
@@ -255,10 +265,10 @@ def test_a_writer_that_gives_up_waiting_on_a_hold_leaves_no_record(paused):
     from zarr3_backend.errors import WriteConflictError
 
     store = PausedInCommit(settings={"commit_wait": 0.2})
-    z3.to_zarr(_ds(a=[1, 2]), store, group="g", consolidated=False)
+    z3.to_zarr(small_dataset(a=[1, 2]), store, group="g", consolidated=False)
     store.pause_after = lambda key: key.endswith("/claims-checked")
-    erase = lambda: z3.to_zarr(_ds(b=[7, 8]), store, group="g", mode="w", consolidated=False)  # noqa: E731
-    add = lambda: z3.to_zarr(_ds(x=[4, 5]), store, group="g", mode="a", consolidated=False)  # noqa: E731
+    erase = lambda: z3.to_zarr(small_dataset(b=[7, 8]), store, group="g", mode="w", consolidated=False)  # noqa: E731
+    add = lambda: z3.to_zarr(small_dataset(x=[4, 5]), store, group="g", mode="a", consolidated=False)  # noqa: E731
     first, second = (erase, add) if paused == "eraser" else (add, erase)
     thread = threading.Thread(target=first)
     thread.start()
