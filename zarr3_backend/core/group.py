@@ -549,12 +549,15 @@ class Group:
             )
         if not self.store.exists(metadata_key(path)) and not is_implicit_group(self.store, path):
             raise NodeNotFoundError(f"no array or group named {name!r} in group {self.path or '/'!r}")
-        from .commit import Transaction  # commit reaches the stores' records; imported when used
+        from .commit import Transaction, root_is_consolidated  # commit reaches the stores' records
 
         # an erase in a transaction: it holds the node's claims (node_claims.held_nodes), so a
-        # write into the node (an append, a resize) takes turns with it, and no crash leaves it half gone
+        # write into the node (an append, a resize) takes turns with it, and no crash leaves it
+        # half gone; a consolidated root is rebuilt without the node (as zarr-python does), else
+        # a consolidated open still lists it and reads it as all fill
+        consolidate = root_is_consolidated(self.store)
         with Transaction(self.store, guard=(path,), erase_prefixes=[join_prefix(path)]) as txn:
-            txn.commit()
+            txn.commit(consolidate=consolidate)
 
     # ---- display ---------------------------------------------------------------------------
     def tree(self) -> str:
