@@ -48,7 +48,7 @@ from .paths import (
     validate_new_node_path,
 )
 from .rectilinear import check_codecs
-from .txn_records import unmarked_node
+from .txn_records import is_reserved_key, unmarked_node
 
 
 def _check_mode(mode: str) -> None:
@@ -139,8 +139,9 @@ def refuse_inside_v2(store: Store, path: str, ancestors: Sequence[str] | None = 
 
 def _clear_for_create(store: Store, path: str, overwrite: bool) -> bool:
     """Refuse whatever node is at ``path``, or with overwrite say whether one is to be erased."""
-    exists = (
-        store.exists(metadata_key(path)) or next(iter(store.list_dir(join_prefix(path))), None) is not None
+    # the protocol's own records (another writer's staged values under the root) are no node
+    exists = store.exists(metadata_key(path)) or any(
+        not is_reserved_key(join_path(path, name)) for name in store.list_dir(join_prefix(path))
     )
     if exists:
         if not overwrite:

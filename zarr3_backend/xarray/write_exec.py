@@ -29,6 +29,7 @@ from ..core.array import Array
 from ..core.commit import Transaction
 from ..core.group import Group, open_existing_group, read_node_metadata
 from ..core.metadata import GroupMetadata
+from ..core.metadata_v2 import GROUP_KEY
 from ..core.paths import join_prefix, metadata_key
 from ..core.txn_records import unmarked_node
 from ..dask.tree import Tally, receipts_of, sum_counts
@@ -83,10 +84,14 @@ def execute(
         added += plan.added_documents()
         within.update(plan.within())
         if plan.create_group:  # a new (or replaced) group, and any missing parents
-            for key, doc in missing_parent_documents(store, plan.path, plan.zarr_format).items():
+            parents = missing_parent_documents(store, plan.path, plan.zarr_format)
+            own = plan.new_group_documents()
+            for key, doc in {**parents, **own}.items():
                 documents.setdefault(key, doc)  # never over a document another plan gives
-            for key, doc in plan.new_group_documents().items():
-                documents.setdefault(key, doc)
+            # the groups it creates where nothing was stored must still be missing at commit:
+            # a node another writer stored there meanwhile (an array, a group and its
+            # attributes) makes this write be planned again over it, not written over
+            added += [k for k in (*parents, *(own if plan.adds_to_stored else ())) if _is_node_key(k)]
         documents.update(plan.documents())
         guard += [plan.path, *(w.target.path for w in plan.writes)]
         # each group's key prefix, "g/": the bare path "g" also took its siblings "g2", "grid"
@@ -115,6 +120,11 @@ def execute(
     if not compute:
         return combine(lazy)
     return _written_group(store, path, documents)
+
+
+def _is_node_key(key: str) -> bool:
+    """Whether ``key`` is the document that makes a group a node (``zarr.json``, v2 ``.zgroup``)."""
+    return key.rpartition("/")[2] in ("zarr.json", GROUP_KEY)
 
 
 def _written_group(store: Store, path: str, documents: Mapping[str, bytes]) -> Group:
