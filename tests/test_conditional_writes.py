@@ -11,7 +11,7 @@ import pickle
 import numpy as np
 import pytest
 from concurrent_writers import SHAPE, create, layout, lost, value, writer
-from servers import MotoS3, s3_options
+from servers import s3_options
 
 import zarr3_backend as z3
 from zarr3_backend.core import unit_writes as array_module
@@ -19,13 +19,6 @@ from zarr3_backend.errors import WriteConflictError
 from zarr3_backend.stores import FsspecStore, LocalStore, MemoryStore, StoreArgumentError
 from zarr3_backend.stores.base import Store
 from zarr3_backend.stores.fsspec_errors import BucketNotFoundError
-
-
-@pytest.fixture(scope="module")
-def moto():
-    server = MotoS3().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(params=["memory", "local", "file-url", "s3", "obstore-s3"])

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 from sample_data import small_dataset
-from servers import MotoS3, s3_options
+from servers import s3_options
 from store_doubles import PausesInCommit
 from test_holds_shared import _after_claims, _stored, _Writer
 
@@ -19,13 +19,6 @@ from zarr3_backend.stores import ObstoreStore
 
 class _S3Paused(PausesInCommit, ObstoreStore):
     pass
-
-
-@pytest.fixture(scope="module")
-def moto():
-    server = MotoS3().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import test_stores as contract
 import xarray as xr
-from servers import MotoS3, Proxy, RangeHTTPServer, s3_options
+from servers import Proxy, RangeHTTPServer, s3_options
 
 import zarr3_backend as z3
 from zarr3_backend.byte_range import ByteRange
@@ -29,13 +29,6 @@ from zarr3_backend.stores.fsspec_errors import (
 from zarr3_backend.stores.fsspec_options import DEFAULT_RETRIES
 
 VALUE = contract.VALUE
-
-
-@pytest.fixture(scope="module")
-def moto():
-    server = MotoS3().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -19,13 +19,12 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import fsspec
-import moto.server
 import numpy as np
 import pandas as pd
 import pytest
 import s3fs  # noqa: F401
 import xarray as xr
-from servers import MotoS3, Proxy, Request, free_port, s3_options
+from servers import Proxy, Request, free_port, s3_options
 
 import zarr3_backend as z3
 from zarr3_backend.byte_range import ByteRange
@@ -54,13 +53,6 @@ def _fsspec_backend(monkeypatch):
     """These tests exercise FsspecStore (request counts, faults): URLs resolve to it, not to
     ObstoreStore (whose twins are in tests/test_obstore.py)."""
     monkeypatch.setenv("ZARR3_STORE_BACKEND", "fsspec")
-
-
-@pytest.fixture(scope="module")
-def moto():
-    server = MotoS3().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

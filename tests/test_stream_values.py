@@ -14,7 +14,7 @@ import uuid
 
 import fsspec.asyn
 import pytest
-from servers import MotoS3, Proxy, RangeHTTPServer, free_port, s3_options
+from servers import Proxy, RangeHTTPServer, free_port, s3_options
 
 from benchmarks import latency_server
 from zarr3_backend import settings
@@ -155,13 +155,6 @@ def test_http_server_that_ignores_range(files, kind):
         assert {r.status for r in plain.log.snapshot() if r.method == "GET"} <= {200, 404}
     finally:
         plain.stop()
-
-
-@pytest.fixture(scope="module")
-def moto():
-    server = MotoS3().start()
-    yield server
-    server.stop()
 
 
 @pytest.mark.parametrize("kind", HTTP_KINDS)
