@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from sample_data import DTYPES as CORE_DTYPES
 
+import zarr3_backend as z3
 from zarr3_backend.codecs import (
     BloscCodec,
     BytesBytesCodec,
@@ -727,3 +728,23 @@ def test_one_chain_shared_by_many_threads() -> None:
         encoded = thread_map(lambda a, chain=chain: bytes(chain.encode(a)), arrays, kind="cpu")
         decoded = thread_map(chain.decode, encoded, kind="cpu")
         assert all(same(d, a) for d, a in zip(decoded, arrays, strict=True)), compressor
+
+
+def test_a_numcodecs_instance_is_taken_and_anything_else_refused():
+    """``compressors=`` takes numcodecs codec instances (translated to v3 codecs); any other
+    object is refused with CodecError naming it (an object with ``get_config`` and ``codec_id``
+    attributes that is no numcodecs codec included)."""
+    a = z3.create_array(z3.MemoryStore(), "x", shape=(4,), dtype="f8", compressors=[numcodecs.Zstd(level=3)])
+    a[:] = np.arange(4.0)
+    np.testing.assert_array_equal(a[:], np.arange(4.0))
+    assert [type(c).__name__ for c in a.metadata.codecs] == ["BytesCodec", "ZstdCodec"]
+
+    class LooksLikeOne:
+        codec_id = "zstd"
+
+        def get_config(self):
+            return {"id": "zstd", "level": 3}
+
+    for bad in (object(), LooksLikeOne()):
+        with pytest.raises(CodecError, match="not a codec"):
+            z3.create_array(z3.MemoryStore(), "x", shape=(4,), dtype="f8", compressors=[bad])

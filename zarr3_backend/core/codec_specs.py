@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from numcodecs.abc import Codec as NumcodecsCodec
+
 from ..codecs import Codec
 from ..codecs.blosc import SHUFFLES
 from ..codecs.bytes import endian_matters
@@ -63,10 +65,9 @@ def coerce_codec(obj: Any) -> Codec | dict | str:
     (``v3_codec_from_numcodecs``)."""
     if isinstance(obj, Codec | dict | str):
         return obj
-    get_config = getattr(obj, "get_config", None)
-    if get_config is None or not hasattr(obj, "codec_id"):
+    if not isinstance(obj, NumcodecsCodec):
         raise CodecError(f"not a codec: {obj!r}")
-    return v3_codec_from_numcodecs(get_config())
+    return v3_codec_from_numcodecs(obj.get_config())
 
 
 def _as_list(value: Any) -> list:
