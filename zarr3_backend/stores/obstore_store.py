@@ -659,6 +659,29 @@ class ObstoreStore(Store):
             raise _typed("moving", f"{self._key_url(src)} -> {dst}", result) from result
         self.erase(src)
 
+    def move_prefix(self, src: str, dst: str) -> None:
+        """Every key under ``src`` copied server-side to its name under ``dst`` (each copy atomic
+        for readers of its destination), all in one batch, then the sources erased in bulk
+        requests (S3's DeleteObjects takes 1,000 keys). ``move`` per key cost a delete request
+        each: a commit's staged values took three requests per chunk on S3, now two. A source
+        already gone (moved by an earlier run of the same commit) is skipped."""
+        self.check_writable(dst or None)
+        keys = list(self.list_prefix(src))
+        if not keys:
+            return
+        client = self._open()
+        targets = [dst + k[len(src) :] for k in keys]
+        for target in targets:
+            validate_key(target)
+        calls = [
+            lambda k=k, t=t: obstore.copy_async(client, k, t) for k, t in zip(keys, targets, strict=True)
+        ]
+        results = self._batch("moving", calls)
+        for key, target, result in zip(keys, targets, results, strict=True):
+            if isinstance(result, BaseException) and not isinstance(result, _MISSING):
+                raise _typed("moving", f"{self._key_url(key)} -> {target}", result) from result
+        self.erase_many(keys)  # only once every copy is in place: a re-run copies them again
+
     # ---- conditional writes ----------------------------------------------------------------
     def _check_conditional(self, key: str) -> None:
         if not self.supports_conditional_writes:
