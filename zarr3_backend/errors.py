@@ -50,8 +50,9 @@ class ChecksumError(CorruptionError):
 
 
 # --- hierarchy ----------------------------------------------------------------------------------
-class NodeNotFoundError(Zarr3Error, KeyError):
-    """No array or group at the given path."""
+class NodeNotFoundError(Zarr3Error, KeyError, FileNotFoundError):
+    """No array or group at the given path (a ``FileNotFoundError`` too, as xarray's zarr engine
+    and zarr-python raise for a missing store or node)."""
 
     def __str__(self) -> str:  # KeyError would repr() the message; keep it readable
         return str(self.args[0]) if self.args else ""

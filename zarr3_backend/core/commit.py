@@ -709,6 +709,11 @@ def _apply(
         from .consolidate import refresh_v2_consolidated
 
         refresh_v2_consolidated(store, v2_docs, rebuild=manifest.get("consolidate") is not None)
+    if manifest.get("consolidate") is not None:  # as the root's: only a consolidating commit
+        from .consolidate import refresh_nested_consolidated
+
+        documents = {k: v.encode() for k, v in manifest["documents"].items()}
+        refresh_nested_consolidated(store, documents, docs_gone)  # groups below the root with copies
     root_doc = docs.get(root)
     root_replaced = root_doc is None and "" in manifest["erase_prefixes"]  # e.g. by a v2 root
     root_rebase = rebase.get(root)

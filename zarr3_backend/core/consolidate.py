@@ -11,7 +11,7 @@ reader of the consolidated copy sees what a reader of the member sees.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from ..errors import Zarr3Error
@@ -20,7 +20,7 @@ from .commit import update_document
 from .group import Group, read_v2_node_metadata
 from .metadata import WRITE_IN_PROGRESS_FIELD, GroupMetadata, load_json, parse_node, to_bytes
 from .metadata_v2 import CONSOLIDATED_KEY, GROUP_KEY
-from .metadata_v2_write import consolidated_document, node_documents, patched_consolidated
+from .metadata_v2_write import consolidated_document, is_v2_document_key, node_documents, patched_consolidated
 from .paths import ancestor_paths, join_path, metadata_key
 
 
@@ -87,6 +87,53 @@ def unconsolidated_root_document(store: Store, root_doc: bytes | None) -> bytes 
     commit that could not list its members; ``root_doc`` as is when the root is not a group."""
     meta = _root_group_metadata(store, root_doc)
     return root_doc if meta is None else to_bytes(meta)
+
+
+def refresh_nested_consolidated(store: Store, docs: Mapping[str, bytes], erased: Iterable[str] = ()) -> None:
+    """Bring the inline consolidated metadata of v3 groups below the root up to date after a
+    commit wrote the documents ``docs`` and erased ``erased`` (the root's copy is the commit's
+    own step; v2 ``.zmetadata``: ``refresh_v2_consolidated``). Each group at or above a changed
+    node that holds a copy (``consolidate_metadata(store, path)``, or a store written at that
+    path on its own) gets its members listed afresh, as a compare-and-swap; when they cannot be
+    listed (a member marked by another writer's commit) its copy is dropped, so readers list the
+    members rather than trust a stale table."""
+    groups: set[str] = set()
+    for key in [*docs, *erased]:
+        if is_v2_document_key(key):
+            continue
+        node = key.rpartition("/")[0]
+        groups.update(ancestor_paths(node))
+        raw = docs.get(key)
+        if raw is not None and b'"consolidated_metadata"' in raw:
+            groups.add(node)
+    groups.discard("")
+    if not groups:
+        return
+    ordered = sorted(groups)
+    for path, raw in zip(ordered, store.get_many([metadata_key(p) for p in ordered]), strict=True):
+        if raw is not None and b'"consolidated_metadata"' in raw:
+            update_document(
+                store, metadata_key(path), lambda old, path=path: _fresh_members(store, path, old)
+            )
+
+
+def _fresh_members(store: Store, path: str, stored: bytes | None) -> bytes | None:
+    """The stored document of the group at ``path`` with its consolidated copy listed afresh
+    (dropped when the members cannot be listed); ``None`` (left as is) without a copy."""
+    if stored is None:
+        return None
+    try:
+        meta = parse_node(stored, path)
+    except Zarr3Error:
+        return None
+    if not isinstance(meta, GroupMetadata) or meta.consolidated_metadata is None:
+        return None
+    try:
+        bare = Group(store, path, replace(meta, consolidated_metadata=None), use_consolidated=False)
+        table = consolidated(bare).consolidated_metadata
+    except Zarr3Error:
+        table = None
+    return to_bytes(replace(meta, consolidated_metadata=table))
 
 
 def consolidated_v2(store: Store, path: str = "") -> bytes | None:

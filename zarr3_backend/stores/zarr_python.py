@@ -167,6 +167,10 @@ class ZarrPythonStore(Store):
             settings = {**(settings or {}), "requests_in_flight": concurrency}
         super().__init__(read_only=read_only, settings=settings)
         self.store = store
+        if not getattr(store, "_is_open", True):
+            # zarr-python opens a store before its first request (``StorePath`` calls
+            # ``_ensure_open``); a ZipStore answers none unopened
+            self._call("open", store._ensure_open())
         self._prototype: Any = None
         # an Icechunk session is itself a transaction: its commit makes every write visible at
         # once, so the package's own staging and markers would only get in its way

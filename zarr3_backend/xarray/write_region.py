@@ -16,6 +16,12 @@ from ..errors import (
     ArgumentTypeError,
 )
 from .cf_encode import decode_stored
+from .write_args import UnknownVariableError
+
+
+class RegionLabelError(UnknownVariableError):
+    """``region="auto"`` cannot place the dataset in the store: the store lacks the coordinate,
+    or some of its values (a ``KeyError``, as xarray's engine raises)."""
 
 
 def _auto_region(ds: xr.Dataset, region: dict, group: Group | None, arrays: Mapping[str, Array]) -> dict:
@@ -28,7 +34,7 @@ def _auto_region(ds: xr.Dataset, region: dict, group: Group | None, arrays: Mapp
             out[dim] = slice(0, ds.sizes[dim])
             continue
         if group is None or dim not in arrays:
-            raise KeyError(
+            raise RegionLabelError(
                 f"region={{{dim!r}: 'auto'}} needs the coordinate {dim!r} in the store, but it has none"
             )
         stored = decode_stored(group, arrays, [dim])[dim]
@@ -40,7 +46,7 @@ def _auto_region(ds: xr.Dataset, region: dict, group: Group | None, arrays: Mapp
             )
         idxs = index.get_indexer(np.asarray(ds[dim].values))
         if (idxs == -1).any():
-            raise KeyError(
+            raise RegionLabelError(
                 f"not all values of coordinate {dim!r} in the dataset were found in the store; a region "
                 f"write cannot add coordinate values (use append_dim to grow {dim!r})"
             )

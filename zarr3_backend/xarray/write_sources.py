@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import dask.array as da
@@ -14,16 +15,40 @@ from ..dask.read import BlockReader, store_token
 from ..errors import (
     ArgumentError,
 )
+from ..stores import LocalStore, make_store
 from ..stores.base import Store
+from ..stores.zarr_python import is_zarr_python_store
 from .backend_array import Zarr3BackendArray
 
 # ---- sources that mode="w" would erase -------------------------------------------------------
 _MAX_WRAPPERS = 16
 
 
-def _core_arrays(obj: Any) -> list[Array]:
-    """The zarr3_backend Arrays an object of a dask graph or a lazy variable reads, looking
-    through our readers and xarray's lazy-indexing wrappers."""
+@dataclass(frozen=True)
+class _Source:
+    """Where a zarr-python array (read through xarray's own engine) lives, as our Store sees it."""
+
+    store: Store
+    path: str
+
+
+def _zarr_python_source(array: Any) -> _Source | None:
+    """The store and path of a zarr-python ``Array``: a zarr-python ``LocalStore`` as ours over
+    its directory (so it matches a target given as a path), any other store wrapped as is."""
+    store = getattr(getattr(array, "store_path", None), "store", None)
+    if not is_zarr_python_store(store):
+        return None
+    root = getattr(store, "root", None)
+    if type(store).__name__ == "LocalStore" and root is not None:
+        ours: Store = LocalStore(root, read_only=True)
+    else:
+        ours = make_store(store, mode="r")
+    return _Source(ours, str(array.path).strip("/"))
+
+
+def _core_arrays(obj: Any) -> list[Array | _Source]:
+    """The arrays an object of a dask graph or a lazy variable reads (their store and path),
+    looking through our readers, xarray's lazy-indexing wrappers and its zarr engine's."""
     for _ in range(_MAX_WRAPPERS):
         if isinstance(obj, Array):
             return [obj]
@@ -31,6 +56,9 @@ def _core_arrays(obj: Any) -> list[Array]:
             return [obj.array]
         if isinstance(obj, Zarr3BackendArray):
             return [obj.get_array()]
+        if type(obj).__name__ == "ZarrArrayWrapper":  # xarray's zarr engine (zarr-python)
+            source = _zarr_python_source(obj.get_array())
+            return [source] if source is not None else []
         if type(obj).__name__ == "DataNode":  # dask's wrapper of a literal in a graph
             obj = getattr(obj, "value", None)
             continue
