@@ -86,13 +86,12 @@ class ShardingCodec(ArrayBytesCodec):
         if (
             isinstance(chunk_shape, (str, bytes))
             or not isinstance(chunk_shape, Sequence)
-            or not chunk_shape
             or not all(
                 isinstance(c, (int, np.integer)) and not isinstance(c, bool) and c > 0 for c in chunk_shape
             )
         ):
             raise CodecError(
-                f"codec 'sharding_indexed': 'chunk_shape' must be a non-empty list of positive integers, "
+                f"codec 'sharding_indexed': 'chunk_shape' must be a list of positive integers, "
                 f"got {chunk_shape!r}"
             )
         if index_location not in ("start", "end"):

@@ -505,4 +505,17 @@ def to_bytes(meta: ArrayMetadata | GroupMetadata) -> bytes:
     unless it keeps bare ``NaN``/``Infinity`` tokens that the stored document it was read from
     already held (attributes zarr-python wrote: spelling them as strings would change them)."""
     doc = _jsonable(meta.to_json(), "zarr.json")  # only StoredNonFinite values remain non-finite
-    return json.dumps(doc, indent=2, ensure_ascii=False).encode("utf-8")
+    return utf8_json(doc, "zarr.json")
+
+
+def utf8_json(doc: Any, where: str) -> bytes:
+    """``doc`` as the UTF-8 JSON of a metadata document (indent 2); ``MetadataError`` naming
+    ``where`` for text with no UTF-8 form (a lone surrogate, as ``os.fsdecode`` makes them)."""
+    text = json.dumps(doc, indent=2, ensure_ascii=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise MetadataError(
+            f"{where}: {text[e.start : e.end]!r} is not valid Unicode text ({e.reason}), after "
+            f"{text[max(e.start - 30, 0) : e.start]!r}"
+        ) from e

@@ -23,7 +23,7 @@ import numpy as np
 from ..codecs.blosc import SHUFFLES
 from ..errors import CodecError, MetadataError
 from ..numeric_json import non_finite_spelled
-from .metadata import ArrayMetadata, GroupMetadata, load_json, parse_node_json, to_bytes
+from .metadata import ArrayMetadata, GroupMetadata, load_json, parse_node_json, to_bytes, utf8_json
 from .metadata_v2 import (
     ARRAY_KEY,
     ATTRS_KEY,
@@ -217,7 +217,7 @@ def _dump(doc: Any, attributes: bool = False) -> bytes:
     2 wrote as a bare ``Infinity``) are spelled as v2 spells them, except, in ``.zattrs``
     (``attributes``), values a stored document held as bare tokens (zarr-python 2 writes NaN
     attributes so): spelled as strings they would turn into text."""
-    return json.dumps(non_finite_spelled(doc, attributes), indent=2, ensure_ascii=False).encode("utf-8")
+    return utf8_json(non_finite_spelled(doc, attributes), ".zattrs" if attributes else ".zarray")
 
 
 def node_documents(path: str, meta: ArrayMetadata | GroupMetadata) -> dict[str, bytes]:

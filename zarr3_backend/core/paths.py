@@ -56,12 +56,31 @@ def join_prefix(path: str) -> str:
     return path + "/" if path else ""
 
 
+#: Names no node can take in any store: the keys of the metadata documents (a node so named
+#: puts its documents below a document of its parent: ``zarr.json/zarr.json``) and the
+#: transaction area of this package's writes (``txn_records.TXN_DIR``).
+RESERVED_NAMES = frozenset({"zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata", ".z3-txn"})
+
+
+def check_reserved_names(path: str) -> str:
+    """Refuse a path to a new node one of whose names is a metadata document's or the
+    transaction area's (``RESERVED_NAMES``)."""
+    for name in path.split("/") if path else ():
+        if name in RESERVED_NAMES:
+            raise InvalidKeyError(
+                f"invalid node name {name!r} in {path!r}: {', '.join(sorted(RESERVED_NAMES))} are keys "
+                "of metadata documents or of the write transactions, not node names"
+            )
+    return path
+
+
 def validate_new_node_path(path: str) -> str:
     """Refuse node names the core spec reserves: a name made only of periods, or one starting
-    with ``__`` (for the creation of new nodes; existing ones are still readable)."""
+    with ``__`` (for the creation of new nodes; existing ones are still readable), and the
+    ``RESERVED_NAMES``."""
     for name in path.split("/") if path else ():
         if set(name) == {"."} or name.startswith("__"):
             raise InvalidKeyError(
                 f"invalid node name {name!r} in {path!r}: names made of periods only and names starting with '__' are reserved"
             )
-    return path
+    return check_reserved_names(path)

@@ -6,20 +6,25 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import ArgumentError, ShapeError
 
 
 def coerce_value(value: Any, dtype: np.dtype, shape: tuple[int, ...], where: str) -> np.ndarray:
     """``value`` as an array of ``dtype`` broadcast to ``shape`` (numbers cast unsafely as numpy
-    assignment does; strings and objects kept as objects); ``ShapeError`` naming ``where``."""
+    assignment does; text as the ``string`` type's numpy dtype, so that every write path stores
+    the same text; bytes and objects kept as objects); ``ShapeError`` naming ``where``."""
     try:
-        if dtype.kind in "OT":
+        if dtype.kind == "T":  # text as the data type holds it, whichever path encodes it
+            arr = np.asarray(value, dtype=dtype)
+        elif dtype.kind == "O":
             arr = np.asarray(value, dtype=object)
         else:
             arr = np.asarray(value)
             if arr.dtype != dtype:
                 arr = arr.astype(dtype, casting="unsafe" if arr.dtype.kind in "biufc" else "same_kind")
         return np.broadcast_to(arr, shape)
+    except UnicodeEncodeError as e:  # a lone surrogate ('\udcff' from os.fsdecode) is no UTF-8 text
+        raise ArgumentError(f"{where}: a value is not valid Unicode text: {e}") from e
     except ValueError as e:
         raise ShapeError(
             f"{where}: value of shape {np.shape(value)} cannot be written to a selection of shape {shape}"

@@ -81,13 +81,19 @@ def rebuild_store(cls: type, args: tuple, kwargs: dict) -> Store:
 
 
 def validate_key(key: str) -> str:
-    """Refuse keys that are empty, absolute, contain backslashes or ``.``/``..`` segments."""
+    """Refuse keys that are empty, absolute, contain backslashes or ``.``/``..`` segments, or
+    have no UTF-8 form (object stores, zarr.json and every other implementation need one)."""
     if not isinstance(key, str) or not key:
         raise InvalidKeyError(f"store key must be a non-empty string, got {key!r}")
     if key.startswith("/") or "\\" in key or "\x00" in key:
         raise InvalidKeyError(f"invalid store key {key!r}: absolute paths, backslashes and NUL are refused")
     if any(part in ("", ".", "..") for part in key.split("/")):
         raise InvalidKeyError(f"invalid store key {key!r}: empty, '.' and '..' segments are refused")
+    if not key.isascii():
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate ('\udcff', as os.fsdecode makes them)
+            raise InvalidKeyError(f"invalid store key {key!r}: not valid Unicode text ({e.reason})") from e
     return key
 
 

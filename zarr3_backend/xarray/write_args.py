@@ -10,11 +10,12 @@ from xarray.backends.common import NONE_VAR_NAME
 
 from ..core.api import open_group
 from ..core.group import Group, v2_ancestor
-from ..core.paths import ancestor_paths
+from ..core.paths import ancestor_paths, check_reserved_names
 from ..errors import (
     ArgumentError,
     ArgumentTypeError,
     GroupNotFoundError,
+    InvalidKeyError,
     NodeExistsError,
 )
 from ..stores.base import Store
@@ -53,6 +54,10 @@ def validate_names(ds: xr.Dataset) -> xr.Dataset:
                 raise ArgumentError(
                     f"variable name {name!r} cannot be a Zarr array name (no '/', '.' or '..')"
                 )
+            try:
+                check_reserved_names(name)
+            except InvalidKeyError as e:
+                raise ArgumentError(f"variable name {name!r} cannot be a Zarr array name: {e}") from e
         elif name is not None:
             raise ArgumentTypeError(
                 f"Invalid name {name!r} for DataArray or Dataset key: must be either a string or None "

@@ -28,7 +28,7 @@ from dask.delayed import Delayed
 from ..core.commit import root_is_consolidated, wait_for_commits
 from ..core.group import Group
 from ..core.node_claims import retry_shape_change
-from ..core.paths import normalize_path
+from ..core.paths import check_reserved_names, normalize_path
 from ..dask.progress import compute_with_progress
 from ..stores import make_store
 from ..stores.base import Store
@@ -191,6 +191,7 @@ def _prepare_once(
     erased_path: str | None,
 ) -> WritePlan:
     ds = validate_names(ds)
+    check_reserved_names(path)
     encoding = checked_encoding(encoding, ds)
     mode, append_dim = options.mode, options.append_dim
     existing = open_existing(zstore, path, mode)
