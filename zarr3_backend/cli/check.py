@@ -9,6 +9,7 @@ under the hierarchy is sorted into metadata, orphan, or write record.
 from __future__ import annotations
 
 import bisect
+import json
 import os
 import sys
 from collections.abc import Mapping
@@ -16,15 +17,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import click
+import numpy as np
 
 from .._threads import thread_map
 from ..codecs.sharding import ShardingCodec
 from ..core.api import open_group, open_node, repair
 from ..core.array import Array
 from ..core.commit import TXN_DIR
+from ..core.group import open_existing_group, read_node_metadata
 from ..core.info import classify_keys, read_batches, shard_index, unit_chain
+from ..core.metadata import GroupMetadata
+from ..core.metadata_v2 import CONSOLIDATED_KEY, V2_MARKER, v2_fill_value_is_null
 from ..core.node_claims import CLAIMS_DIR
-from ..core.paths import join_path, join_prefix
+from ..core.paths import join_path, join_prefix, metadata_key
 from ..core.txn_records import MANIFEST, is_txn_id, parse_manifest, txn_prefix
 from ..errors import Zarr3Error
 from ..stores.base import Store
@@ -113,6 +118,17 @@ def check_unit(array: Array, coords: tuple[int, ...], data: Any) -> str | None:
     return None
 
 
+def missing_without_fill(array: Array, units: Mapping[str, tuple[int, ...]]) -> list[str]:
+    """The keys of the chunks a Zarr v2 array with ``fill_value: null`` does not store: it has
+    no fill value (every chunk written is stored), so such a chunk is lost or never written."""
+    if not v2_fill_value_is_null(array.metadata):
+        return []
+    present = set(units.values())
+    grid = array.metadata.chunk_grid.grid_shape(array.shape)
+    encode = array.metadata.chunk_key_encoding.encode_chunk_key
+    return [join_path(array.path, encode(c)) for c in np.ndindex(*grid) if c not in present]
+
+
 def check_array(
     array: Array, units: Mapping[str, tuple[int, ...]], report: Report, progress: Any
 ) -> set[str]:
@@ -134,9 +150,45 @@ def check_array(
         if len(batch) >= 64:
             flush()
     flush()
+    for key in missing_without_fill(array, units):
+        report.bad[key] = (
+            "missing: a Zarr v2 array whose fill_value is null has no fill value, so this "
+            "chunk has no defined values (zarr-python reads uninitialised memory)"
+        )
     report.arrays += 1
     report.units += len(units)
     return set(units)
+
+
+def _facts(node: Any) -> str:
+    """What a reader learns of a node from its metadata (an array's whole document, a group's
+    attributes), comparable across the live documents and a consolidated copy."""
+    doc = node.metadata.to_json() if isinstance(node, Array) else node.metadata.attributes
+    return json.dumps(doc, sort_keys=True, default=str)
+
+
+def stale_copy(store: Store, path: str, live: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The key of the consolidated copy of the group at ``path`` (its ``zarr.json``, or a v2
+    group's ``.zmetadata``) and how that copy differs from its members' live documents
+    (``live``: every node below ``path`` by its full path), or ``None`` when it agrees or there
+    is none. Readers of a consolidated group (xarray's default) see only the copy."""
+    meta = read_node_metadata(store, path)
+    if not isinstance(meta, GroupMetadata) or meta.consolidated_metadata is None:
+        return None
+    key = join_path(path, CONSOLIDATED_KEY) if V2_MARKER in meta.extra_fields else metadata_key(path)
+    try:
+        group = open_existing_group(store, path, read_only=True, use_consolidated=True)
+        copy = {join_path(path, rel): n for rel, n in group.members(max_depth=None).items()}
+    except Zarr3Error as e:
+        return key, f"{type(e).__name__}: {e}"
+    below = {p: n for p, n in live.items() if not path or p.startswith(path + "/")}
+    differ = sorted(p for p in copy.keys() & below.keys() if _facts(copy[p]) != _facts(below[p]))
+    problems = [f"{p!r} differs from its stored metadata" for p in differ]
+    problems += [f"{p!r} is not in it" for p in sorted(below.keys() - copy.keys())]
+    problems += [f"{p!r} is in it but not stored" for p in sorted(copy.keys() - below.keys())]
+    if not problems:
+        return None
+    return key, "stale consolidated metadata (consolidate it again): " + "; ".join(problems)
 
 
 def _under(sorted_keys: list[str], prefix: str) -> list[str]:
@@ -162,13 +214,19 @@ def scan(store: Store, path: str, *, show_progress: bool) -> Report:
     check_manifests(store, report)
     arrays = [node] if isinstance(node, Array) else []
     if not isinstance(node, Array):
+        listed = True
         try:
             members = node.members(max_depth=None)
         except Zarr3Error as e:
             report.bad[path or "/"] = f"{type(e).__name__}: {e}"
-            members = {}
+            members, listed = {}, False
         arrays += [m for m in members.values() if isinstance(m, Array)]
         group_paths = {path} | {m.path for m in members.values() if not isinstance(m, Array)}
+        live = {m.path: m for m in members.values()}
+        for gp in sorted(group_paths) if listed else ():  # each consolidated copy against them
+            stale = stale_copy(store, gp, live)
+            if stale is not None:
+                report.bad[stale[0]] = stale[1]
     else:
         group_paths = set()
     accounted: set[str] = set()

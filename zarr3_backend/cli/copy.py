@@ -43,6 +43,7 @@ from ..core.info import array_info
 from ..core.metadata import ArrayMetadata, GroupMetadata
 from ..core.metadata_v2 import GROUP_KEY, v2_fill_value_is_null
 from ..core.metadata_v2_store import store_node_metadata
+from ..core.metadata_v2_write import is_v2
 from ..core.paths import join_path, join_prefix, metadata_key, normalize_path
 from ..dask import compute_with_progress, from_array
 from ..errors import ArgumentError, CodecError, NodeExistsError, Zarr3Error
@@ -174,11 +175,14 @@ def _v2_fill_value(src: Array, attrs: dict) -> Any:
 @dataclass
 class Destination:
     """One destination array: ``fresh`` when no unit is stored under it (none is looked for),
-    ``pending`` when its documents are still to be written (after its data)."""
+    ``pending`` when its documents are still to be written (after its data), ``replace`` when
+    an old node at its path is to be erased first (``--overwrite``; ``clear_destination``,
+    once every destination is checked)."""
 
     array: Array
     fresh: bool
     pending: bool
+    replace: bool = False
 
 
 def prepare_destination(
@@ -217,17 +221,28 @@ def prepare_destination(
     found = _stored_node(dst_store, path)
     if isinstance(found, ArrayMetadata) and found.to_json() == wanted.to_json():
         return Destination(open_array(dst_store, path, mode="r+"), fresh=False, pending=False)
-    if found is not None:
-        if not overwrite:
-            raise NodeExistsError(
-                f"destination {path or '/'!r} exists and is not this array with this layout and "
-                "attributes (pass --overwrite to replace it)"
-            )
-        with Transaction(dst_store, guard=(path,), erase_prefixes=[join_prefix(path)]) as txn:
-            txn.commit()  # the old node and its data erased at once
+    if found is not None and not overwrite:
+        raise NodeExistsError(
+            f"destination {path or '/'!r} exists and is not this array with this layout and "
+            "attributes (pass --overwrite to replace it)"
+        )
     missing_parent_documents(dst_store, path, layout.zarr_format)  # refuses a bad place before any write
+    if found is not None:  # erased by clear_destination, once every destination is checked
+        return Destination(Array(dst_store, path, wanted), fresh=True, pending=True, replace=True)
     fresh = next(iter(dst_store.list_prefix(join_prefix(path))), None) is None
     return Destination(Array(dst_store, path, wanted), fresh=fresh, pending=True)
+
+
+def clear_destination(dst_store: Any, d: Destination) -> Destination:
+    """Erase the old node a ``replace`` destination takes the place of (the node and its data
+    at once); the destination is then fresh."""
+    if not d.replace:
+        return d
+    path = d.array.path
+    with Transaction(dst_store, guard=(path,), erase_prefixes=[join_prefix(path)]) as txn:
+        txn.commit()
+    fresh = next(iter(dst_store.list_prefix(join_prefix(path))), None) is None
+    return Destination(d.array, fresh=fresh, pending=True)
 
 
 def _stored_node(store: Any, path: str) -> ArrayMetadata | GroupMetadata | bool | None:
@@ -237,6 +252,28 @@ def _stored_node(store: Any, path: str) -> ArrayMetadata | GroupMetadata | bool 
         return wait_for_commits(store, lambda: read_node_metadata(store, path, use_consolidated=False))
     except Zarr3Error:
         return True
+
+
+def _group_to_write(found: Any, wanted: GroupMetadata, path: str, overwrite: bool) -> bool:
+    """Whether the destination group at ``path`` needs ``wanted`` written (none there, or with
+    ``overwrite`` one of other attributes, its members kept); a group already there as wanted is
+    kept, another node refused (``NodeExistsError``), before anything is written."""
+    if found is None:
+        return True
+    if not isinstance(found, GroupMetadata):
+        raise NodeExistsError(f"destination {path or '/'!r} exists and is not a group (the source's is)")
+    same_format = is_v2(found) == is_v2(wanted)
+    same = json.dumps(found.attributes, sort_keys=True, default=str) == json.dumps(
+        wanted.attributes, sort_keys=True, default=str
+    )
+    if same_format and same:
+        return False
+    if not overwrite:
+        raise NodeExistsError(
+            f"destination group {path or '/'!r} exists with other attributes or another Zarr format "
+            "(pass --overwrite to replace its attributes)"
+        )
+    return True
 
 
 def publish(store: Any, root: str, nodes: dict[str, ArrayMetadata | GroupMetadata]) -> None:
@@ -297,6 +334,14 @@ class CopyResult:
     empty: int = 0
 
 
+def _same_location(src_store: Any, dst_store: Any, src_location: str, dst_location: str) -> bool:
+    """Whether the source and destination are one store (its data, or its URL as given): each
+    destination array is then its source array."""
+    return src_store.data_identity == dst_store.data_identity or (
+        src_location.rstrip("/") == dst_location.rstrip("/")
+    )
+
+
 def copy_hierarchy(
     src_location: str,
     dst_location: str,
@@ -327,15 +372,26 @@ def copy_hierarchy(
     # every layout is checked before anything is written
     layouts = {rel: destination_layout(a, chunks, shards, codecs, zarr_format) for rel, a in arrays.items()}
     documents: dict[str, ArrayMetadata | GroupMetadata] = {}  # written after all the data
-    for rel, g in groups.items():  # a group already there (a resumed copy) is kept
+    for rel, g in groups.items():  # a group already there with these attributes (a resumed copy) is kept
         where = join_path(dst_root, rel)
-        if _stored_node(dst_store, where) is None:
-            documents[where] = create_group(
-                {}, "x", attributes=_attributes(g), zarr_format=zarr_format
-            ).metadata
+        wanted = create_group({}, "x", attributes=_attributes(g), zarr_format=zarr_format).metadata
+        if _group_to_write(_stored_node(dst_store, where), wanted, where, overwrite):
+            documents[where] = wanted
     plans = []
+    # every destination is checked (and refused) before an old array is erased (--overwrite)
+    prepared = {
+        rel: prepare_destination(a, dst_store, join_path(dst_root, rel), layouts[rel], overwrite)
+        for rel, a in arrays.items()
+    }
+    replaced = [d.array.path for d in prepared.values() if d.replace]
+    if replaced and _same_location(src_store, dst_store, src_location, dst_location):
+        raise CopyArgumentError(
+            f"--overwrite: the destination is the source ({dst_location!r}): replacing "
+            f"{replaced[0] or '/'!r} would erase the data it is copied from; copy to another "
+            "location"
+        )
     for rel, a in arrays.items():
-        d = prepare_destination(a, dst_store, join_path(dst_root, rel), layouts[rel], overwrite)
+        d = clear_destination(dst_store, prepared[rel])
         plans.append((rel, a, d.array, d.fresh))
         if d.pending:
             documents[d.array.path] = d.array.metadata
@@ -360,6 +416,8 @@ def _copy_and_publish(
         if a.ndim == 0:
             dst[...] = a[...]
             graphs.append(None)
+        elif a.size == 0:  # no unit at all (dask would still make empty blocks of it)
+            graphs.append(None)
         else:
             graphs.append(copy_graph(a, dst, fresh))
     lazy = [g for g in graphs if g is not None]
@@ -377,7 +435,8 @@ def _copy_and_publish(
     results = []
     for (rel, _src, dst, _fresh), g in zip(plans, graphs, strict=True):
         if g is None:
-            results.append(CopyResult(join_path(dst_root, rel), 1, 1, 0))
+            n = 1 if dst.ndim == 0 else 0
+            results.append(CopyResult(join_path(dst_root, rel), n, n, 0))
             continue
         st = np.asarray(statuses.pop(0))
         results.append(
