@@ -719,7 +719,9 @@ def _apply(
         from .consolidate import refresh_v2_consolidated
 
         refresh_v2_consolidated(store, v2_docs, rebuild=manifest.get("consolidate") is not None)
-    if manifest.get("consolidate") is not None:  # as the root's: only a consolidating commit
+    if manifest.get("consolidate") is not None or docs_gone:
+        # as the root's, in a consolidating commit; and in any commit that erases nodes (a
+        # ``del``): a copy still listing an erased node reads it back as all fill
         from .consolidate import refresh_nested_consolidated
 
         documents = {k: v.encode() for k, v in manifest["documents"].items()}
@@ -779,12 +781,15 @@ def _consolidated_root(store: Store, root_doc: bytes | None, txn_id: str) -> byt
     write's marker (this write's own are gone by now). When a member stays marked past
     ``commit_wait`` (a slow or dead writer), the commit still finishes, with the root's
     consolidated copy dropped (readers list the members; the next write consolidates again),
-    rather than leave the root marked while this process lives."""
+    rather than leave the root marked while this process lives. So too when a member's stored
+    document holds text this package cannot write (a lone surrogate another implementation
+    stored as a JSON escape): failing here, after the values moved, would leave the root marked
+    for good (a repair fails the same way)."""
     from .consolidate import consolidated_root_document, unconsolidated_root_document
 
     try:
         return wait_for_commits(store, lambda: consolidated_root_document(store, root_doc), ignore=txn_id)
-    except InterruptedWriteError as e:
+    except (InterruptedWriteError, MetadataError) as e:
         warnings.warn(
             f"write {txn_id!r} committed without refreshing the consolidated metadata, which it "
             f"dropped from the root document: {e}",

@@ -509,13 +509,13 @@ def to_bytes(meta: ArrayMetadata | GroupMetadata) -> bytes:
 
 
 def utf8_json(doc: Any, where: str) -> bytes:
-    """``doc`` as the UTF-8 JSON of a metadata document (indent 2); ``MetadataError`` naming
-    ``where`` for text with no UTF-8 form (a lone surrogate, as ``os.fsdecode`` makes them)."""
+    """``doc`` as the UTF-8 JSON of a metadata document (indent 2). Text with no UTF-8 form (a
+    lone surrogate, as ``os.fsdecode`` makes from a file name that is not UTF-8, or read from a
+    document zarr-python wrote) is written as JSON escapes (``\\udce9``), as zarr-python
+    writes it: it reads back the same, and a stored document holding it can be written again
+    (a consolidated copy of its group, an attribute update) instead of failing a commit."""
     text = json.dumps(doc, indent=2, ensure_ascii=False)
     try:
         return text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise MetadataError(
-            f"{where}: {text[e.start : e.end]!r} is not valid Unicode text ({e.reason}), after "
-            f"{text[max(e.start - 30, 0) : e.start]!r}"
-        ) from e
+    except UnicodeEncodeError:
+        return json.dumps(doc, indent=2, ensure_ascii=True).encode("ascii")

@@ -23,7 +23,7 @@ def coerce_value(value: Any, dtype: np.dtype, shape: tuple[int, ...], where: str
             if arr.dtype != dtype:
                 arr = arr.astype(dtype, casting="unsafe" if arr.dtype.kind in "biufc" else "same_kind")
         return np.broadcast_to(arr, shape)
-    except UnicodeEncodeError as e:  # a lone surrogate ('\udcff' from os.fsdecode) is no UTF-8 text
+    except UnicodeError as e:  # a lone surrogate ('\udcff' from os.fsdecode), bytes not UTF-8
         raise ArgumentError(f"{where}: a value is not valid Unicode text: {e}") from e
     except ValueError as e:
         raise ShapeError(

@@ -90,6 +90,17 @@ def dead_writers_temp(name: str) -> bool:
     return writer is not None and writer[0] == host_tag(current_owner().host) and token_is_dead(writer[1])
 
 
+def _has_utf8_form(name: str) -> bool:
+    """Whether a file name decoded by ``os.fsdecode`` is text (no lone surrogates)."""
+    if name.isascii():
+        return True
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _file_id(info: os.stat_result) -> tuple[int, int, int, int]:
     """The cheap part of a stored file's version: a rename-into-place makes a new inode."""
     return (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size)
@@ -818,9 +829,11 @@ class LocalStore(Store):
     def _entries(self, directory: str) -> list[tuple[str, str, bool | None]]:
         """``(name, path, is_dir)`` of the entries of ``directory`` that are keys or prefixes:
         files and directories (``is_dir`` None: a symlinked directory, listed but not walked),
-        not temp files, not symlinks leading outside root. Entries that cannot be resolved
-        (symlink loops, dangling links) hold no value and are skipped, so one bad link never
-        makes the whole store unlistable."""
+        not temp files, not symlinks leading outside root, not names with no UTF-8 form (bytes
+        ``os.fsdecode`` spells as lone surrogates: no key holds them, ``validate_key``). Entries
+        that cannot be resolved (symlink loops, dangling links) hold no value and are skipped,
+        so one bad link, or one stray file another tool named, never makes the whole store
+        unlistable (nor a commit's erase of its prefix fail once the nodes are marked)."""
         try:
             with os.scandir(directory) as it:
                 entries = list(it)
@@ -830,7 +843,7 @@ class LocalStore(Store):
             raise StoreError(f"listing {directory!r} in {self!r} failed: {e}") from e
         found = []
         for e in entries:
-            if e.name.startswith(TEMP_PREFIX):
+            if e.name.startswith(TEMP_PREFIX) or not _has_utf8_form(e.name):
                 continue
             try:
                 if e.is_symlink() and not self._inside(os.path.realpath(e.path, strict=True)):
