@@ -48,7 +48,8 @@ def test_an_append_to_an_array_named_like_a_document_and_a_mode_w_of_its_group_t
     # brings the array back over the erased group with its old rows gone.
     store = PausedAfterMove()
     root = z3.open_group(store, mode="w")
-    root.create_group("g").create_array("a", shape=(2,), chunks=(2,), dtype="f8", fill_value=np.nan)[:] = [1, 2]
+    group = root.create_group("g")
+    group.create_array("a", shape=(2,), chunks=(2,), dtype="f8", fill_value=np.nan)[:] = [1.0, 2.0]
     arr = _renamed(store, "g/a", f"g/{name}")
     store.race["other"] = lambda: z3.to_zarr(
         small_dataset(x=[5, 6, 7, 8]), store, mode="w", group="g", consolidated=False
