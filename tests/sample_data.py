@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import xarray as xr
 
@@ -65,3 +67,15 @@ def stored_values(store, group=None) -> dict[str, list[float]] | str:
     except Exception as e:  # the group is gone
         return type(e).__name__
     return {name: got[name].values.tolist() for name in sorted(got.data_vars)}
+
+
+def files_under(root) -> dict[str, bytes]:
+    """Every file below directory ``root`` (relative path -> bytes): what a refused command must
+    leave as it was."""
+    out = {}
+    for directory, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(directory, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = f.read()
+    return out

@@ -8,11 +8,10 @@ anything is written."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from sample_data import files_under
 
 import zarr3_backend as z3
 from zarr3_backend.cli import main
@@ -20,15 +19,6 @@ from zarr3_backend.cli import main
 
 def run(*args: str):
     return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def files(root: str) -> dict[str, bytes]:
-    out = {}
-    for d, _, names in os.walk(root):
-        for n in names:
-            with open(os.path.join(d, n), "rb") as f:
-                out[os.path.relpath(os.path.join(d, n), root)] = f.read()
-    return out
 
 
 @pytest.fixture
@@ -58,11 +48,11 @@ def test_group_attributes_are_copied_with_overwrite(tmp_path, source):
 
 def test_other_group_attributes_are_refused_without_overwrite(tmp_path, source):
     dst = old_destination(tmp_path)
-    before = files(dst)
+    before = files_under(dst)
     result = run("copy", source, dst)
     assert result.exit_code == 2, result.output  # was 0, the old attributes kept
     assert "NodeExistsError" in result.stderr and "--overwrite" in result.stderr
-    assert files(dst) == before
+    assert files_under(dst) == before
 
 
 def test_a_resumed_copy_keeps_its_own_groups(tmp_path, source):
@@ -77,8 +67,8 @@ def test_an_array_where_the_source_has_a_group_is_refused(tmp_path):
     src, dst = str(tmp_path / "src.zarr"), str(tmp_path / "dst.zarr")
     z3.open_group(src, mode="w").create_group("g", attributes={"k": 1})
     z3.open_group(dst, mode="w").create_array("g", shape=(3,), dtype="u1", chunks=(3,))[:] = 7
-    before = files(dst)
+    before = files_under(dst)
     result = run("copy", src, dst, "--overwrite")
     assert result.exit_code == 2, result.output  # was 0, and no group g
     assert "NodeExistsError" in result.stderr
-    assert files(dst) == before
+    assert files_under(dst) == before

@@ -7,11 +7,10 @@ Zarr v2 group a v3 array would sit in) before the first old array is erased.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from sample_data import files_under
 
 import zarr3_backend as z3
 from zarr3_backend.cli import main
@@ -19,16 +18,6 @@ from zarr3_backend.cli import main
 
 def run(*args: str):
     return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def files(root: str) -> dict[str, bytes]:
-    out = {}
-    for d, _, names in os.walk(root):
-        for n in names:
-            p = os.path.join(d, n)
-            with open(p, "rb") as f:
-                out[os.path.relpath(p, root)] = f.read()
-    return out
 
 
 @pytest.fixture
@@ -48,12 +37,12 @@ def test_refused_copy_into_a_v2_group_erases_nothing(tmp_path, source):
     d.create_array("a", shape=(4,), dtype="i4", chunks=(4,))[:] = 9
     sub = z3.open_group(dst + "/sub", mode="w", zarr_format=2)
     sub.create_array("x", shape=(4,), dtype="i4", chunks=(4,), zarr_format=2)[:] = 8
-    before = files(dst)
+    before = files_under(dst)
 
     result = run("copy", source, dst, "--overwrite")
     assert result.exit_code == 2, result.output
     assert "ZarrV2Error" in result.stderr and "Traceback" not in result.stderr
-    assert files(dst) == before  # was: a/ and sub/x/ erased
+    assert files_under(dst) == before  # was: a/ and sub/x/ erased
     np.testing.assert_array_equal(z3.open_array(dst, path="a")[:], 9)
 
 
@@ -61,11 +50,11 @@ def test_refused_copy_of_one_array_into_a_v2_group_erases_nothing(tmp_path, sour
     dst = str(tmp_path / "dst.zarr")
     sub = z3.open_group(dst, mode="w", zarr_format=2).create_group("sub")
     sub.create_array("x", shape=(4,), dtype="i4", chunks=(4,), zarr_format=2)[:] = 8
-    before = files(dst)
+    before = files_under(dst)
 
     result = run("copy", source, dst, "--path", "sub/x", "--overwrite")
     assert result.exit_code == 2, result.output
-    assert files(dst) == before  # was: sub/x/ erased, then the copy refused
+    assert files_under(dst) == before  # was: sub/x/ erased, then the copy refused
     np.testing.assert_array_equal(z3.open_array(dst, path="sub/x")[:], 8)
 
 
@@ -76,9 +65,9 @@ def test_refused_copy_under_an_array_erases_nothing(tmp_path, source):
     d = z3.open_group(dst, mode="w")
     d.create_array("a", shape=(4,), dtype="i4", chunks=(4,))[:] = 9
     d.create_array("sub", shape=(3,), dtype="u1", chunks=(3,))[:] = 7
-    before = files(dst)
+    before = files_under(dst)
 
     result = run("copy", source, dst, "--overwrite")
     assert result.exit_code == 2, result.output
     assert "NodeExistsError" in result.stderr
-    assert files(dst) == before  # was: a/ erased
+    assert files_under(dst) == before  # was: a/ erased

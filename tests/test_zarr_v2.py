@@ -10,6 +10,7 @@ import os
 import numcodecs
 import numpy as np
 import pytest
+from sample_data import files_under
 
 import zarr3_backend as z3
 from zarr3_backend.core.metadata import parse_node_json
@@ -49,16 +50,6 @@ def _zarray(**fields) -> dict:
 
 #: A structure with fields of both byte orders: zarr-python writes it, the v3 bytes codec has one.
 _MIXED_ENDIAN = np.dtype([("a", "<i4"), ("b", ">i4")])
-
-
-def _snapshot(root) -> dict[str, bytes]:
-    out = {}
-    for d, _, files in os.walk(root):
-        for f in files:
-            p = os.path.join(d, f)
-            with open(p, "rb") as fh:
-                out[os.path.relpath(p, root)] = fh.read()
-    return out
 
 
 # ---- translation (pure) ------------------------------------------------------------------------
@@ -326,7 +317,7 @@ def test_zarr_python_v2_hierarchy_opens_read_only_with_mode_r_and_writes_as_v2_o
     y[...] = [[1, 2], [3, 4]]
     if consolidated:
         zarr.consolidate_metadata(tmp_path / "h.zarr", zarr_format=2)
-    before = _snapshot(tmp_path / "h.zarr")
+    before = files_under(tmp_path / "h.zarr")
 
     g = z3.open_group(tmp_path / "h.zarr", mode="r")
     assert g.zarr_format == 2 and g.read_only and g.attrs["title"] == "v2"
@@ -348,7 +339,7 @@ def test_zarr_python_v2_hierarchy_opens_read_only_with_mode_r_and_writes_as_v2_o
     ):
         with pytest.raises(ReadOnlyError, match="read-only"):
             write()
-    assert _snapshot(tmp_path / "h.zarr") == before
+    assert files_under(tmp_path / "h.zarr") == before
 
     # a writable open writes Zarr v2 that zarr-python reads (nothing becomes zarr.json)
     g = z3.open_group(tmp_path / "h.zarr", mode="a")
@@ -401,13 +392,13 @@ def test_to_zarr_adds_to_a_v2_group_as_v2_and_mode_w_replaces_it(tmp_path):
     path = tmp_path / "v2.zarr"
     ds = xr.Dataset({"v": (("t",), np.arange(4.0))})
     ds.to_zarr(path, zarr_format=2, consolidated=True)
-    before = _snapshot(path)
+    before = files_under(path)
     more = xr.Dataset({"w": (("t",), np.ones(4))})
     with pytest.raises(ArgumentError, match=r"zarr_format=3 was given, but group '/' .* is Zarr v2"):
         z3.to_zarr(more, path, mode="a", zarr_format=3)
     with pytest.raises(ArgumentError, match="mode='r\\+'"):
         z3.to_zarr(more, path, mode="r+")  # a new variable, as for v3
-    assert _snapshot(path) == before  # nothing written
+    assert files_under(path) == before  # nothing written
     z3.to_zarr(more, path, mode="a")  # the store's format: v2
     assert (path / "w" / ".zarray").exists() and not (path / "zarr.json").exists()
     both = xr.merge([ds, more])
@@ -529,7 +520,7 @@ def test_nothing_is_created_inside_a_v2_hierarchy(tmp_path):
 
     path = tmp_path / "v2.zarr"
     xr.Dataset({"v": (("t",), np.arange(3.0))}).to_zarr(path, zarr_format=2, consolidated=True)
-    before = _snapshot(path)
+    before = files_under(path)
     new = xr.Dataset({"w": (("t",), np.ones(3))})
     for create in (
         lambda: z3.to_zarr(new, path, group="sub", zarr_format=3),
@@ -541,7 +532,7 @@ def test_nothing_is_created_inside_a_v2_hierarchy(tmp_path):
     ):
         with pytest.raises(ZarrV2Error, match=r"inside the Zarr v2 node .* create it with zarr_format=2"):
             create()
-    assert _snapshot(path) == before
+    assert files_under(path) == before
     # v2 nodes are created there: the group of a store's format, and consolidated as xarray does
     z3.to_zarr(new, path, group="sub")
     assert (path / "sub" / ".zgroup").exists() and (path / "sub" / "w" / ".zarray").exists()
@@ -692,21 +683,21 @@ def test_to_zarr_refuses_to_write_over_other_nodes_before_writing(tmp_path):
     root = tmp_path / "mixed.zarr"
     z3.open_group(root, mode="w").create_group("grp").create_array("keep", shape=(1,), dtype="i1")
     zarr.create_array(root / "extra", shape=(3,), dtype="<i4", zarr_format=2)[...] = [1, 2, 3]
-    before = _snapshot(root)
+    before = files_under(root)
     for name, error in (("extra", ZarrV2Error), ("grp", NodeExistsError)):  # a v2 node, a v3 group
         with pytest.raises(error, match=f"cannot write variable '{name}'"):
             z3.to_zarr(xr.Dataset({name: ("t", [7, 8, 9])}), root, mode="a")
-    assert _snapshot(root) == before
+    assert files_under(root) == before
     # a v3 group someone made inside a v2 hierarchy is not written into either
     v2 = tmp_path / "v2.zarr"
     zarr.open_group(v2, mode="w", zarr_format=2)
     z3.open_group(tmp_path / "scratch.zarr", mode="w")
     os.makedirs(v2 / "sub")
     (v2 / "sub" / "zarr.json").write_bytes((tmp_path / "scratch.zarr" / "zarr.json").read_bytes())
-    before = _snapshot(v2)
+    before = files_under(v2)
     with pytest.raises(ZarrV2Error, match=r"inside the Zarr v2 node of '\.zgroup'"):
         z3.to_zarr(xr.Dataset({"v": ("t", [1])}), v2, group="sub", mode="a")
-    assert _snapshot(v2) == before
+    assert files_under(v2) == before
 
 
 @pytest.mark.interop
