@@ -35,8 +35,6 @@ PACKAGE = Path(z3.__file__).parent
 #: The getattr/hasattr calls left in core/ and codecs/, each with why it is not a capability probe.
 ALLOWED = {
     ("core/dtypes_text.py", 'hasattr(np.dtypes, "StringDType")'): "numpy version (StringDType is numpy >= 2)",
-    ("core/codec_specs.py", 'getattr(obj, "get_config", None)'): "duck-typing a foreign numcodecs object",
-    ("core/codec_specs.py", 'hasattr(obj, "codec_id")'): "duck-typing a foreign numcodecs object",
     ("core/metadata.py", "getattr(self, f.name)"): "a dataclass field read by name (equality key)",
     ("codecs/scale_offset.py", "getattr(self, key)"): "a dataclass field read by name (validation)",
 }
