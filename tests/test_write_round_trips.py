@@ -241,3 +241,20 @@ def test_variables_written_together_still_read_their_partial_units_together():
     got = xr.open_dataset(store, engine="zarr3").load()
     for name in ds.data_vars:
         np.testing.assert_array_equal(got[name].values, [[0.0] * 8, [1.0] * 8])
+
+
+def _claims_released(method, keys, expected):
+    return method == "get_versioned" and keys[0].startswith(CLAIMS_DIR) and "/shared/" not in keys[0]
+
+
+def test_the_claims_of_an_append_to_many_arrays_are_released_together():
+    """Once the commit is done its 5 claims are read and given up at once, not one array after
+    another (they were, for a while, when their release ran on an io thread: nested io work
+    runs inline)."""
+    store = BarrierStore(5, _claims_released)
+    z3.to_zarr(dataset(4), store)
+    store.armed = True
+    z3.to_zarr(dataset(4, t0=2), store, append_dim="time")
+    assert store.passed == 5
+    store.armed = False
+    assert not list(store.list_prefix(CLAIMS_DIR))

@@ -249,13 +249,15 @@ def _end_records(
     store.erase(base + MANIFEST)
     store.barrier()  # gone for good before the records a re-run would trust (the erases' one)
     # without the manifest, none of the rest is followed (a claim whose holder has no manifest
-    # is free, records without one are dropped): removed at once, one round trip, not three
+    # is free, records without one are dropped): removed at once, one round trip, not three. On
+    # the "tasks" pool: each step maps its own requests onto "io" (run there, the claims of a
+    # many-array write were released one after another)
     steps = [
         lambda: release_claims(store, claimed, txn_id),
         lambda: release_shared(store, shared, txn_id),
         lambda: store.erase_prefix(base),
     ]
-    thread_map(lambda step: step(), steps, kind="io")
+    thread_map(lambda step: step(), steps, kind="tasks")
 
 
 @contextmanager
