@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
-from ..errors import MetadataError, Zarr3Error
+from ..errors import Zarr3Error
 from ..stores import Store
 from .commit import update_document
 from .group import Group, read_v2_node_metadata
@@ -133,12 +133,7 @@ def _fresh_members(store: Store, path: str, stored: bytes | None) -> bytes | Non
         table = consolidated(bare).consolidated_metadata
     except Zarr3Error:
         table = None
-    for copy in (table, None):  # a member's stored text with no UTF-8 form: the copy dropped
-        try:
-            return to_bytes(replace(meta, consolidated_metadata=copy))
-        except MetadataError:
-            continue
-    return None  # the group's own text has none: left as it is
+    return to_bytes(replace(meta, consolidated_metadata=table))
 
 
 def consolidated_v2(store: Store, path: str = "") -> bytes | None:

@@ -505,10 +505,10 @@ def to_bytes(meta: ArrayMetadata | GroupMetadata) -> bytes:
     unless it keeps bare ``NaN``/``Infinity`` tokens that the stored document it was read from
     already held (attributes zarr-python wrote: spelling them as strings would change them)."""
     doc = _jsonable(meta.to_json(), "zarr.json")  # only StoredNonFinite values remain non-finite
-    return utf8_json(doc, "zarr.json")
+    return utf8_json(doc)
 
 
-def utf8_json(doc: Any, where: str) -> bytes:
+def utf8_json(doc: Any) -> bytes:
     """``doc`` as the UTF-8 JSON of a metadata document (indent 2). Text with no UTF-8 form (a
     lone surrogate, as ``os.fsdecode`` makes from a file name that is not UTF-8, or read from a
     document zarr-python wrote) is written as JSON escapes (``\\udce9``), as zarr-python

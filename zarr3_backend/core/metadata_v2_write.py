@@ -217,7 +217,7 @@ def _dump(doc: Any, attributes: bool = False) -> bytes:
     2 wrote as a bare ``Infinity``) are spelled as v2 spells them, except, in ``.zattrs``
     (``attributes``), values a stored document held as bare tokens (zarr-python 2 writes NaN
     attributes so): spelled as strings they would turn into text."""
-    return utf8_json(non_finite_spelled(doc, attributes), ".zattrs" if attributes else ".zarray")
+    return utf8_json(non_finite_spelled(doc, attributes))
 
 
 def node_documents(path: str, meta: ArrayMetadata | GroupMetadata) -> dict[str, bytes]:
